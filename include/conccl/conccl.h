@@ -1,0 +1,270 @@
+/*
+ * conccl: collective communication on the GPU's copy engines.
+ *
+ * This is the only public header. It is plain C (usable from C and C++), shaped like NCCL's API:
+ * an opaque communicator handle per rank, result codes, counts in elements, NCCL's in-place rules.
+ *
+ * ---------------------------------------------------------------------------------------------
+ * Backends
+ *   concclBackendCuda  one rank per listed CUDA device (devices may repeat). Data moves with the
+ *                      GPU's copy engines (cudaMemcpyAsync between peers); reductions run on a small
+ *                      number of CTAs (config.reduceCtas).
+ *   concclBackendHost  ranks are host threads and buffers are host memory. Works on any machine; used
+ *                      by CI and as the reference the CUDA backend is tested against.
+ *
+ * Stream semantics (CUDA backend)
+ *   A collective call enqueues work and returns without waiting for the GPU. The operation starts
+ *   after everything the caller enqueued earlier on `stream`, and anything enqueued on `stream`
+ *   afterwards runs after the operation has completed on this rank (its output is written and its
+ *   input may be overwritten). No rank's buffer is written before that rank's stream has reached the
+ *   call. Calls are capturable into CUDA graphs; a captured graph may be replayed any number of times.
+ *   When the ranks are driven by one thread per rank, a call may wait on the host (bounded by
+ *   config.timeoutMs) until every rank has *called* it, because rank r needs rank p's buffer address
+ *   for this call; it never waits for GPU work.
+ *
+ * Stream semantics (host backend)
+ *   `stream` is ignored and must be NULL. A call returns when the operation is complete on this rank.
+ *   Inside concclGroupStart/End the operations run when concclGroupEnd is called, which returns when
+ *   they are all complete.
+ *
+ * Ordering and matching
+ *   All ranks of a communicator must call the same collectives in the same order, with matching
+ *   arguments (count, datatype, op, root). Mismatches that can be detected are reported as
+ *   concclInvalidArgument on every rank of the call. Send/Recv pairs are matched in the order they
+ *   are posted between each pair of ranks.
+ *
+ * Errors
+ *   Every function returns a concclResult_t. concclGetErrorString(result) names the code;
+ *   concclGetLastError(comm) returns the message of the last failure on that communicator (or of the
+ *   last failure in the calling thread when comm is NULL). The library never prints to stdout and
+ *   never terminates the process. A rank that never arrives makes the others fail with concclTimeout
+ *   after config.timeoutMs; a communicator in error can only be aborted or destroyed.
+ *
+ * Logging: CONCCL_DEBUG=WARN|INFO|TRACE (default WARN) to stderr, CONCCL_DEBUG_FILE=path to redirect.
+ */
+#ifndef CONCCL_CONCCL_H_
+#define CONCCL_CONCCL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONCCL_MAJOR 0
+#define CONCCL_MINOR 1
+#define CONCCL_PATCH 0
+/* One integer for comparisons: major*10000 + minor*100 + patch. */
+#define CONCCL_VERSION_CODE (CONCCL_MAJOR * 10000 + CONCCL_MINOR * 100 + CONCCL_PATCH)
+
+#if defined(_WIN32)
+#define CONCCL_API
+#else
+#define CONCCL_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Same type as the CUDA runtime's cudaStream_t, declared here so that this header does not require the
+ * CUDA headers (a repeated identical typedef is valid C11 and C++). NULL is the legacy default stream. */
+typedef struct CUstream_st* cudaStream_t;
+
+/* Result codes. */
+typedef enum {
+  concclSuccess = 0,
+  concclUnhandledCudaError = 1, /* a CUDA runtime or driver call failed; the message names the call */
+  concclSystemError = 2,        /* an operating-system call failed, or no usable device */
+  concclInternalError = 3,      /* a bug in conccl; please report it with the message */
+  concclInvalidArgument = 4,    /* a bad argument: null pointer, bad count, root, type, op, ... */
+  concclInvalidUsage = 5,       /* a bad sequence of calls: use after destroy, unbalanced groups, ... */
+  concclTimeout = 6,            /* a peer did not arrive within config.timeoutMs */
+  concclNotSupported = 7,       /* valid request that this backend or build does not support */
+  concclNumResults = 8
+} concclResult_t;
+
+/* Element types. The fp8 types are for data movement only (no reductions). */
+typedef enum {
+  concclInt8 = 0,
+  concclUint8 = 1,
+  concclInt32 = 2,
+  concclUint32 = 3,
+  concclInt64 = 4,
+  concclUint64 = 5,
+  concclFloat16 = 6,
+  concclBfloat16 = 7,
+  concclFloat32 = 8,
+  concclFloat64 = 9,
+  concclFloat8e4m3 = 10,
+  concclFloat8e5m2 = 11,
+  concclNumTypes = 12
+} concclDataType_t;
+
+/* Reduction operations. Floating-point reductions accumulate in fp32 (fp16, bf16, fp32) or fp64;
+ * integer reductions wrap like the C type. concclAvg is the sum divided by the rank count (for integer
+ * types: integer division of the sum). */
+typedef enum { concclSum = 0, concclProd = 1, concclMax = 2, concclMin = 3, concclAvg = 4, concclNumOps = 5 } concclRedOp_t;
+
+typedef enum { concclBackendHost = 0, concclBackendCuda = 1 } concclBackend_t;
+
+/* How data moves on the CUDA backend. Auto: copy engines, except for messages below the calibrated
+ * small-message threshold where the engine issue cost dominates. Copy: copy engines always. */
+typedef enum { concclEngineAuto = 0, concclEngineCopy = 1, concclEngineSm = 2 } concclEngine_t;
+
+/* Value of an integer config field that is left to the environment variable or the default. */
+#define CONCCL_CONFIG_UNDEF_INT INT32_MIN
+#define CONCCL_CONFIG_UNDEF_SIZE SIZE_MAX
+#define CONCCL_CONFIG_MAGIC 0xC0CC1u
+
+/* Communicator configuration. Always start from CONCCL_CONFIG_INITIALIZER: it records the size and
+ * version of the struct the caller compiled against, so that the library can refuse a struct from a
+ * newer header and accept one from an older header. Any field left undefined takes the value of its
+ * environment variable, else the default:
+ *   field         env variable         default
+ *   backend       CONCCL_BACKEND       cuda if a CUDA device is present, else host ("host"|"cuda")
+ *   engine        CONCCL_ENGINE        auto ("auto"|"copy"|"sm")
+ *   reduceCtas    CONCCL_REDUCE_CTAS   4      CTAs of each reduction kernel (1..1024)
+ *   lanes         CONCCL_LANES         2      parallel copy queues per rank (1..16)
+ *   scratchBytes  CONCCL_SCRATCH_BYTES 64 MiB bound on the scratch memory of one rank (>= 64 KiB)
+ *   timeoutMs     CONCCL_TIMEOUT_MS    300000 how long a rank waits for its peers (>= 1)
+ */
+typedef struct {
+  size_t size;           /* sizeof(concclConfig_t) as compiled by the caller */
+  unsigned int magic;    /* CONCCL_CONFIG_MAGIC */
+  unsigned int version;  /* CONCCL_VERSION_CODE as compiled by the caller */
+  int backend;           /* concclBackend_t */
+  int engine;            /* concclEngine_t */
+  int reduceCtas;
+  int lanes;
+  size_t scratchBytes;
+  int timeoutMs;
+} concclConfig_t;
+
+#define CONCCL_CONFIG_INITIALIZER                                                                          \
+  {                                                                                                        \
+    sizeof(concclConfig_t), CONCCL_CONFIG_MAGIC, CONCCL_VERSION_CODE, CONCCL_CONFIG_UNDEF_INT,             \
+        CONCCL_CONFIG_UNDEF_INT, CONCCL_CONFIG_UNDEF_INT, CONCCL_CONFIG_UNDEF_INT, CONCCL_CONFIG_UNDEF_SIZE, \
+        CONCCL_CONFIG_UNDEF_INT                                                                            \
+  }
+
+typedef struct concclComm* concclComm_t;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Version and errors                                                                              */
+
+/* Writes CONCCL_VERSION_CODE of the library (which may differ from the header's). */
+CONCCL_API concclResult_t concclGetVersion(int* version);
+
+/* Static name of a result code ("concclSuccess", ...); never NULL. */
+CONCCL_API const char* concclGetErrorString(concclResult_t result);
+
+/* Message of the last failure on comm, with the file:line trail of where it was raised; "" if none.
+ * With comm == NULL: the last failure of any call made by the calling thread. The pointer stays valid
+ * until the next call on the same communicator (or thread). */
+CONCCL_API const char* concclGetLastError(concclComm_t comm);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Communicators                                                                                   */
+
+/* Creates ndev communicators, one per rank, all in this process, and writes them to comms[0..ndev).
+ *   CUDA backend: rank i uses device devlist[i] (devlist NULL: devices 0..ndev-1). A device may appear
+ *                 several times (several ranks on one GPU: correct, but same-device copies run on SMs).
+ *   Host backend: devlist is ignored; ranks are threads of the caller's choosing.
+ * config may be NULL (all defaults). Errors: concclInvalidArgument for comms == NULL, ndev < 1,
+ * a bad device or config; concclNotSupported for the CUDA backend in a build or on a machine without
+ * CUDA devices. On failure nothing is allocated and comms is left untouched. */
+CONCCL_API concclResult_t concclCommInitAll(concclComm_t* comms, int ndev, const int* devlist,
+                                            const concclConfig_t* config);
+
+/* Frees the communicator after all its enqueued work has completed (CUDA: waits for its streams).
+ * Every rank must be destroyed; the shared state goes with the last one. The handle is invalid after. */
+CONCCL_API concclResult_t concclCommDestroy(concclComm_t comm);
+
+/* Like destroy, but does not wait for peers or for outstanding work to finish gracefully: marks the
+ * clique aborted (peers' waiting calls fail with concclInvalidUsage), then frees this rank's resources.
+ * Use after a failure or a timeout. */
+CONCCL_API concclResult_t concclCommAbort(concclComm_t comm);
+
+CONCCL_API concclResult_t concclCommCount(concclComm_t comm, int* count);
+CONCCL_API concclResult_t concclCommUserRank(concclComm_t comm, int* rank);
+/* CUDA device of the rank; -1 on the host backend. */
+CONCCL_API concclResult_t concclCommCuDevice(concclComm_t comm, int* device);
+/* concclSuccess while healthy; otherwise the error that put the communicator out of service. */
+CONCCL_API concclResult_t concclCommGetAsyncError(concclComm_t comm, concclResult_t* asyncError);
+/* The configuration in force after environment variables and defaults were applied. */
+CONCCL_API concclResult_t concclCommGetConfig(concclComm_t comm, concclConfig_t* config);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Groups                                                                                          */
+
+/* Calls between concclGroupStart and concclGroupEnd (per thread, nestable) are recorded and launched
+ * together at the outermost concclGroupEnd. Needed when one thread drives several ranks, and to fuse
+ * Send/Recv pairs. Argument errors are returned by the call itself; errors of the launch by
+ * concclGroupEnd, which then discards the whole group. */
+CONCCL_API concclResult_t concclGroupStart(void);
+CONCCL_API concclResult_t concclGroupEnd(void);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Collectives. Counts are in elements of datatype. Buffers of distinct ranks must not overlap.   */
+
+/* recvbuff[r*sendcount .. (r+1)*sendcount) on every rank = sendbuff of rank r.
+ * In place when sendbuff == recvbuff + rank*sendcount (element offset). */
+CONCCL_API concclResult_t concclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                          concclDataType_t datatype, concclComm_t comm, cudaStream_t stream);
+
+/* recvbuff of rank r = op over ranks of sendbuff[r*recvcount .. (r+1)*recvcount).
+ * In place when recvbuff == sendbuff + rank*recvcount. Not for fp8 types. */
+CONCCL_API concclResult_t concclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                              concclDataType_t datatype, concclRedOp_t op, concclComm_t comm,
+                                              cudaStream_t stream);
+
+/* recvbuff on every rank = op over ranks of sendbuff (count elements). In place when equal. */
+CONCCL_API concclResult_t concclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                          concclDataType_t datatype, concclRedOp_t op, concclComm_t comm,
+                                          cudaStream_t stream);
+
+/* recvbuff on every rank = sendbuff of root (sendbuff is read on the root only). In place when equal. */
+CONCCL_API concclResult_t concclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                          concclDataType_t datatype, int root, concclComm_t comm, cudaStream_t stream);
+
+/* recvbuff on root = op over ranks of sendbuff; recvbuff is ignored on other ranks. In place when equal. */
+CONCCL_API concclResult_t concclReduce(const void* sendbuff, void* recvbuff, size_t count, concclDataType_t datatype,
+                                       concclRedOp_t op, int root, concclComm_t comm, cudaStream_t stream);
+
+/* recvbuff[p*count .. (p+1)*count) of rank r = sendbuff[r*count .. (r+1)*count) of rank p.
+ * Not in place: sendbuff and recvbuff must not overlap. */
+CONCCL_API concclResult_t concclAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                                         concclDataType_t datatype, concclComm_t comm, cudaStream_t stream);
+
+/* Variable all-to-all (MPI_Alltoallv conventions, in elements): rank r sends sendcounts[p] elements
+ * from sendbuff + sdispls[p] to rank p, which receives them at recvbuff + rdispls[r]. recvcounts[p] on
+ * rank r must equal sendcounts[r] on rank p (checked). The four arrays have comm-size entries and are
+ * read during the call only. Not in place. */
+CONCCL_API concclResult_t concclAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                                          void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                                          concclDataType_t datatype, concclComm_t comm, cudaStream_t stream);
+
+/* recvbuff[r*sendcount ..) on root = sendbuff of rank r; recvbuff ignored elsewhere.
+ * In place on root when sendbuff == recvbuff + root*sendcount. */
+CONCCL_API concclResult_t concclGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                       concclDataType_t datatype, int root, concclComm_t comm, cudaStream_t stream);
+
+/* recvbuff of rank r = sendbuff[r*recvcount ..) of root; sendbuff read on root only.
+ * In place on root when recvbuff == sendbuff + root*recvcount. */
+CONCCL_API concclResult_t concclScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        concclDataType_t datatype, int root, concclComm_t comm, cudaStream_t stream);
+
+/* Point to point. A Send to peer p must be matched by a Recv from this rank on p with the same count
+ * and datatype. Without a group each call blocks (host) or rendezvouses (CUDA) with its partner, so
+ * exchanges in both directions must be put in a group. peer may equal the caller's rank. */
+CONCCL_API concclResult_t concclSend(const void* sendbuff, size_t count, concclDataType_t datatype, int peer,
+                                     concclComm_t comm, cudaStream_t stream);
+CONCCL_API concclResult_t concclRecv(void* recvbuff, size_t count, concclDataType_t datatype, int peer,
+                                     concclComm_t comm, cudaStream_t stream);
+
+/* Size in bytes of one element of datatype (0 for an invalid type). */
+CONCCL_API size_t concclTypeSize(concclDataType_t datatype);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CONCCL_CONCCL_H_ */

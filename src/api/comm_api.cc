@@ -1,0 +1,147 @@
+// Communicator lifetime, queries, errors, groups, version.
+#include <cstring>
+
+#include "api/api_guard.h"
+#include "core/group.h"
+#include "core/logging.h"
+
+namespace conccl::api {
+namespace {
+thread_local std::string tLastError;
+}  // namespace
+
+void recordError(concclComm* comm, concclResult_t code, const std::string& message) {
+  tLastError = message;
+  if (comm != nullptr && isLiveComm(comm)) {
+    std::lock_guard<std::mutex> lock(comm->lastErrorMutex);
+    comm->lastError = message;
+  }
+  CONCCL_WARN(comm != nullptr && isLiveComm(comm) ? comm->rank : -1, -1,
+              std::string(concclGetErrorString(code)) + ": " + message);
+}
+
+void requireLiveComm(const concclComm* comm, const char* api) {
+  CONCCL_REQUIRE(comm != nullptr, std::string(api) + ": comm is NULL");
+  if (!isLiveComm(comm)) {
+    CONCCL_THROW(concclInvalidUsage, "comm is not a live communicator (already destroyed or never created)");
+  }
+}
+
+}  // namespace conccl::api
+
+using conccl::api::apiCall;
+using conccl::api::requireLiveComm;
+
+extern "C" {
+
+concclResult_t concclGetVersion(int* version) {
+  return apiCall(nullptr, "concclGetVersion", [&] {
+    CONCCL_REQUIRE(version != nullptr, "version is NULL");
+    *version = CONCCL_VERSION_CODE;
+  });
+}
+
+const char* concclGetErrorString(concclResult_t result) {
+  switch (result) {
+    case concclSuccess: return "concclSuccess: no error";
+    case concclUnhandledCudaError: return "concclUnhandledCudaError: a CUDA call failed";
+    case concclSystemError: return "concclSystemError: system call failed or no usable device";
+    case concclInternalError: return "concclInternalError: internal error in conccl";
+    case concclInvalidArgument: return "concclInvalidArgument: invalid argument";
+    case concclInvalidUsage: return "concclInvalidUsage: invalid usage";
+    case concclTimeout: return "concclTimeout: a peer did not arrive in time";
+    case concclNotSupported: return "concclNotSupported: not supported by this backend or build";
+    default: return "unknown conccl result code";
+  }
+}
+
+const char* concclGetLastError(concclComm_t comm) {
+  if (comm != nullptr && conccl::isLiveComm(comm)) {
+    // Copy into a thread-local so the pointer stays valid while other threads record new errors.
+    thread_local std::string copy;
+    std::lock_guard<std::mutex> lock(comm->lastErrorMutex);
+    copy = comm->lastError;
+    return copy.c_str();
+  }
+  return conccl::api::tLastError.c_str();
+}
+
+concclResult_t concclCommInitAll(concclComm_t* comms, int ndev, const int* devlist, const concclConfig_t* config) {
+  return apiCall(nullptr, "concclCommInitAll", [&] {
+    CONCCL_REQUIRE(comms != nullptr, "comms is NULL");
+    std::vector<concclComm*> created = conccl::createClique(ndev, devlist, config);
+    for (int r = 0; r < ndev; ++r) comms[r] = created[r];
+  });
+}
+
+static concclResult_t releaseComm(concclComm_t comm, bool graceful, const char* api) {
+  return apiCall(nullptr, api, [&] {
+    requireLiveComm(comm, api);
+    conccl::unregisterComm(comm);
+    std::unique_ptr<concclComm> owned(comm);
+    if (!graceful) {
+      owned->clique->fail(concclInvalidUsage, "rank " + std::to_string(owned->rank) + " aborted the communicator");
+    }
+    // Release even if waiting fails (timeout): the handle is gone either way, and the error is reported.
+    try {
+      owned->clique->releaseRank(owned->rank, graceful);
+    } catch (...) {
+      owned->clique->executor().releaseRank(owned->rank);
+      throw;
+    }
+  });
+}
+
+concclResult_t concclCommDestroy(concclComm_t comm) { return releaseComm(comm, true, "concclCommDestroy"); }
+concclResult_t concclCommAbort(concclComm_t comm) { return releaseComm(comm, false, "concclCommAbort"); }
+
+concclResult_t concclCommCount(concclComm_t comm, int* count) {
+  return apiCall(comm, "concclCommCount", [&] {
+    requireLiveComm(comm, "concclCommCount");
+    CONCCL_REQUIRE(count != nullptr, "count is NULL");
+    *count = comm->clique->nranks();
+  });
+}
+
+concclResult_t concclCommUserRank(concclComm_t comm, int* rank) {
+  return apiCall(comm, "concclCommUserRank", [&] {
+    requireLiveComm(comm, "concclCommUserRank");
+    CONCCL_REQUIRE(rank != nullptr, "rank is NULL");
+    *rank = comm->rank;
+  });
+}
+
+concclResult_t concclCommCuDevice(concclComm_t comm, int* device) {
+  return apiCall(comm, "concclCommCuDevice", [&] {
+    requireLiveComm(comm, "concclCommCuDevice");
+    CONCCL_REQUIRE(device != nullptr, "device is NULL");
+    *device = comm->device;
+  });
+}
+
+concclResult_t concclCommGetAsyncError(concclComm_t comm, concclResult_t* asyncError) {
+  return apiCall(comm, "concclCommGetAsyncError", [&] {
+    requireLiveComm(comm, "concclCommGetAsyncError");
+    CONCCL_REQUIRE(asyncError != nullptr, "asyncError is NULL");
+    auto error = comm->clique->asyncError();
+    *asyncError = error ? error->code() : concclSuccess;
+  });
+}
+
+concclResult_t concclCommGetConfig(concclComm_t comm, concclConfig_t* config) {
+  return apiCall(comm, "concclCommGetConfig", [&] {
+    requireLiveComm(comm, "concclCommGetConfig");
+    CONCCL_REQUIRE(config != nullptr, "config is NULL");
+    conccl::exportConfig(comm->clique->config(), config);
+  });
+}
+
+concclResult_t concclGroupStart(void) {
+  return apiCall(nullptr, "concclGroupStart", [] { conccl::groupStart(); });
+}
+
+concclResult_t concclGroupEnd(void) {
+  return apiCall(nullptr, "concclGroupEnd", [] { conccl::groupEnd(); });
+}
+
+}  // extern "C"

@@ -1,0 +1,255 @@
+#include "core/clique.h"
+
+#include <chrono>
+#include <set>
+#include <sstream>
+
+#include "core/logging.h"
+#include "core/types.h"
+
+namespace conccl {
+namespace {
+
+bool isRooted(sched::CollKind kind) {
+  using K = sched::CollKind;
+  return kind == K::kBroadcast || kind == K::kReduce || kind == K::kGather || kind == K::kScatter;
+}
+
+bool isReduction(sched::CollKind kind) {
+  using K = sched::CollKind;
+  return kind == K::kReduceScatter || kind == K::kAllReduce || kind == K::kReduce;
+}
+
+// Throws when rank r's arguments disagree with rank 0's: all ranks must call the same collective with the
+// same count, type, op and root (NCCL's rule; NCCL itself would hang or corrupt memory instead).
+void checkAgreement(const RankArgs& a0, const RankArgs& ar, int r) {
+  auto mismatch = [&](const std::string& what, const std::string& v0, const std::string& vr) {
+    CONCCL_THROW(concclInvalidArgument, std::string("ranks disagree on ") + what + ": rank 0 called " + a0.apiName +
+                                            " with " + v0 + ", rank " + std::to_string(r) + " called " +
+                                            ar.apiName + " with " + vr);
+  };
+  if (a0.kind != ar.kind) mismatch("the collective", sched::collKindName(a0.kind), sched::collKindName(ar.kind));
+  if (a0.dtype != ar.dtype) mismatch("the datatype", typeName(a0.dtype), typeName(ar.dtype));
+  if (a0.kind != sched::CollKind::kAllToAllv && a0.count != ar.count) {
+    mismatch("the count", std::to_string(a0.count), std::to_string(ar.count));
+  }
+  if (isReduction(a0.kind) && a0.op != ar.op) mismatch("the op", opName(a0.op), opName(ar.op));
+  if (isRooted(a0.kind) && a0.root != ar.root) {
+    mismatch("the root", std::to_string(a0.root), std::to_string(ar.root));
+  }
+}
+
+}  // namespace
+
+Clique::Clique(Config config, std::vector<int> devices, std::unique_ptr<exec::Executor> executor)
+    : config_(config), devices_(std::move(devices)), executor_(std::move(executor)) {
+  nextSeq_.assign(devices_.size(), 0);
+  pendingP2P_.resize(devices_.size());
+  pendingP2PArgs_.resize(devices_.size());
+}
+
+Clique::~Clique() = default;
+
+void Clique::checkHealthyLocked() const {
+  if (error_) {
+    CONCCL_THROW(concclInvalidUsage, "the communicator is out of service after an earlier error (abort or destroy "
+                                     "it): " + error_->message());
+  }
+}
+
+std::optional<Error> Clique::asyncError() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+void Clique::fail(concclResult_t code, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_) error_ = Error(code, reason);
+  }
+  cv_.notify_all();
+  executor_->abort();
+}
+
+std::shared_ptr<CallTicket> Clique::post(int rank, RankArgs args) {
+  auto ticket = std::make_shared<CallTicket>();
+  ticket->rank = rank;
+  std::unique_lock<std::mutex> lock(mutex_);
+  checkHealthyLocked();
+
+  if (args.kind == sched::CollKind::kSendRecv) {
+    CONCCL_ASSERT(!pendingP2P_[rank]);  // a rank's thread posts its next group only after launching the last
+    ticket->what = std::string(args.apiName) + " group";
+    pendingP2P_[rank] = ticket;
+    pendingP2PArgs_[rank] = std::move(args);
+    tryCloseP2PLocked(rank);
+    lock.unlock();
+    cv_.notify_all();
+    return ticket;
+  }
+
+  uint64_t seq = nextSeq_[rank]++;
+  auto& slot = collectives_[seq];
+  if (!slot) {
+    slot = std::make_shared<PendingCall>();
+    slot->seq = seq;
+    slot->args.resize(devices_.size());
+  }
+  ticket->call = slot;
+  ticket->what = std::string(args.apiName) + " #" + std::to_string(seq);
+  slot->args[rank] = std::move(args);
+  if (++slot->posted == nranks()) finalizeLocked(*slot);
+  lock.unlock();
+  cv_.notify_all();
+  return ticket;
+}
+
+// A Send/Recv group closes when every rank named by an op of the groups collected so far has posted a group.
+void Clique::tryCloseP2PLocked(int rank) {
+  std::set<int> members{rank};
+  std::vector<int> todo{rank};
+  while (!todo.empty()) {
+    int m = todo.back();
+    todo.pop_back();
+    for (const auto& op : pendingP2PArgs_[m].p2p) {
+      if (members.count(op.peer)) continue;
+      if (!pendingP2P_[op.peer]) return;  // a partner has not posted yet
+      members.insert(op.peer);
+      todo.push_back(op.peer);
+    }
+  }
+  auto call = std::make_shared<PendingCall>();
+  call->seq = nextP2PSeq_++;
+  call->args.resize(devices_.size());
+  for (int m : members) {
+    call->args[m] = std::move(pendingP2PArgs_[m]);
+    pendingP2PArgs_[m] = RankArgs{};
+    pendingP2P_[m]->call = call;
+    pendingP2P_[m].reset();
+    ++call->posted;
+  }
+  finalizeLocked(*call);
+}
+
+// All participants posted: validate agreement, build the schedule and the binding. Errors are stored in the
+// call so that every participating rank reports the same one.
+void Clique::finalizeLocked(PendingCall& pending) {
+  const int n = nranks();
+  try {
+    sched::CollectiveCall& call = pending.call;
+    call.nranks = n;
+    int first = -1;
+    for (int r = 0; r < n; ++r) {
+      if (pending.args[r]) {
+        first = r;
+        break;
+      }
+    }
+    CONCCL_ASSERT(first >= 0);
+    const RankArgs& a0 = *pending.args[first];
+    call.kind = a0.kind;
+    call.dtype = a0.dtype;
+    call.op = a0.op;
+    call.root = a0.root;
+    call.count = a0.count;
+    call.inPlace.assign(n, false);
+    pending.binding.buffers.assign(n, {});
+    pending.binding.streams.assign(n, nullptr);
+    if (call.kind == sched::CollKind::kSendRecv) {
+      call.p2p.assign(n, {});
+      for (int r = 0; r < n; ++r) {
+        if (!pending.args[r]) continue;
+        call.p2p[r] = pending.args[r]->p2p;
+        pending.binding.buffers[r] = pending.args[r]->p2pBuffers;
+        pending.binding.streams[r] = pending.args[r]->stream;
+      }
+    } else {
+      for (int r = 0; r < n; ++r) {
+        const RankArgs& ar = *pending.args[r];
+        checkAgreement(a0, ar, r);
+        call.inPlace[r] = ar.inPlace;
+        pending.binding.buffers[r] = {const_cast<void*>(ar.sendbuff), ar.recvbuff};
+        pending.binding.streams[r] = ar.stream;
+      }
+      if (call.kind == sched::CollKind::kAllToAllv) {
+        for (int r = 0; r < n; ++r) {
+          const RankArgs& ar = *pending.args[r];
+          call.sendCounts.push_back(ar.sendCounts);
+          call.sendDispls.push_back(ar.sendDispls);
+          call.recvCounts.push_back(ar.recvCounts);
+          call.recvDispls.push_back(ar.recvDispls);
+        }
+      }
+    }
+    // Every buffer the schedule will touch must be usable by the backend and large enough.
+    for (int r = 0; r < n; ++r) {
+      if (!pending.args[r]) continue;
+      std::vector<size_t> bytes = sched::bufferBytes(call, r);
+      for (size_t b = 0; b < bytes.size(); ++b) {
+        if (bytes[b] == 0) continue;
+        if (call.kind != sched::CollKind::kSendRecv && b == 0 && call.inPlace[r]) continue;
+        void* ptr = pending.binding.buffers[r][b];
+        std::string what = "rank " + std::to_string(r) + " " +
+                           (call.kind == sched::CollKind::kSendRecv ? "buffer of p2p op " + std::to_string(b)
+                                                                    : std::string(b == 0 ? "sendbuff" : "recvbuff"));
+        CONCCL_REQUIRE(ptr != nullptr, what + " is NULL but " + std::to_string(bytes[b]) + " bytes are needed");
+        executor_->checkBuffer(r, ptr, bytes[b], what.c_str());
+      }
+    }
+    pending.schedule = sched::buildSchedule(call, executor_->buildOptions());
+    CONCCL_TRACE(-1, -1, std::string(sched::collKindName(call.kind)) + " seq " + std::to_string(pending.seq) +
+                             ": " + pending.schedule.algorithm);
+  } catch (const Error& e) {
+    pending.error = e;
+  } catch (const std::exception& e) {
+    pending.error = Error(concclInternalError, e.what());
+  }
+  pending.ready = true;
+}
+
+void Clique::waitAndLaunch(CallTicket& ticket) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.timeoutMs);
+  bool ok = cv_.wait_until(lock, deadline, [&] { return error_ || (ticket.call && ticket.call->ready); });
+  if (!ok) {
+    // Name the ranks that never arrived: the most useful line of a hang report.
+    std::string missing;
+    if (ticket.call) {
+      for (int r = 0; r < nranks(); ++r) {
+        if (!ticket.call->args[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+      }
+    } else {
+      missing = "the partners of its Send/Recv ops";
+    }
+    std::string reason = "rank " + std::to_string(ticket.rank) + " waited " + std::to_string(config_.timeoutMs) +
+                         " ms in " + ticket.what + " for rank(s) " + missing + " to call it";
+    lock.unlock();
+    fail(concclTimeout, reason);
+    CONCCL_THROW(concclTimeout, reason);
+  }
+  if (error_ && !(ticket.call && ticket.call->ready)) checkHealthyLocked();
+  std::shared_ptr<PendingCall> call = ticket.call;
+  if (++call->launched == call->posted && call->call.kind != sched::CollKind::kSendRecv) collectives_.erase(call->seq);
+  if (call->error) throw Error(*call->error).addContext(ticket.what);
+  checkHealthyLocked();
+  lock.unlock();
+
+  try {
+    executor_->launch(call->schedule, call->binding, ticket.rank);
+  } catch (Error& e) {
+    e.addContext(ticket.what + " on rank " + std::to_string(ticket.rank));
+    // A rank that could not run its part would leave its peers waiting for its signals: take the clique out of
+    // service so that they fail instead of hanging.
+    fail(e.code(), e.message());
+    throw;
+  }
+}
+
+void Clique::releaseRank(int rank, bool graceful) {
+  if (graceful) {
+    executor_->synchronize(rank);
+  }
+  executor_->releaseRank(rank);
+}
+
+}  // namespace conccl

@@ -1,0 +1,77 @@
+#include "core/comm.h"
+
+#include <set>
+
+#include "core/error.h"
+#include "core/logging.h"
+
+namespace conccl {
+namespace {
+
+std::mutex& registryMutex() {
+  static std::mutex m;
+  return m;
+}
+std::set<const concclComm*>& registry() {
+  static std::set<const concclComm*> s;
+  return s;
+}
+
+}  // namespace
+
+void registerComm(concclComm* comm) {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  registry().insert(comm);
+}
+
+void unregisterComm(concclComm* comm) {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  registry().erase(comm);
+}
+
+bool isLiveComm(const concclComm* comm) {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  return registry().count(comm) != 0;
+}
+
+std::vector<concclComm*> createClique(int ndev, const int* devlist, const concclConfig_t* userConfig) {
+  CONCCL_REQUIRE(ndev >= 1, "ndev = " + std::to_string(ndev) + " must be at least 1");
+  CONCCL_REQUIRE(ndev <= 4096, "ndev = " + std::to_string(ndev) + " is larger than 4096 ranks in one process");
+  Config config = resolveConfig(userConfig, exec::cudaAvailable());
+
+  std::vector<int> devices(ndev, -1);
+  std::unique_ptr<exec::Executor> executor;
+  if (config.backend == concclBackendCuda) {
+    int count = exec::cudaDeviceCount();
+    if (count == 0) {
+      CONCCL_THROW(concclNotSupported, "the CUDA backend was requested but no CUDA device is visible (use "
+                                       "backend=concclBackendHost or CONCCL_BACKEND=host)");
+    }
+    for (int r = 0; r < ndev; ++r) {
+      devices[r] = devlist != nullptr ? devlist[r] : r;
+      CONCCL_REQUIRE(devices[r] >= 0 && devices[r] < count,
+                     "devlist[" + std::to_string(r) + "] = " + std::to_string(devices[r]) +
+                         " is not a CUDA device (this process sees " + std::to_string(count) + ")");
+    }
+    executor = exec::makeCudaExecutor(devices, config);
+  } else {
+    executor = exec::makeHostExecutor(ndev, config);
+  }
+  auto clique = std::make_shared<Clique>(config, devices, std::move(executor));
+  std::vector<concclComm*> comms;
+  for (int r = 0; r < ndev; ++r) {
+    auto* comm = new concclComm;
+    comm->clique = clique;
+    comm->rank = r;
+    comm->device = devices[r];
+    comms.push_back(comm);
+  }
+  for (auto* comm : comms) registerComm(comm);
+  CONCCL_INFO(-1, -1, "created " + std::to_string(ndev) + " ranks on the " +
+                          (config.backend == concclBackendCuda ? "cuda" : "host") + " backend, lanes " +
+                          std::to_string(config.lanes) + ", reduceCtas " + std::to_string(config.reduceCtas) +
+                          ", scratch " + std::to_string(config.scratchBytes) + " B");
+  return comms;
+}
+
+}  // namespace conccl

@@ -1,0 +1,34 @@
+// A communicator handle: one rank of a clique. The public `concclComm_t` points to this struct.
+#pragma once
+
+#include <conccl/conccl.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/clique.h"
+
+struct concclComm {
+  std::shared_ptr<conccl::Clique> clique;
+  int rank = 0;
+  int device = -1;
+
+  // Message of the last failure on this communicator (concclGetLastError). Guarded: a comm may be queried
+  // from another thread than the one that failed.
+  std::mutex lastErrorMutex;
+  std::string lastError;
+};
+
+namespace conccl {
+
+// Live-handle registry: the API checks every handle against it, so that a destroyed or garbage handle is
+// reported (concclInvalidUsage) instead of dereferenced.
+void registerComm(concclComm* comm);
+void unregisterComm(concclComm* comm);
+bool isLiveComm(const concclComm* comm);
+
+// Creates ndev communicators of one new clique (concclCommInitAll).
+std::vector<concclComm*> createClique(int ndev, const int* devlist, const concclConfig_t* config);
+
+}  // namespace conccl

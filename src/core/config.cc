@@ -1,0 +1,142 @@
+#include "core/config.h"
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <strings.h>
+
+#include "core/error.h"
+
+namespace conccl {
+namespace {
+
+// Parses an integer environment variable strictly (the whole string, in range); nullopt-like via bool.
+bool envInt(const char* name, long long lo, long long hi, long long* out) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return false;
+  errno = 0;
+  char* end = nullptr;
+  long long value = std::strtoll(text, &end, 0);
+  // Accept binary suffixes for byte sizes (e.g. CONCCL_SCRATCH_BYTES=64M).
+  if (end != nullptr && *end != '\0' && end[1] == '\0') {
+    switch (*end) {
+      case 'K': case 'k': value <<= 10; ++end; break;
+      case 'M': case 'm': value <<= 20; ++end; break;
+      case 'G': case 'g': value <<= 30; ++end; break;
+      default: break;
+    }
+  }
+  CONCCL_REQUIRE(errno == 0 && end != nullptr && *end == '\0',
+                 std::string("environment variable ") + name + "='" + text + "' is not an integer");
+  CONCCL_REQUIRE(value >= lo && value <= hi, std::string("environment variable ") + name + "=" + text +
+                                                 " is out of range [" + std::to_string(lo) + ", " +
+                                                 std::to_string(hi) + "]");
+  *out = value;
+  return true;
+}
+
+template <typename Enum>
+bool envEnum(const char* name, std::initializer_list<std::pair<const char*, Enum>> choices, Enum* out) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return false;
+  std::string allowed;
+  for (const auto& [word, value] : choices) {
+    if (strcasecmp(text, word) == 0) {
+      *out = value;
+      return true;
+    }
+    allowed += allowed.empty() ? word : std::string("|") + word;
+  }
+  CONCCL_THROW(concclInvalidArgument,
+               std::string("environment variable ") + name + "='" + text + "' is not one of " + allowed);
+}
+
+void requireRange(const char* field, long long value, long long lo, long long hi) {
+  CONCCL_REQUIRE(value >= lo && value <= hi, std::string("config.") + field + " = " + std::to_string(value) +
+                                                 " is out of range [" + std::to_string(lo) + ", " +
+                                                 std::to_string(hi) + "]");
+}
+
+constexpr int kMaxReduceCtas = 1024;
+constexpr int kMaxLanes = 16;
+constexpr size_t kMinScratchBytes = size_t{64} << 10;
+
+}  // namespace
+
+Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
+  Config config;
+  config.backend = cudaAvailable ? concclBackendCuda : concclBackendHost;
+
+  // Environment first, then the caller's explicit fields override it (NCCL's precedence).
+  envEnum<concclBackend_t>("CONCCL_BACKEND", {{"host", concclBackendHost}, {"cuda", concclBackendCuda}},
+                           &config.backend);
+  envEnum<concclEngine_t>("CONCCL_ENGINE",
+                          {{"auto", concclEngineAuto}, {"copy", concclEngineCopy}, {"sm", concclEngineSm}},
+                          &config.engine);
+  long long v = 0;
+  if (envInt("CONCCL_REDUCE_CTAS", 1, kMaxReduceCtas, &v)) config.reduceCtas = static_cast<int>(v);
+  if (envInt("CONCCL_LANES", 1, kMaxLanes, &v)) config.lanes = static_cast<int>(v);
+  if (envInt("CONCCL_SCRATCH_BYTES", static_cast<long long>(kMinScratchBytes), LLONG_MAX, &v)) {
+    config.scratchBytes = static_cast<size_t>(v);
+  }
+  if (envInt("CONCCL_TIMEOUT_MS", 1, INT_MAX, &v)) config.timeoutMs = static_cast<int>(v);
+
+  if (user == nullptr) return config;
+
+  // The struct must come from CONCCL_CONFIG_INITIALIZER; a newer header's (larger) struct is refused because
+  // this library cannot honour fields it does not know.
+  CONCCL_REQUIRE(user->magic == CONCCL_CONFIG_MAGIC,
+                 "config was not initialised with CONCCL_CONFIG_INITIALIZER (bad magic)");
+  CONCCL_REQUIRE(user->size <= sizeof(concclConfig_t) && user->version <= CONCCL_VERSION_CODE,
+                 "config comes from a newer conccl header (version " + std::to_string(user->version) +
+                     ", size " + std::to_string(user->size) + ") than this library (version " +
+                     std::to_string(CONCCL_VERSION_CODE) + ")");
+  CONCCL_REQUIRE(user->size >= offsetof(concclConfig_t, timeoutMs) + sizeof(int),
+                 "config struct is too small (size " + std::to_string(user->size) + ")");
+
+  if (user->backend != CONCCL_CONFIG_UNDEF_INT) {
+    requireRange("backend", user->backend, concclBackendHost, concclBackendCuda);
+    config.backend = static_cast<concclBackend_t>(user->backend);
+  }
+  if (user->engine != CONCCL_CONFIG_UNDEF_INT) {
+    requireRange("engine", user->engine, concclEngineAuto, concclEngineSm);
+    config.engine = static_cast<concclEngine_t>(user->engine);
+  }
+  if (user->reduceCtas != CONCCL_CONFIG_UNDEF_INT) {
+    requireRange("reduceCtas", user->reduceCtas, 1, kMaxReduceCtas);
+    config.reduceCtas = user->reduceCtas;
+  }
+  if (user->lanes != CONCCL_CONFIG_UNDEF_INT) {
+    requireRange("lanes", user->lanes, 1, kMaxLanes);
+    config.lanes = user->lanes;
+  }
+  if (user->scratchBytes != CONCCL_CONFIG_UNDEF_SIZE) {
+    CONCCL_REQUIRE(user->scratchBytes >= kMinScratchBytes,
+                   "config.scratchBytes = " + std::to_string(user->scratchBytes) + " is below the minimum " +
+                       std::to_string(kMinScratchBytes));
+    config.scratchBytes = user->scratchBytes;
+  }
+  if (user->timeoutMs != CONCCL_CONFIG_UNDEF_INT) {
+    requireRange("timeoutMs", user->timeoutMs, 1, INT_MAX);
+    config.timeoutMs = user->timeoutMs;
+  }
+  return config;
+}
+
+void exportConfig(const Config& config, concclConfig_t* out) {
+  concclConfig_t full = CONCCL_CONFIG_INITIALIZER;
+  full.backend = config.backend;
+  full.engine = config.engine;
+  full.reduceCtas = config.reduceCtas;
+  full.lanes = config.lanes;
+  full.scratchBytes = config.scratchBytes;
+  full.timeoutMs = config.timeoutMs;
+  // Only as many bytes as the caller's struct has (an older header's struct is a prefix of ours).
+  size_t size = out->size == 0 || out->size > sizeof(full) ? sizeof(full) : out->size;
+  full.size = size;
+  std::memcpy(static_cast<void*>(out), &full, size);
+}
+
+}  // namespace conccl

@@ -1,0 +1,28 @@
+// The communicator configuration after the caller's struct, environment variables and defaults have been
+// merged (see the table in conccl.h). Every later layer reads this, never the environment.
+#pragma once
+
+#include <conccl/conccl.h>
+
+#include <cstddef>
+
+namespace conccl {
+
+struct Config {
+  concclBackend_t backend = concclBackendHost;
+  concclEngine_t engine = concclEngineAuto;
+  int reduceCtas = 4;
+  int lanes = 2;
+  size_t scratchBytes = size_t{64} << 20;
+  int timeoutMs = 300000;
+};
+
+// Merges `user` (may be null), the CONCCL_* environment variables and the defaults. `cudaAvailable`
+// decides the default backend. Throws Error(concclInvalidArgument) for a bad struct or value, naming the
+// field or variable.
+Config resolveConfig(const concclConfig_t* user, bool cudaAvailable);
+
+// Writes `config` into the public struct (fields of the caller's struct size only).
+void exportConfig(const Config& config, concclConfig_t* out);
+
+}  // namespace conccl

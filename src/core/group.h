@@ -1,0 +1,21 @@
+// concclGroupStart/End: per-thread recording of calls, launched together at the outermost GroupEnd.
+// A call made outside a group is a group of one.
+#pragma once
+
+#include <vector>
+
+#include "core/clique.h"
+#include "core/comm.h"
+
+namespace conccl {
+
+void groupStart();
+// Ends one nesting level; at the outermost level launches what was recorded. Throws the first error; every
+// communicator involved gets its own error message.
+void groupEnd();
+bool inGroup();
+
+// Records (inside a group) or runs at once (outside) one rank's call.
+void enqueueCall(concclComm* comm, RankArgs args);
+
+}  // namespace conccl

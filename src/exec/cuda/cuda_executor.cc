@@ -1,0 +1,477 @@
+// The CUDA executor: runs each rank's schedule program on copy-engine streams, ordering ranks with flags in
+// device memory (stream memory operations, no SM spins) and reducing with a small kernel. See
+// docs/cuda-executor.md for the design; the execution model it implements is in src/sched/schedule.h.
+//
+// Per rank: its device; the caller's stream M (per call); `lanes` internal copy lanes; `slots` uint32 flags
+// in device memory; scratch; a device word holding 1, the source of every signal copy; ordering events.
+//
+// launch() only enqueues; it never waits for the GPU, allocates nothing on the hot path (events are reused:
+// cudaStreamWaitEvent captures the event's state when it is called, so re-recording right after is safe),
+// and everything it enqueues is capturable in a CUDA graph.
+#include <conccl/conccl.h>
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/driver_api.h"
+#include "exec/cuda/raii.h"
+#include "exec/cuda/reduce_kernel.h"
+#include "exec/executor.h"
+#include "sched/schedule.h"
+
+namespace conccl::exec {
+namespace {
+
+std::string describeStream(cudaStream_t s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%p", static_cast<void*>(s));
+  return buf;
+}
+
+// Everything one rank owns. Lives until releaseRank(rank).
+struct RankState {
+  int rank = 0;
+  int device = 0;
+  std::vector<Stream> lanes;
+  std::vector<Event> joinEvents;  // one per lane: "lane reached the end of the program"
+  Event forkEvent;                // "M reached this point": lanes wait on it before their next op
+  Event doneEvent;                // end of the last non-captured launch, polled by synchronize()
+  bool doneRecorded = false;
+  DeviceBuffer flags;    // slots x uint32
+  DeviceBuffer scratch;  // config.scratchBytes (may be empty)
+  DeviceBuffer one;      // a uint32 holding 1: the source of every Signal copy
+
+  // Per-launch bookkeeping, kept here so that launch() does not allocate.
+  std::vector<int64_t> laneSyncedAt;  // M's op count when the lane last waited on M (-1: not this call)
+  std::vector<bool> laneUsed;
+
+  std::mutex mutex;  // serialises launch / synchronize / release of this rank
+  bool released = false;
+};
+
+class CudaExecutor final : public Executor {
+ public:
+  CudaExecutor(const std::vector<int>& devices, const Config& config);
+  ~CudaExecutor() override;
+
+  sched::BuildOptions buildOptions() const override { return options_; }
+  void checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const override;
+  void launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) override;
+  void synchronize(int rank) override;
+  void abort() override;
+  void releaseRank(int rank) override;
+
+ private:
+  void initRank(RankState& state);
+  // Blocks until the rank's last launch finished, or the deadline; while aborted it keeps re-opening every
+  // flag so that queued Waits drain. Returns false on timeout.
+  bool drain(RankState& state, std::chrono::milliseconds limit);
+  void writeAllFlagsLocked();
+  void warnIfStreamsAlias(const std::vector<int>& unique) const;
+  uint32_t* flagPtr(int rank, int slot) const { return ranks_[rank]->flags.as<uint32_t>() + slot; }
+
+  Config config_;
+  sched::BuildOptions options_;
+  std::vector<int> devices_;
+  int slots_ = 0;
+  std::vector<std::unique_ptr<RankState>> ranks_;
+  std::vector<uint32_t> hostOnes_;  // slots_ x 1, the source of abort()'s host-to-device writes
+  // One per distinct device, for abort()'s flag writes: a private stream never queues behind a stuck Wait.
+  std::vector<std::pair<int, Stream>> abortStreams_;
+  std::vector<uint32_t*> flagTable_;  // [rank] -> flags, fixed at init (read by every launch without locks)
+  std::atomic<bool> aborted_{false};
+  std::mutex lifetimeMutex_;  // abort() vs releaseRank(): flags stay allocated while abort writes them
+};
+
+CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config)
+    : config_(config), devices_(devices) {
+  CONCCL_REQUIRE(!devices.empty(), "the CUDA executor needs at least one rank");
+  CONCCL_REQUIRE(config.lanes >= 1, "lanes = " + std::to_string(config.lanes) + " must be at least 1");
+  CONCCL_REQUIRE(config.reduceCtas >= 1, "reduceCtas = " + std::to_string(config.reduceCtas) + " must be at least 1");
+  options_.scratchBudget = config.scratchBytes;
+  options_.lanes = config.lanes;
+  options_.pipelineDepth = 2;
+  const int n = static_cast<int>(devices.size());
+  slots_ = sched::maxSlots(n, options_);
+  CONCCL_ASSERT(slots_ >= 0);
+  driverApi();  // fail now, not in the middle of a launch, if the driver lacks stream memory operations
+
+  // Peer access between every pair of distinct devices that supports it. Copies between devices without it
+  // still work (the runtime stages them), only slower.
+  std::vector<int> unique;
+  for (int d : devices) {
+    bool seen = false;
+    for (int u : unique) seen = seen || u == d;
+    if (!seen) unique.push_back(d);
+  }
+  for (int a : unique) {
+    DeviceGuard guard(a);
+    for (int b : unique) {
+      if (a == b) continue;
+      int can = 0;
+      CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
+      if (!can) {
+        CONCCL_WARN(-1, a, "device " + std::to_string(a) + " cannot access device " + std::to_string(b) +
+                               " directly: copies between them are staged through the host");
+        continue;
+      }
+      cudaError_t err = cudaDeviceEnablePeerAccess(b, 0);
+      if (err == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();  // the runtime records it as the thread's last error: clear it
+      } else {
+        CUDA_CHECK(err);
+      }
+    }
+  }
+
+  hostOnes_.assign(static_cast<size_t>(slots_ > 0 ? slots_ : 1), 1u);
+  for (int d : unique) {
+    DeviceGuard guard(d);
+    abortStreams_.emplace_back(d, Stream::createNonBlocking());
+  }
+  warnIfStreamsAlias(unique);
+  for (int r = 0; r < n; ++r) {
+    auto state = std::make_unique<RankState>();
+    state->rank = r;
+    state->device = devices[r];
+    initRank(*state);
+    ranks_.push_back(std::move(state));
+  }
+  for (auto& s : ranks_) flagTable_.push_back(s->flags.as<uint32_t>());
+}
+
+void CudaExecutor::initRank(RankState& s) {
+  DeviceGuard guard(s.device);
+  for (int l = 0; l < config_.lanes; ++l) {
+    s.lanes.push_back(Stream::createNonBlocking());
+    s.joinEvents.push_back(Event::createForOrdering());
+  }
+  s.forkEvent = Event::createForOrdering();
+  s.doneEvent = Event::createForOrdering();
+  s.flags = DeviceBuffer::allocate(sizeof(uint32_t) * static_cast<size_t>(slots_ > 0 ? slots_ : 1));
+  CUDA_CHECK(cudaMemset(s.flags.get(), 0, s.flags.bytes()));
+  if (config_.scratchBytes > 0) s.scratch = DeviceBuffer::allocate(config_.scratchBytes);
+  s.one = DeviceBuffer::allocate(sizeof(uint32_t));
+  const uint32_t one = 1;
+  CUDA_CHECK(cudaMemcpy(s.one.get(), &one, sizeof(one), cudaMemcpyHostToDevice));
+  // The flags must be zero before any peer can signal into them.
+  CUDA_CHECK(cudaDeviceSynchronize());
+  s.laneSyncedAt.assign(static_cast<size_t>(config_.lanes), -1);
+  s.laneUsed.assign(static_cast<size_t>(config_.lanes), false);
+}
+
+CudaExecutor::~CudaExecutor() {
+  for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
+    try {
+      releaseRank(r);
+    } catch (const Error& e) {
+      CONCCL_WARN(r, devices_[r], std::string("releasing the rank failed: ") + e.what());
+    }
+  }
+}
+
+void CudaExecutor::checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const {
+  CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(devices_.size()));
+  cudaPointerAttributes attr{};
+  cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+  if (err == cudaErrorInvalidValue) {
+    // Older runtimes report unregistered host memory this way; clear the thread's last error.
+    (void)cudaGetLastError();
+    attr.type = cudaMemoryTypeUnregistered;
+  } else {
+    CUDA_CHECK(err);
+  }
+  const int device = devices_[rank];
+  if (attr.type == cudaMemoryTypeUnregistered || attr.type == cudaMemoryTypeHost) {
+    CONCCL_THROW(concclInvalidArgument, std::string(what) + " is a host pointer, the CUDA backend needs device memory");
+  }
+  if (attr.type == cudaMemoryTypeDevice && attr.device != device) {
+    CONCCL_THROW(concclInvalidArgument, std::string(what) + " is memory of device " + std::to_string(attr.device) +
+                                            " but the rank runs on device " + std::to_string(device));
+  }
+  // The whole range must lie inside one allocation: a copy past its end would fault the GPU (or silently
+  // corrupt a neighbouring allocation), long after the call returned.
+  DeviceGuard guard(device);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CU_CHECK(driverApi().memGetAddressRange(&base, &size, reinterpret_cast<CUdeviceptr>(ptr)));
+  const size_t offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(base);
+  if (offset > size || bytes > size - offset) {
+    CONCCL_THROW(concclInvalidArgument, std::string(what) + " is too small: the call needs " + std::to_string(bytes) +
+                                            " bytes but its allocation has " + std::to_string(size - offset) +
+                                            " bytes from that address");
+  }
+}
+
+void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) {
+  if (aborted_.load(std::memory_order_acquire)) {
+    CONCCL_THROW(concclInvalidUsage, "the communicator was aborted; no further calls can run");
+  }
+  CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(ranks_.size()));
+  RankState& s = *ranks_[rank];
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.released) CONCCL_THROW(concclInvalidUsage, "rank " + std::to_string(rank) + " was already released");
+  CONCCL_ASSERT(schedule.nranks == static_cast<int>(ranks_.size()));
+  CONCCL_ASSERT(schedule.lanes <= config_.lanes && schedule.slots <= slots_);
+  CONCCL_ASSERT(schedule.scratchBytes <= config_.scratchBytes);
+  const cudaStream_t main = binding.streams[rank];
+  // Two ranks on one stream deadlock on the first handshake (each waits for a signal queued behind its own
+  // wait): refuse instead of hanging.
+  for (int p = 0; p < schedule.nranks; ++p) {
+    if (p != rank && binding.streams[p] == main && schedule.nranks > 1) {
+      CONCCL_THROW(concclInvalidUsage, "ranks " + std::to_string(rank) + " and " + std::to_string(p) +
+                                           " were called with the same stream " + describeStream(main) +
+                                           "; every rank needs its own stream");
+    }
+  }
+  const DriverApi& cu = driverApi();
+  DeviceGuard guard(s.device);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(main, &capture));
+
+  const std::vector<void*>& myBuffers = binding.buffers[rank];
+  auto resolve = [&](const sched::Location& loc) -> char* {
+    void* base = nullptr;
+    if (loc.buffer == sched::kScratch) {
+      base = ranks_[loc.rank]->scratch.get();
+    } else {
+      const std::vector<void*>& bufs = loc.rank == rank ? myBuffers : binding.buffers[loc.rank];
+      CONCCL_ASSERT(loc.buffer >= 0 && loc.buffer < static_cast<int>(bufs.size()));
+      base = bufs[loc.buffer];
+    }
+    CONCCL_ASSERT(base != nullptr);
+    return static_cast<char*>(base) + loc.offset;
+  };
+
+  // The lane rule of the execution model: a lane op is ordered after every M op that precedes it. Track how
+  // many ops M has received; a lane waits on M (through forkEvent) only when M moved since it last did.
+  int64_t mainOps = 0;
+  int64_t forkRecordedAt = -1;
+  std::fill(s.laneSyncedAt.begin(), s.laneSyncedAt.end(), -1);
+  std::fill(s.laneUsed.begin(), s.laneUsed.end(), false);
+  auto streamFor = [&](int lane) -> cudaStream_t {
+    if (lane == sched::kMainStream) {
+      ++mainOps;
+      return main;
+    }
+    CONCCL_ASSERT(lane >= 0 && lane < config_.lanes);
+    const size_t l = static_cast<size_t>(lane);
+    // laneSyncedAt starts at -1, so the first op of each lane in a call forks the lane off M: that is the
+    // "program start" rule, and under capture it is what pulls the lane into the caller's graph.
+    if (s.laneSyncedAt[l] != mainOps) {
+      if (forkRecordedAt != mainOps) {
+        CUDA_CHECK(cudaEventRecord(s.forkEvent.get(), main));
+        forkRecordedAt = mainOps;
+      }
+      CUDA_CHECK(cudaStreamWaitEvent(s.lanes[l].get(), s.forkEvent.get(), 0));
+      s.laneSyncedAt[l] = mainOps;
+    }
+    s.laneUsed[l] = true;
+    return s.lanes[l].get();
+  };
+
+  for (const sched::Op& op : schedule.programs[rank].ops) {
+    if (const auto* copy = std::get_if<sched::Copy>(&op)) {
+      if (copy->bytes == 0) continue;
+      char* dst = resolve(copy->dst);
+      const char* src = resolve(copy->src);
+      cudaStream_t stream = streamFor(copy->lane);
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, copy->bytes, cudaMemcpyDefault, stream));
+    } else if (const auto* signal = std::get_if<sched::Signal>(&op)) {
+      CONCCL_ASSERT(signal->peer >= 0 && signal->peer < schedule.nranks && signal->slot >= 0 && signal->slot < slots_);
+      cudaStream_t stream = streamFor(signal->lane);
+      // A 4-byte copy rather than cuStreamWriteValue32: remote stream writes are not supported from CUDA 13.1,
+      // and a copy engine write lands after the stream's earlier copies, which is exactly the ordering needed.
+      CUDA_CHECK(cudaMemcpyAsync(flagTable_[signal->peer] + signal->slot, s.one.get(), sizeof(uint32_t),
+                                 cudaMemcpyDefault, stream));
+    } else if (const auto* wait = std::get_if<sched::Wait>(&op)) {
+      CONCCL_ASSERT(wait->slot >= 0 && wait->slot < slots_);
+      auto flag = reinterpret_cast<CUdeviceptr>(flagTable_[rank] + wait->slot);
+      streamFor(sched::kMainStream);
+      // Wait for the constant 1 and consume it by writing 0: no sequence numbers, so a captured graph
+      // replays correctly any number of times.
+      CU_CHECK(cu.streamWaitValue32(reinterpret_cast<CUstream>(main), flag, 1, CU_STREAM_WAIT_VALUE_GEQ));
+      CU_CHECK(cu.streamWriteValue32(reinterpret_cast<CUstream>(main), flag, 0, CU_STREAM_WRITE_VALUE_DEFAULT));
+    } else if (const auto* reduce = std::get_if<sched::Reduce>(&op)) {
+      if (reduce->count == 0) continue;
+      ReduceArgs args;
+      if (reduce->inputs.size() > static_cast<size_t>(kMaxReduceInputs)) {
+        CONCCL_THROW(concclNotSupported, "a reduction over " + std::to_string(reduce->inputs.size()) +
+                                             " inputs exceeds the kernel's limit of " +
+                                             std::to_string(kMaxReduceInputs));
+      }
+      args.k = static_cast<int>(reduce->inputs.size());
+      for (int j = 0; j < args.k; ++j) args.inputs[j] = resolve(reduce->inputs[static_cast<size_t>(j)]);
+      args.output = resolve(reduce->output);
+      args.count = reduce->count;
+      streamFor(sched::kMainStream);
+      launchReduce(args, reduce->dtype, reduce->op, config_.reduceCtas, main);
+    }
+  }
+
+  // Program end: M continues only after every lane used in this call has finished.
+  for (size_t l = 0; l < s.laneUsed.size(); ++l) {
+    if (!s.laneUsed[l]) continue;
+    CUDA_CHECK(cudaEventRecord(s.joinEvents[l].get(), s.lanes[l].get()));
+    CUDA_CHECK(cudaStreamWaitEvent(main, s.joinEvents[l].get(), 0));
+  }
+  // An event recorded inside a capture cannot be polled later, and the graph's replays are the caller's to
+  // synchronise: only eager launches update the "done" marker.
+  if (capture == cudaStreamCaptureStatusNone) {
+    CUDA_CHECK(cudaEventRecord(s.doneEvent.get(), main));
+    s.doneRecorded = true;
+  }
+}
+
+bool CudaExecutor::drain(RankState& s, std::chrono::milliseconds limit) {
+  if (!s.doneRecorded) return true;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  auto nap = std::chrono::microseconds(20);
+  auto lastFlagWrite = std::chrono::steady_clock::time_point{};
+  for (;;) {
+    cudaError_t status = cudaEventQuery(s.doneEvent.get());
+    if (status == cudaSuccess) return true;
+    if (status != cudaErrorNotReady) CUDA_CHECK(status);
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    // After an abort, each Wait that passes consumes its flag again, so a stream with several calls queued
+    // needs the flags re-opened until it has drained.
+    if (aborted_.load(std::memory_order_acquire) && now - lastFlagWrite > std::chrono::milliseconds(1)) {
+      std::lock_guard<std::mutex> lifetime(lifetimeMutex_);
+      writeAllFlagsLocked();
+      lastFlagWrite = now;
+    }
+    std::this_thread::sleep_for(nap);
+    if (nap < std::chrono::milliseconds(1)) nap *= 2;
+  }
+}
+
+void CudaExecutor::synchronize(int rank) {
+  CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(ranks_.size()));
+  RankState& s = *ranks_[rank];
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.released) return;
+  DeviceGuard guard(s.device);
+  if (!drain(s, std::chrono::milliseconds(config_.timeoutMs))) {
+    CONCCL_THROW(concclTimeout, "rank " + std::to_string(rank) + " (device " + std::to_string(s.device) +
+                                    "): its GPU work did not finish within " + std::to_string(config_.timeoutMs) +
+                                    " ms (a peer that never signalled? use concclCommAbort)");
+  }
+}
+
+void CudaExecutor::writeAllFlagsLocked() {
+  // Host-side writes on the device's abort stream: they do not queue behind any stuck Wait. Errors are
+  // ignored: abort is best effort and runs on failure paths.
+  int previous = 0;
+  const bool restore = cudaGetDevice(&previous) == cudaSuccess;
+  for (auto& state : ranks_) {
+    if (!state || state->released) continue;
+    cudaStream_t stream = nullptr;
+    for (auto& [device, s] : abortStreams_) {
+      if (device == state->device) stream = s.get();
+    }
+    if (stream == nullptr || cudaSetDevice(state->device) != cudaSuccess) continue;
+    (void)cudaMemcpyAsync(state->flags.get(), hostOnes_.data(), state->flags.bytes(), cudaMemcpyHostToDevice, stream);
+  }
+  (void)cudaGetLastError();
+  if (restore) cudaSetDevice(previous);
+}
+
+void CudaExecutor::abort() {
+  aborted_.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> lifetime(lifetimeMutex_);
+  writeAllFlagsLocked();
+}
+
+void CudaExecutor::warnIfStreamsAlias(const std::vector<int>& unique) const {
+  // A Wait (semaphore acquire) blocks the hardware queue its stream is mapped to. Streams outnumbering the
+  // queues (CUDA_DEVICE_MAX_CONNECTIONS, default 8) share them, and when several ranks share a GPU a Wait can
+  // then sit in front of the very Signal it waits for: a deadlock CUDA cannot see. Warn when that can happen.
+  for (int d : unique) {
+    int ranksHere = 0;
+    for (int dev : devices_) ranksHere += dev == d ? 1 : 0;
+    if (ranksHere < 2) continue;
+    int connections = 8;
+    if (const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) connections = std::atoi(env);
+    const int streams = ranksHere * (config_.lanes + 1) + 1;
+    if (streams > connections) {
+      CONCCL_WARN(-1, d, std::to_string(ranksHere) + " ranks share device " + std::to_string(d) + " with about " +
+                             std::to_string(streams) + " streams but CUDA_DEVICE_MAX_CONNECTIONS is " +
+                             std::to_string(connections) +
+                             ": streams share hardware queues, so a rank's wait may block a peer's signal "
+                             "(deadlock). Set CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts.");
+    }
+  }
+}
+
+void CudaExecutor::releaseRank(int rank) {
+  CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(ranks_.size()));
+  RankState& s = *ranks_[rank];
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.released) return;
+  DeviceGuard guard(s.device);
+  // cudaFree synchronises the device: freeing while a Wait of this rank still blocks its stream would hang
+  // here. Drain first (re-opening flags if aborted); if that fails, leak rather than hang.
+  bool drained = false;
+  try {
+    drained = drain(s, std::chrono::milliseconds(config_.timeoutMs));
+  } catch (const Error& e) {
+    CONCCL_WARN(rank, s.device, std::string("while releasing: ") + e.what());
+  }
+  std::lock_guard<std::mutex> lifetime(lifetimeMutex_);
+  s.released = true;
+  if (!drained) {
+    CONCCL_WARN(rank, s.device, "GPU work still pending at release; leaking the rank's streams and memory");
+    for (auto& l : s.lanes) l.leak();
+    s.flags.leak();
+    s.scratch.leak();
+    s.one.leak();
+    return;
+  }
+  // Peers may still hold this rank's flag address in their queued work only if they did not drain; with
+  // every rank drained in turn (destroy), nothing references it any more.
+  s.lanes.clear();
+  s.joinEvents.clear();
+  s.forkEvent.reset();
+  s.doneEvent.reset();
+  s.flags.reset();
+  s.scratch.reset();
+  s.one.reset();
+}
+
+}  // namespace
+
+bool cudaAvailable() { return cudaDeviceCount() > 0; }
+
+int cudaDeviceCount() {
+  int count = 0;
+  // No driver, no device, or an incompatible driver: the CUDA backend is simply unavailable.
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Executor> makeCudaExecutor(const std::vector<int>& devices, const Config& config) {
+  return std::make_unique<CudaExecutor>(devices, config);
+}
+
+}  // namespace conccl::exec

@@ -1,0 +1,24 @@
+// The few CUDA driver API functions the executor needs, resolved at run time through
+// cudaGetDriverEntryPointByVersion instead of linking libcuda.so: the library (and its tests) must load and
+// run on CI machines that have no GPU driver at all, where the CUDA backend simply reports no device.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+namespace conccl::exec {
+
+struct DriverApi {
+  // v2 semantics (CUDA 11.7+): the stream memory operations the runtime itself uses.
+  PFN_cuStreamWaitValue32_v11070 streamWaitValue32 = nullptr;
+  PFN_cuStreamWriteValue32_v11070 streamWriteValue32 = nullptr;
+  PFN_cuMemGetAddressRange_v3020 memGetAddressRange = nullptr;
+  PFN_cuGetErrorName_v6000 getErrorName = nullptr;
+  PFN_cuGetErrorString_v6000 getErrorString = nullptr;
+};
+
+// Resolves the entry points once (thread-safe) and returns them. Throws Error(concclUnhandledCudaError) when
+// the driver is missing or lacks one of them. Only call after a CUDA device was found.
+const DriverApi& driverApi();
+
+}  // namespace conccl::exec

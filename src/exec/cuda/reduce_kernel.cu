@@ -1,0 +1,254 @@
+#include "exec/cuda/reduce_kernel.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "core/error.h"
+#include "exec/cuda/cuda_check.h"
+
+namespace conccl::exec {
+namespace {
+
+// Inputs are consumed in batches of kBatch: all loads of a batch are issued before any is used, so each
+// thread keeps kBatch 16-byte loads in flight. With 1024 threads that is 128 KiB per SM for k = 8, about what
+// Little's law asks to read ~100 GB/s per SM at HBM latency.
+constexpr int kBatch = 8;
+static_assert(kMaxReduceInputs % kBatch == 0);
+
+// ---- accumulation types and conversions ----------------------------------------------------------------
+template <typename T>
+struct AccOf {
+  using type = T;
+};
+template <>
+struct AccOf<__half> {
+  using type = float;
+};
+template <>
+struct AccOf<__nv_bfloat16> {
+  using type = float;
+};
+// Integers accumulate in their own type with wrapping sum/prod, and avg divides the wrapped sum: exactly
+// the host backend's semantics (src/exec/host/host_reduce.cc), which the tests compare against.
+
+template <typename A, typename T>
+__device__ __forceinline__ A toAcc(T v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(v);
+  } else {
+    return static_cast<A>(v);
+  }
+}
+
+template <typename T, typename A>
+__device__ __forceinline__ T fromAcc(A v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else {
+    return static_cast<T>(v);  // integers: modular narrowing (defined since C++20)
+  }
+}
+
+// ---- operations ----------------------------------------------------------------------------------------
+// Integer sum/prod go through the unsigned type: wrapping is the documented behaviour and signed overflow
+// would be undefined.
+template <typename A>
+__device__ __forceinline__ A wrapAdd(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+template <typename A>
+__device__ __forceinline__ A wrapMul(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return static_cast<A>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+
+struct OpSum {
+  template <typename A>
+  __device__ __forceinline__ static A apply(A a, A b) {
+    return wrapAdd(a, b);
+  }
+};
+struct OpProd {
+  template <typename A>
+  __device__ __forceinline__ static A apply(A a, A b) {
+    return wrapMul(a, b);
+  }
+};
+struct OpMax {
+  template <typename A>
+  __device__ __forceinline__ static A apply(A a, A b) {
+    return a < b ? b : a;  // std::max's choice on ties (+0 vs -0), like the host reference
+  }
+};
+struct OpMin {
+  template <typename A>
+  __device__ __forceinline__ static A apply(A a, A b) {
+    return b < a ? b : a;  // std::min's choice on ties
+  }
+};
+struct OpAvg {  // the sum, divided by k when the element is finished
+  template <typename A>
+  __device__ __forceinline__ static A apply(A a, A b) {
+    return wrapAdd(a, b);
+  }
+};
+
+template <typename Op, typename A>
+__device__ __forceinline__ A finish(A acc, int k) {
+  if constexpr (std::is_same_v<Op, OpAvg>) {
+    return static_cast<A>(acc / static_cast<A>(k));
+  } else {
+    (void)k;
+    return acc;
+  }
+}
+
+// ---- the kernel ----------------------------------------------------------------------------------------
+template <typename T, typename Op>
+__global__ void __launch_bounds__(kReduceThreads, 1) reduceKernel(ReduceArgs args, bool vectorized) {
+  using A = typename AccOf<T>::type;
+  constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte vector
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int k = args.k;
+
+  size_t done = 0;
+  if (vectorized) {
+    const size_t vectors = args.count / kVec;
+    for (size_t v = first; v < vectors; v += stride) {
+      A acc[kVec];
+      // Both loops unroll completely, so every args.inputs[] index is a constant: the pointers stay in the
+      // kernel parameter bank instead of being copied to local memory.
+#pragma unroll
+      for (int base = 0; base < kMaxReduceInputs; base += kBatch) {
+        if (base >= k) break;
+        uint4 raw[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          if (base + j < k) raw[j] = __ldcs(static_cast<const uint4*>(args.inputs[base + j]) + v);
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          if (base + j < k) {
+            const T* e = reinterpret_cast<const T*>(&raw[j]);
+#pragma unroll
+            for (int x = 0; x < kVec; ++x) {
+              A value = toAcc<A>(e[x]);
+              acc[x] = (base + j == 0) ? value : Op::apply(acc[x], value);
+            }
+          }
+        }
+      }
+      uint4 out;
+      T* o = reinterpret_cast<T*>(&out);
+#pragma unroll
+      for (int x = 0; x < kVec; ++x) o[x] = fromAcc<T>(finish<Op>(acc[x], k));
+      __stcs(static_cast<uint4*>(args.output) + v, out);
+    }
+    done = vectors * kVec;
+  }
+  // Scalar path: the tail after the last full vector, or everything when a pointer is not 16-byte aligned.
+  for (size_t i = done + first; i < args.count; i += stride) {
+    A acc = toAcc<A>(static_cast<const T*>(args.inputs[0])[i]);
+#pragma unroll
+    for (int j = 1; j < kMaxReduceInputs; ++j) {
+      if (j < k) acc = Op::apply(acc, toAcc<A>(static_cast<const T*>(args.inputs[j])[i]));
+    }
+    static_cast<T*>(args.output)[i] = fromAcc<T>(finish<Op>(acc, k));
+  }
+}
+
+template <typename T, typename Op>
+void launchTyped(const ReduceArgs& args, int ctas, cudaStream_t stream) {
+  constexpr size_t kVec = 16 / sizeof(T);
+  bool aligned = reinterpret_cast<uintptr_t>(args.output) % 16 == 0;
+  for (int j = 0; j < args.k; ++j) aligned = aligned && reinterpret_cast<uintptr_t>(args.inputs[j]) % 16 == 0;
+  // Never launch more CTAs than there is work for: small reductions then cost one short CTA, not reduceCtas.
+  const size_t units = aligned ? args.count / kVec + args.count % kVec : args.count;
+  const size_t needed = (units + kReduceThreads - 1) / kReduceThreads;
+  const unsigned grid = static_cast<unsigned>(needed < static_cast<size_t>(ctas) ? needed : ctas);
+  ReduceArgs a = args;
+  bool vectorized = aligned;
+  void* params[] = {&a, &vectorized};
+  CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(&reduceKernel<T, Op>), dim3(grid), dim3(kReduceThreads),
+                              params, 0, stream));
+}
+
+template <typename T>
+void launchOp(const ReduceArgs& args, concclRedOp_t op, int ctas, cudaStream_t stream) {
+  switch (op) {
+    case concclSum: return launchTyped<T, OpSum>(args, ctas, stream);
+    case concclProd: return launchTyped<T, OpProd>(args, ctas, stream);
+    case concclMax: return launchTyped<T, OpMax>(args, ctas, stream);
+    case concclMin: return launchTyped<T, OpMin>(args, ctas, stream);
+    case concclAvg: return launchTyped<T, OpAvg>(args, ctas, stream);
+    default: CONCCL_THROW(concclNotSupported, "reduction op " + std::to_string(static_cast<int>(op)) + " is not supported");
+  }
+}
+
+}  // namespace
+
+bool reduceSupported(concclDataType_t dtype, concclRedOp_t op) {
+  if (op < concclSum || op >= concclNumOps) return false;
+  switch (dtype) {
+    case concclInt8:
+    case concclUint8:
+    case concclInt32:
+    case concclUint32:
+    case concclInt64:
+    case concclUint64:
+    case concclFloat16:
+    case concclBfloat16:
+    case concclFloat32:
+    case concclFloat64: return true;
+    default: return false;
+  }
+}
+
+void launchReduce(const ReduceArgs& args, concclDataType_t dtype, concclRedOp_t op, int ctas, cudaStream_t stream) {
+  CONCCL_REQUIRE(args.k >= 1, "a reduction needs at least one input (k = " + std::to_string(args.k) + ")");
+  if (args.k > kMaxReduceInputs) {
+    CONCCL_THROW(concclNotSupported, "the CUDA reduction kernel takes at most " + std::to_string(kMaxReduceInputs) +
+                                         " inputs, the schedule asked for " + std::to_string(args.k));
+  }
+  CONCCL_REQUIRE(ctas >= 1, "reduceCtas = " + std::to_string(ctas) + " must be at least 1");
+  if (!reduceSupported(dtype, op)) {
+    CONCCL_THROW(concclNotSupported, "the CUDA reduction kernel does not support datatype " +
+                                         std::to_string(static_cast<int>(dtype)) + " with op " +
+                                         std::to_string(static_cast<int>(op)));
+  }
+  if (args.count == 0) return;
+  switch (dtype) {
+    case concclInt8: return launchOp<int8_t>(args, op, ctas, stream);
+    case concclUint8: return launchOp<uint8_t>(args, op, ctas, stream);
+    case concclInt32: return launchOp<int32_t>(args, op, ctas, stream);
+    case concclUint32: return launchOp<uint32_t>(args, op, ctas, stream);
+    case concclInt64: return launchOp<int64_t>(args, op, ctas, stream);
+    case concclUint64: return launchOp<uint64_t>(args, op, ctas, stream);
+    case concclFloat16: return launchOp<__half>(args, op, ctas, stream);
+    case concclBfloat16: return launchOp<__nv_bfloat16>(args, op, ctas, stream);
+    case concclFloat32: return launchOp<float>(args, op, ctas, stream);
+    case concclFloat64: return launchOp<double>(args, op, ctas, stream);
+    default: break;
+  }
+  CONCCL_ASSERT(false);
+}
+
+}  // namespace conccl::exec

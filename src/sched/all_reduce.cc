@@ -1,0 +1,39 @@
+// AllReduce = reduce-scatter phase + all-gather phase, fused: rank r reduces its 1/n share (the first
+// count % n ranks get one extra element) chunk by chunk, and pushes each reduced chunk into every peer's
+// recvbuff as soon as it is ready, so the all-gather overlaps the remaining reduction.
+#include "sched/builder_util.h"
+
+namespace conccl::sched::detail {
+
+Schedule buildAllReduce(const CollectiveCall& call, const BuildOptions& options) {
+  Schedule s = newSchedule(call, options);
+  const int n = call.nranks;
+  const size_t es = typeSize(call.dtype);
+  if (n == 1) {
+    std::vector<std::vector<Transfer>> transfers(1);
+    const Location src = sendLoc(call, 0, 0), dst = recvLoc(call, 0, 0);
+    if (!(src == dst)) transfers[0].push_back({src, dst, call.count * es});
+    emitDirect(transfers, options, s);
+    s.algorithm = "local";
+    return s;
+  }
+  const size_t un = static_cast<size_t>(n);
+  const size_t base = call.count / un, extra = call.count % un;
+  std::vector<ReduceShare> shares(un);
+  size_t start = 0;  // in elements
+  for (size_t r = 0; r < un; ++r) {
+    ReduceShare& sh = shares[r];
+    sh.elems = base + (r < extra ? 1 : 0);
+    for (int q = 0; q < n; ++q) {
+      sh.inputs.push_back(sendLoc(call, q, start * es));
+      sh.gatherTo.push_back(recvLoc(call, q, start * es));
+    }
+    sh.output = recvLoc(call, static_cast<int>(r), start * es);
+    start += sh.elems;
+  }
+  emitReducePipeline(call, options, shares, s);
+  s.algorithm = "rs+ag " + s.algorithm;
+  return s;
+}
+
+}  // namespace conccl::sched::detail

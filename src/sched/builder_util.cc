@@ -1,0 +1,278 @@
+// The two program shapes every builder is made of:
+//   * emitDirect: direct push. Each rank copies its data straight into the destination buffers of its
+//     peers, after the destination said "ready" and followed by "done".
+//   * emitReducePipeline: each reducer receives every peer's contribution to its share into bounded
+//     scratch, chunk by chunk, and reduces chunk i (one Reduce over all n inputs, so each output byte is
+//     written once and Avg is exact) while chunk i+1 is in flight; credits return scratch slots to senders.
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "sched/builder_util.h"
+
+namespace conccl::sched::detail {
+
+namespace {
+
+constexpr size_t kAlign = 256;
+
+size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+Location plus(Location l, size_t bytes) {
+  l.offset += bytes;
+  return l;
+}
+
+// Remembers which lanes carried copies to each peer, so that "done" is signalled after all of them: on the
+// one lane if there was only one (the signal is then ordered after the copies by stream order), otherwise
+// on M after every involved lane has joined M through a self-signal.
+class DoneTracker {
+ public:
+  DoneTracker(int nranks, int lanes) : lanes_(lanes), used_(static_cast<size_t>(nranks)) {}
+
+  void noteCopy(int peer, int lane) {
+    auto& v = used_[static_cast<size_t>(peer)];
+    if (std::find(v.begin(), v.end(), lane) == v.end()) v.push_back(lane);
+  }
+
+  // Appends the done signals of rank `me` to every peer it copied into.
+  void emit(int nranks, int depth, int me, std::vector<Op>& ops) const {
+    std::vector<bool> join(static_cast<size_t>(lanes_), false);
+    bool anyJoin = false;
+    for (const auto& v : used_) {
+      if (v.size() > 1) {
+        for (int l : v) join[static_cast<size_t>(l)] = true;
+        anyJoin = true;
+      }
+    }
+    if (anyJoin) {
+      for (int l = 0; l < lanes_; ++l) {
+        if (join[static_cast<size_t>(l)]) ops.push_back(Signal{me, joinSlot(nranks, depth, l), l});
+      }
+      for (int l = 0; l < lanes_; ++l) {
+        if (join[static_cast<size_t>(l)]) ops.push_back(Wait{joinSlot(nranks, depth, l)});
+      }
+    }
+    for (int o = 1; o < nranks; ++o) {
+      const int q = (me + o) % nranks;
+      const auto& v = used_[static_cast<size_t>(q)];
+      if (v.empty()) continue;
+      ops.push_back(Signal{q, doneSlot(nranks, me), v.size() == 1 ? v[0] : kMainStream});
+    }
+  }
+
+ private:
+  int lanes_;
+  std::vector<std::vector<int>> used_;
+};
+
+}  // namespace
+
+int dataSlot(int nranks, int fromPeer, int k, int depth) { return firstFreeSlot(nranks) + fromPeer * depth + k; }
+int creditSlot(int nranks, int fromPeer, int k, int depth) {
+  return firstFreeSlot(nranks) + nranks * depth + fromPeer * depth + k;
+}
+int joinSlot(int nranks, int depth, int lane) { return firstFreeSlot(nranks) + 2 * nranks * depth + lane; }
+
+Schedule newSchedule(const CollectiveCall& call, const BuildOptions& options) {
+  Schedule s;
+  s.nranks = call.nranks;
+  s.lanes = options.lanes;
+  s.programs.resize(static_cast<size_t>(call.nranks));
+  s.algorithm = "direct";
+  return s;
+}
+
+void finalizeSlots(Schedule& schedule) {
+  int top = -1;
+  for (const RankProgram& p : schedule.programs) {
+    for (const Op& op : p.ops) {
+      if (const auto* sig = std::get_if<Signal>(&op)) top = std::max(top, sig->slot);
+      if (const auto* w = std::get_if<Wait>(&op)) top = std::max(top, w->slot);
+    }
+  }
+  schedule.slots = top + 1;
+}
+
+void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options,
+                Schedule& schedule) {
+  const int n = schedule.nranks;
+  const int lanes = options.lanes;
+  const size_t minPiece = std::max(options.minChunkBytes, kAlign);
+  // writes[p][q]: p copies something into q's memory (q != p).
+  std::vector<std::vector<bool>> writes(static_cast<size_t>(n), std::vector<bool>(static_cast<size_t>(n), false));
+  for (int r = 0; r < n; ++r) {
+    for (const Transfer& t : transfers[static_cast<size_t>(r)]) {
+      CONCCL_ASSERT(t.src.rank == r);
+      if (t.bytes > 0 && t.dst.rank != r) writes[static_cast<size_t>(r)][static_cast<size_t>(t.dst.rank)] = true;
+    }
+  }
+  for (int me = 0; me < n; ++me) {
+    std::vector<Op>& ops = schedule.programs[static_cast<size_t>(me)].ops;
+    const auto& mine = transfers[static_cast<size_t>(me)];
+    DoneTracker done(n, lanes);
+    int numTargets = 0;
+    for (int q = 0; q < n; ++q) numTargets += writes[static_cast<size_t>(me)][static_cast<size_t>(q)] ? 1 : 0;
+    // With fewer targets than lanes a single copy is split so that every lane (copy engine) has work.
+    const size_t split = static_cast<size_t>(std::max(1, (lanes + std::max(1, numTargets) - 1) / std::max(1, numTargets)));
+    auto pushCopies = [&](const Transfer& t, int baseLane) {
+      const size_t pieces = std::max<size_t>(1, std::min(split, t.bytes / minPiece));
+      const size_t pieceBytes = pieces == 1 ? t.bytes : roundUp(ceilDiv(t.bytes, pieces), kAlign);
+      int j = 0;
+      for (size_t off = 0; off < t.bytes; off += pieceBytes, ++j) {
+        const int lane = (baseLane + j) % lanes;
+        ops.push_back(Copy{plus(t.src, off), plus(t.dst, off), std::min(pieceBytes, t.bytes - off), lane});
+        if (t.dst.rank != me) done.noteCopy(t.dst.rank, lane);
+      }
+    };
+
+    // 1. Tell every peer that writes into this rank's memory that the program has started.
+    for (int o = 1; o < n; ++o) {
+      const int p = (me + o) % n;
+      if (writes[static_cast<size_t>(p)][static_cast<size_t>(me)]) ops.push_back(Signal{p, readySlot(n, me), kMainStream});
+    }
+    // 2. Local copies need no handshake: issue them first so that they overlap the waits below.
+    for (const Transfer& t : mine) {
+      if (t.bytes > 0 && t.dst.rank == me) pushCopies(t, numTargets % lanes);
+    }
+    // 3. Per target: wait until it is ready, then push (lanes start as soon as M passed the wait).
+    int targetIdx = 0;
+    for (int o = 1; o < n; ++o) {
+      const int q = (me + o) % n;
+      if (!writes[static_cast<size_t>(me)][static_cast<size_t>(q)]) continue;
+      ops.push_back(Wait{readySlot(n, q)});
+      int base = targetIdx++;
+      for (const Transfer& t : mine) {
+        if (t.bytes > 0 && t.dst.rank == q) pushCopies(t, base++ % lanes);
+      }
+    }
+    // 4. Done to every target, then wait for every writer's done before the program ends.
+    done.emit(n, options.pipelineDepth, me, ops);
+    for (int o = 1; o < n; ++o) {
+      const int p = (me + o) % n;
+      if (writes[static_cast<size_t>(p)][static_cast<size_t>(me)]) ops.push_back(Wait{doneSlot(n, p)});
+    }
+  }
+}
+
+void emitReducePipeline(const CollectiveCall& call, const BuildOptions& options,
+                        const std::vector<ReduceShare>& shares, Schedule& schedule) {
+  const int n = call.nranks;
+  CONCCL_ASSERT(n >= 2 && shares.size() == static_cast<size_t>(n));
+  const size_t es = typeSize(call.dtype);
+  const int lanes = options.lanes;
+  const int layoutDepth = options.pipelineDepth;
+  const auto peers = static_cast<size_t>(n - 1);
+  size_t maxElems = 0;
+  for (const ReduceShare& s : shares) maxElems = std::max(maxElems, s.elems);
+  if (maxElems == 0) {
+    schedule.algorithm = "direct-reduce(empty)";
+    return;
+  }
+  // Chunk size: the scratch budget split over peers x depth slots, 256-byte aligned (es divides 256). The
+  // budget is a hard bound; minChunkBytes is honoured by giving up pipeline depth first.
+  int depth = layoutDepth;
+  auto chunkFor = [&](int d) { return options.scratchBudget / (peers * static_cast<size_t>(d)) / kAlign * kAlign; };
+  while (depth > 1 && chunkFor(depth) < options.minChunkBytes) --depth;
+  const size_t chunkBytes = chunkFor(depth);
+  CONCCL_REQUIRE(chunkBytes >= kAlign, std::string(collKindName(call.kind)) + ": scratch budget of " +
+                                           std::to_string(options.scratchBudget) + " bytes is too small for " +
+                                           std::to_string(n) + " ranks");
+  const size_t chunkElems = std::min(chunkBytes / es, maxElems);
+  std::vector<size_t> nchunks(static_cast<size_t>(n));
+  size_t maxN = 0;
+  for (int r = 0; r < n; ++r) {
+    nchunks[static_cast<size_t>(r)] = ceilDiv(shares[static_cast<size_t>(r)].elems, chunkElems);
+    maxN = std::max(maxN, nchunks[static_cast<size_t>(r)]);
+  }
+  const size_t depthEff = std::min(static_cast<size_t>(depth), maxN);
+  const size_t stride = roundUp(chunkElems * es, kAlign);
+  schedule.scratchBytes = peers * depthEff * stride;
+  schedule.algorithm = "direct-pipelined(chunks=" + std::to_string(maxN) + ",depth=" + std::to_string(depthEff) +
+                       ",chunkBytes=" + std::to_string(chunkElems * es) + ")";
+
+  auto N = [&](int r) { return nchunks[static_cast<size_t>(r)]; };
+  auto elemsOf = [&](int r, size_t c) {
+    return std::min(chunkElems, shares[static_cast<size_t>(r)].elems - c * chunkElems);
+  };
+  // Scratch slot on reducer r for chunk c from sender p.
+  auto slotLoc = [&](int r, int p, size_t c) {
+    const auto o = static_cast<size_t>((p - r + n) % n);
+    return Location{r, kScratch, ((o - 1) * depthEff + c % depthEff) * stride};
+  };
+  auto laneOf = [&](int o, size_t c) { return static_cast<int>((static_cast<size_t>(o - 1) + c) % static_cast<size_t>(lanes)); };
+  auto gathers = [&](int r) { return !shares[static_cast<size_t>(r)].gatherTo.empty() && N(r) > 0; };
+
+  for (int me = 0; me < n; ++me) {
+    std::vector<Op>& ops = schedule.programs[static_cast<size_t>(me)].ops;
+    const ReduceShare& share = shares[static_cast<size_t>(me)];
+    DoneTracker done(n, lanes);
+    // Who writes into this rank's memory: every peer into its scratch when it reduces something, and the
+    // reducers of other shares into its recvbuff (AllReduce).
+    for (int o = 1; o < n; ++o) {
+      const int p = (me + o) % n;
+      if (N(me) > 0 || gathers(p)) ops.push_back(Signal{p, readySlot(n, me), kMainStream});
+    }
+    for (int o = 1; o < n; ++o) {
+      const int r = (me + o) % n;
+      if (N(r) > 0 || gathers(me)) ops.push_back(Wait{readySlot(n, r)});
+    }
+    auto sendChunk = [&](size_t c) {
+      for (int o = 1; o < n; ++o) {
+        const int r = (me + o) % n;
+        if (c >= N(r)) continue;
+        const int k = static_cast<int>(c % depthEff);
+        // The slot is free again once r's Reduce of chunk c - depth has consumed it.
+        if (c >= depthEff) ops.push_back(Wait{creditSlot(n, r, k, layoutDepth)});
+        const int lane = laneOf(o, c);
+        const Location src = plus(shares[static_cast<size_t>(r)].inputs[static_cast<size_t>(me)], c * chunkElems * es);
+        ops.push_back(Copy{src, slotLoc(r, me, c), elemsOf(r, c) * es, lane});
+        // Same lane as the copy: the flag is set only after the chunk landed.
+        ops.push_back(Signal{r, dataSlot(n, me, k, layoutDepth), lane});
+      }
+    };
+    // Prologue: fill the pipeline, then in step c send chunk c + depth - 1 before reducing chunk c, so the
+    // Reduce of chunk c overlaps the copies of the following chunks.
+    for (size_t c = 0; c + 1 < depthEff; ++c) sendChunk(c);
+    for (size_t c = 0; c < maxN; ++c) {
+      if (c + depthEff - 1 < maxN) sendChunk(c + depthEff - 1);
+      if (c >= N(me)) continue;
+      const int k = static_cast<int>(c % depthEff);
+      for (int o = 1; o < n; ++o) ops.push_back(Wait{dataSlot(n, (me + o) % n, k, layoutDepth)});
+      const size_t off = c * chunkElems * es;
+      Reduce red;
+      red.inputs.reserve(static_cast<size_t>(n));
+      // Inputs in rank order, so that every reducer combines in the same order.
+      for (int q = 0; q < n; ++q) {
+        red.inputs.push_back(q == me ? plus(share.inputs[static_cast<size_t>(me)], off) : slotLoc(me, q, c));
+      }
+      red.output = plus(share.output, off);
+      red.count = elemsOf(me, c);
+      red.dtype = call.dtype;
+      red.op = call.op;
+      ops.push_back(std::move(red));
+      if (c + depthEff < N(me)) {
+        for (int o = 1; o < n; ++o) ops.push_back(Signal{(me + o) % n, creditSlot(n, me, k, layoutDepth), kMainStream});
+      }
+      if (gathers(me)) {
+        for (int o = 1; o < n; ++o) {
+          const int p = (me + o) % n;
+          const int lane = laneOf(o, c);
+          ops.push_back(Copy{plus(share.output, off), plus(share.gatherTo[static_cast<size_t>(p)], off),
+                             elemsOf(me, c) * es, lane});
+          done.noteCopy(p, lane);
+        }
+      }
+    }
+    // Scratch writers need no done: this rank's M waited for each of their data signals, which follow their
+    // copies. The all-gather writes do.
+    done.emit(n, layoutDepth, me, ops);
+    for (int o = 1; o < n; ++o) {
+      const int p = (me + o) % n;
+      if (gathers(p)) ops.push_back(Wait{doneSlot(n, p)});
+    }
+  }
+}
+
+}  // namespace conccl::sched::detail

@@ -1,0 +1,94 @@
+// Private helpers shared by the schedule builders (src/sched/*.cc) and the checker: element sizes, where a
+// rank's input and output live (in-place rules), call validation, slot layout, and the two program
+// emitters every builder is made of (direct push, pipelined exchange + reduce).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "sched/schedule.h"
+
+namespace conccl::sched::detail {
+
+// Size of one element (0 for an invalid type). Local copy of concclTypeSize so that src/sched does not
+// depend on the API layer.
+size_t typeSize(concclDataType_t dtype);
+bool isFp8(concclDataType_t dtype);
+const char* dtypeName(concclDataType_t dtype);
+const char* opName(concclRedOp_t op);
+bool isReduction(CollKind kind);
+bool isRooted(CollKind kind);
+
+// True when `rank` effectively runs in place: in-place flags only matter on the root for rooted
+// collectives (elsewhere one of the two buffers is unused) and never for SendRecv.
+bool inPlaceRank(const CollectiveCall& call, int rank);
+// The buffer an in-place rank's program references: the larger of the two aliased buffers. recvbuff (1),
+// except for ReduceScatter and Scatter whose recvbuff lies inside sendbuff (0).
+int inPlaceBuffer(CollKind kind);
+
+// Where byte `offset` of rank's logical sendbuff / recvbuff lives, following the in-place rules. Only for
+// collectives (not SendRecv).
+Location sendLoc(const CollectiveCall& call, int rank, size_t offset);
+Location recvLoc(const CollectiveCall& call, int rank, size_t offset);
+
+// Throws Error(concclInvalidArgument) when the call is inconsistent.
+void validateCall(const CollectiveCall& call);
+
+// For SendRecv: for every rank r and each of its posted ops i, the matching op (rank, index) on the peer,
+// or {-1, -1} for none. validateCall guarantees every op is matched.
+struct P2PMatch {
+  int rank = -1;
+  int index = -1;
+};
+std::vector<std::vector<P2PMatch>> matchP2P(const CollectiveCall& call);
+
+// Builder-specific slot layout (after the ready/done slots). `depth` is BuildOptions::pipelineDepth, so the
+// layout is a function of (nranks, options) only.
+int dataSlot(int nranks, int fromPeer, int k, int depth);    // reducer's flag: chunk in slot k from fromPeer
+int creditSlot(int nranks, int fromPeer, int k, int depth);  // sender's flag: fromPeer freed slot k
+int joinSlot(int nranks, int depth, int lane);               // rank's own flag: lane `lane` reached the end
+
+// One copy that the rank holding `src` pushes to `dst` (dst may be the same rank: a local copy).
+struct Transfer {
+  Location src;
+  Location dst;
+  size_t bytes = 0;
+};
+
+// Fills `schedule.programs` with direct push programs: transfers[r] are the copies rank r issues (all with
+// src.rank == r). Handles the ready/done handshakes, lane assignment and splitting of large copies;
+// zero-byte transfers are dropped.
+void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options,
+                Schedule& schedule);
+
+// The share of the reduction that one rank computes.
+struct ReduceShare {
+  size_t elems = 0;
+  std::vector<Location> inputs;     // per rank q: where q's contribution to this share starts
+  Location output;                  // where the reduced share goes (the reducer's memory)
+  std::vector<Location> gatherTo;   // AllReduce: per rank, where to push the reduced share (empty: none)
+};
+
+// Fills `schedule.programs` with the pipelined exchange-into-scratch + Reduce programs for shares[r]
+// reduced by rank r (nranks >= 2), and sets scratchBytes and algorithm.
+void emitReducePipeline(const CollectiveCall& call, const BuildOptions& options,
+                        const std::vector<ReduceShare>& shares, Schedule& schedule);
+
+// Sets `slots` to one more than the highest slot used (0 if none).
+void finalizeSlots(Schedule& schedule);
+
+Schedule newSchedule(const CollectiveCall& call, const BuildOptions& options);
+
+// One builder per collective (src/sched/<collective>.cc). The call is validated already.
+Schedule buildAllGather(const CollectiveCall& call, const BuildOptions& options);
+Schedule buildReduceScatter(const CollectiveCall& call, const BuildOptions& options);
+Schedule buildAllReduce(const CollectiveCall& call, const BuildOptions& options);
+Schedule buildBroadcast(const CollectiveCall& call, const BuildOptions& options);
+Schedule buildReduce(const CollectiveCall& call, const BuildOptions& options);
+Schedule buildAllToAll(const CollectiveCall& call, const BuildOptions& options);
+Schedule buildAllToAllv(const CollectiveCall& call, const BuildOptions& options);
+Schedule buildGather(const CollectiveCall& call, const BuildOptions& options);
+Schedule buildScatter(const CollectiveCall& call, const BuildOptions& options);
+Schedule buildSendRecv(const CollectiveCall& call, const BuildOptions& options);
+
+}  // namespace conccl::sched::detail

@@ -1,0 +1,31 @@
+// ReduceScatter: rank r reduces share r (recvcount elements at r*recvcount of every sendbuff). Peers push
+// their part of share r into r's scratch chunk by chunk; r reduces each chunk in one Reduce over all n
+// inputs (its own read in place from its sendbuff) straight into its output.
+#include "sched/builder_util.h"
+
+namespace conccl::sched::detail {
+
+Schedule buildReduceScatter(const CollectiveCall& call, const BuildOptions& options) {
+  Schedule s = newSchedule(call, options);
+  const int n = call.nranks;
+  const size_t bytes = call.count * typeSize(call.dtype);
+  if (n == 1) {
+    std::vector<std::vector<Transfer>> transfers(1);
+    const Location src = sendLoc(call, 0, 0), dst = recvLoc(call, 0, 0);
+    if (!(src == dst)) transfers[0].push_back({src, dst, bytes});
+    emitDirect(transfers, options, s);
+    s.algorithm = "local";
+    return s;
+  }
+  std::vector<ReduceShare> shares(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    ReduceShare& sh = shares[static_cast<size_t>(r)];
+    sh.elems = call.count;
+    for (int q = 0; q < n; ++q) sh.inputs.push_back(sendLoc(call, q, static_cast<size_t>(r) * bytes));
+    sh.output = recvLoc(call, r, 0);
+  }
+  emitReducePipeline(call, options, shares, s);
+  return s;
+}
+
+}  // namespace conccl::sched::detail

@@ -1,0 +1,356 @@
+// Call-level parts of the schedule IR: names, buffer sizes, the flag layout, validation of a
+// CollectiveCall and the dispatch to one builder per collective.
+#include "sched/schedule.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+#include "sched/builder_util.h"
+
+namespace conccl::sched {
+
+using detail::typeSize;
+
+const char* collKindName(CollKind kind) {
+  switch (kind) {
+    case CollKind::kAllGather: return "AllGather";
+    case CollKind::kReduceScatter: return "ReduceScatter";
+    case CollKind::kAllReduce: return "AllReduce";
+    case CollKind::kBroadcast: return "Broadcast";
+    case CollKind::kReduce: return "Reduce";
+    case CollKind::kAllToAll: return "AllToAll";
+    case CollKind::kAllToAllv: return "AllToAllv";
+    case CollKind::kGather: return "Gather";
+    case CollKind::kScatter: return "Scatter";
+    case CollKind::kSendRecv: return "SendRecv";
+  }
+  return "Unknown";
+}
+
+namespace {
+
+size_t mulOrThrow(size_t a, size_t b, const char* what) {
+  size_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) CONCCL_THROW(concclInvalidArgument, std::string(what) + " overflows size_t");
+  return r;
+}
+
+size_t addOrThrow(size_t a, size_t b, const char* what) {
+  size_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) CONCCL_THROW(concclInvalidArgument, std::string(what) + " overflows size_t");
+  return r;
+}
+
+// End (in elements) of the furthest non-empty region of an AllToAllv count/displacement array.
+size_t vEnd(const std::vector<size_t>& counts, const std::vector<size_t>& displs) {
+  size_t end = 0;
+  for (size_t p = 0; p < counts.size() && p < displs.size(); ++p) {
+    if (counts[p] > 0) end = std::max(end, addOrThrow(displs[p], counts[p], "AllToAllv displacement + count"));
+  }
+  return end;
+}
+
+}  // namespace
+
+std::vector<size_t> bufferBytes(const CollectiveCall& call, int rank) {
+  const size_t es = typeSize(call.dtype);
+  const size_t n = static_cast<size_t>(call.nranks);
+  const size_t c = mulOrThrow(call.count, es, "count * element size");
+  const bool isRoot = rank == call.root;
+  switch (call.kind) {
+    case CollKind::kAllGather: return {c, mulOrThrow(n, c, "nranks * count")};
+    case CollKind::kReduceScatter: return {mulOrThrow(n, c, "nranks * count"), c};
+    case CollKind::kAllReduce: return {c, c};
+    case CollKind::kBroadcast: return {isRoot ? c : 0, c};
+    case CollKind::kReduce: return {c, isRoot ? c : 0};
+    case CollKind::kAllToAll: return {mulOrThrow(n, c, "nranks * count"), mulOrThrow(n, c, "nranks * count")};
+    case CollKind::kAllToAllv: {
+      const auto r = static_cast<size_t>(rank);
+      if (r >= call.sendCounts.size() || r >= call.sendDispls.size() || r >= call.recvCounts.size() ||
+          r >= call.recvDispls.size()) {
+        return {0, 0};
+      }
+      return {mulOrThrow(vEnd(call.sendCounts[r], call.sendDispls[r]), es, "AllToAllv send extent"),
+              mulOrThrow(vEnd(call.recvCounts[r], call.recvDispls[r]), es, "AllToAllv recv extent")};
+    }
+    case CollKind::kGather: return {c, isRoot ? mulOrThrow(n, c, "nranks * count") : 0};
+    case CollKind::kScatter: return {isRoot ? mulOrThrow(n, c, "nranks * count") : 0, c};
+    case CollKind::kSendRecv: {
+      std::vector<size_t> sizes;
+      if (rank < 0 || static_cast<size_t>(rank) >= call.p2p.size()) return sizes;
+      const auto& ops = call.p2p[static_cast<size_t>(rank)];
+      sizes.assign(ops.size(), 0);
+      for (const P2POp& op : ops) {
+        if (op.buffer >= 0 && static_cast<size_t>(op.buffer) < sizes.size()) {
+          sizes[static_cast<size_t>(op.buffer)] = mulOrThrow(op.count, es, "count * element size");
+        }
+      }
+      return sizes;
+    }
+  }
+  return {};
+}
+
+int readySlot(int nranks, int fromPeer) {
+  static_cast<void>(nranks);  // part of the signature so that the layout may change without touching callers
+  return kReadySlotBase + fromPeer;
+}
+int doneSlot(int nranks, int fromPeer) { return nranks + fromPeer; }
+int firstFreeSlot(int nranks) { return 2 * nranks; }
+int maxSlots(int nranks, const BuildOptions& options) {
+  // ready + done, then data and credit flags of the pipelined exchange (one per peer and pipeline slot),
+  // then one join flag per lane.
+  return firstFreeSlot(nranks) + 2 * nranks * std::max(1, options.pipelineDepth) + std::max(1, options.lanes);
+}
+
+namespace detail {
+
+size_t typeSize(concclDataType_t dtype) {
+  switch (dtype) {
+    case concclInt8:
+    case concclUint8:
+    case concclFloat8e4m3:
+    case concclFloat8e5m2: return 1;
+    case concclFloat16:
+    case concclBfloat16: return 2;
+    case concclInt32:
+    case concclUint32:
+    case concclFloat32: return 4;
+    case concclInt64:
+    case concclUint64:
+    case concclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+bool isFp8(concclDataType_t dtype) { return dtype == concclFloat8e4m3 || dtype == concclFloat8e5m2; }
+
+const char* dtypeName(concclDataType_t dtype) {
+  static const char* const kNames[] = {"int8",    "uint8",   "int32",    "uint32",  "int64",       "uint64",
+                                       "float16", "bfloat16", "float32", "float64", "float8e4m3", "float8e5m2"};
+  const int i = static_cast<int>(dtype);
+  return i >= 0 && i < concclNumTypes ? kNames[i] : "invalid";
+}
+
+const char* opName(concclRedOp_t op) {
+  static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
+  const int i = static_cast<int>(op);
+  return i >= 0 && i < concclNumOps ? kNames[i] : "invalid";
+}
+
+bool isReduction(CollKind kind) {
+  return kind == CollKind::kReduceScatter || kind == CollKind::kAllReduce || kind == CollKind::kReduce;
+}
+
+bool isRooted(CollKind kind) {
+  return kind == CollKind::kBroadcast || kind == CollKind::kReduce || kind == CollKind::kGather ||
+         kind == CollKind::kScatter;
+}
+
+bool inPlaceRank(const CollectiveCall& call, int rank) {
+  if (call.kind == CollKind::kSendRecv) return false;
+  if (rank < 0 || static_cast<size_t>(rank) >= call.inPlace.size() || !call.inPlace[static_cast<size_t>(rank)]) {
+    return false;
+  }
+  return isRooted(call.kind) ? rank == call.root : true;
+}
+
+int inPlaceBuffer(CollKind kind) {
+  return kind == CollKind::kReduceScatter || kind == CollKind::kScatter ? 0 : 1;
+}
+
+Location sendLoc(const CollectiveCall& call, int rank, size_t offset) {
+  const size_t c = call.count * typeSize(call.dtype);
+  if (!inPlaceRank(call, rank)) return {rank, 0, offset};
+  switch (call.kind) {
+    case CollKind::kAllGather:
+    case CollKind::kGather: return {rank, 1, static_cast<size_t>(rank) * c + offset};
+    case CollKind::kAllReduce:
+    case CollKind::kBroadcast:
+    case CollKind::kReduce: return {rank, 1, offset};
+    default: return {rank, 0, offset};  // ReduceScatter, Scatter: sendbuff is the larger buffer
+  }
+}
+
+Location recvLoc(const CollectiveCall& call, int rank, size_t offset) {
+  const size_t c = call.count * typeSize(call.dtype);
+  if (inPlaceRank(call, rank) && (call.kind == CollKind::kReduceScatter || call.kind == CollKind::kScatter)) {
+    return {rank, 0, static_cast<size_t>(rank) * c + offset};
+  }
+  return {rank, 1, offset};
+}
+
+void validateCall(const CollectiveCall& call) {
+  const std::string what = std::string(collKindName(call.kind)) + ": ";
+  CONCCL_REQUIRE(call.nranks >= 1, what + "nranks must be >= 1, got " + std::to_string(call.nranks));
+  const auto n = static_cast<size_t>(call.nranks);
+  CONCCL_REQUIRE(static_cast<int>(call.dtype) >= 0 && static_cast<int>(call.dtype) < concclNumTypes,
+                 what + "invalid datatype " + std::to_string(static_cast<int>(call.dtype)));
+  const size_t es = typeSize(call.dtype);
+  if (isReduction(call.kind)) {
+    CONCCL_REQUIRE(static_cast<int>(call.op) >= 0 && static_cast<int>(call.op) < concclNumOps,
+                   what + "invalid reduction op " + std::to_string(static_cast<int>(call.op)));
+    CONCCL_REQUIRE(!isFp8(call.dtype),
+                   what + "reductions are not supported on " + dtypeName(call.dtype) + " (fp8 is data movement only)");
+  }
+  if (isRooted(call.kind)) {
+    CONCCL_REQUIRE(call.root >= 0 && call.root < call.nranks,
+                   what + "root " + std::to_string(call.root) + " out of range [0, " + std::to_string(n) + ")");
+  }
+  if (call.kind == CollKind::kSendRecv) {
+    CONCCL_REQUIRE(call.inPlace.empty() || call.inPlace.size() == n,
+                   what + "inPlace must be empty or have nranks entries");
+    for (bool b : call.inPlace) CONCCL_REQUIRE(!b, what + "point-to-point operations cannot be in place");
+  } else {
+    CONCCL_REQUIRE(call.inPlace.size() == n, what + "inPlace has " + std::to_string(call.inPlace.size()) +
+                                                 " entries, expected nranks = " + std::to_string(n));
+  }
+  // Every buffer size must be representable.
+  mulOrThrow(mulOrThrow(call.count, es, "count * element size"), n, "nranks * count * element size");
+
+  switch (call.kind) {
+    case CollKind::kAllToAll:
+    case CollKind::kAllToAllv:
+      for (size_t r = 0; r < n; ++r) {
+        CONCCL_REQUIRE(!call.inPlace[r], what + "rank " + std::to_string(r) + " called in place, which is not supported");
+      }
+      break;
+    default: break;
+  }
+
+  if (call.kind == CollKind::kAllToAllv) {
+    auto sized = [&](const std::vector<std::vector<size_t>>& a, const char* name) {
+      CONCCL_REQUIRE(a.size() == n, what + name + " must have nranks rows");
+      for (size_t r = 0; r < n; ++r) {
+        CONCCL_REQUIRE(a[r].size() == n, what + name + "[" + std::to_string(r) + "] must have nranks entries");
+      }
+    };
+    sized(call.sendCounts, "sendCounts");
+    sized(call.sendDispls, "sendDispls");
+    sized(call.recvCounts, "recvCounts");
+    sized(call.recvDispls, "recvDispls");
+    for (size_t r = 0; r < n; ++r) {
+      for (size_t p = 0; p < n; ++p) {
+        CONCCL_REQUIRE(call.recvCounts[r][p] == call.sendCounts[p][r],
+                       what + "rank " + std::to_string(r) + " expects " + std::to_string(call.recvCounts[r][p]) +
+                           " elements from rank " + std::to_string(p) + ", which sends " +
+                           std::to_string(call.sendCounts[p][r]));
+      }
+      mulOrThrow(vEnd(call.sendCounts[r], call.sendDispls[r]), es, "AllToAllv send extent");
+      mulOrThrow(vEnd(call.recvCounts[r], call.recvDispls[r]), es, "AllToAllv recv extent");
+      // Two peers' data landing on the same bytes would be a write race with an undefined result.
+      std::vector<std::pair<size_t, size_t>> regions;
+      for (size_t p = 0; p < n; ++p) {
+        if (call.recvCounts[r][p] > 0) regions.emplace_back(call.recvDispls[r][p], call.recvCounts[r][p]);
+      }
+      std::sort(regions.begin(), regions.end());
+      for (size_t i = 1; i < regions.size(); ++i) {
+        CONCCL_REQUIRE(regions[i - 1].first + regions[i - 1].second <= regions[i].first,
+                       what + "rank " + std::to_string(r) + ": receive regions overlap");
+      }
+    }
+  }
+
+  if (call.kind == CollKind::kSendRecv) {
+    CONCCL_REQUIRE(call.p2p.size() == n, what + "p2p must have nranks entries");
+    // (src, dst) -> counts of the sends posted by src / receives posted by dst, in order.
+    std::map<std::pair<int, int>, std::vector<size_t>> sends, recvs;
+    for (size_t r = 0; r < n; ++r) {
+      const auto& ops = call.p2p[r];
+      std::vector<bool> used(ops.size(), false);
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const P2POp& op = ops[i];
+        const std::string where = what + "rank " + std::to_string(r) + " op " + std::to_string(i) + ": ";
+        CONCCL_REQUIRE(op.peer >= 0 && op.peer < call.nranks, where + "peer " + std::to_string(op.peer) + " out of range");
+        CONCCL_REQUIRE(op.buffer >= 0 && static_cast<size_t>(op.buffer) < ops.size() &&
+                           !used[static_cast<size_t>(op.buffer)],
+                       where + "buffer index " + std::to_string(op.buffer) + " invalid or used twice");
+        used[static_cast<size_t>(op.buffer)] = true;
+        mulOrThrow(op.count, es, "count * element size");
+        const int me = static_cast<int>(r);
+        if (op.isSend) {
+          sends[{me, op.peer}].push_back(op.count);
+        } else {
+          recvs[{op.peer, me}].push_back(op.count);
+        }
+      }
+    }
+    auto describe = [](std::pair<int, int> k) {
+      return "from rank " + std::to_string(k.first) + " to rank " + std::to_string(k.second);
+    };
+    for (const auto& [key, counts] : sends) {
+      auto it = recvs.find(key);
+      const size_t nrecv = it == recvs.end() ? 0 : it->second.size();
+      CONCCL_REQUIRE(nrecv == counts.size(), what + std::to_string(counts.size()) + " send(s) " + describe(key) +
+                                                 " but " + std::to_string(nrecv) + " matching receive(s)");
+      for (size_t i = 0; i < counts.size(); ++i) {
+        CONCCL_REQUIRE(counts[i] == it->second[i], what + "send #" + std::to_string(i) + " " + describe(key) + " has " +
+                                                      std::to_string(counts[i]) + " elements but the receive has " +
+                                                      std::to_string(it->second[i]));
+      }
+    }
+    for (const auto& [key, counts] : recvs) {
+      CONCCL_REQUIRE(sends.count(key) != 0, what + std::to_string(counts.size()) + " receive(s) " + describe(key) +
+                                                " without a matching send");
+    }
+  }
+}
+
+std::vector<std::vector<P2PMatch>> matchP2P(const CollectiveCall& call) {
+  const size_t n = call.p2p.size();
+  std::vector<std::vector<P2PMatch>> match(n);
+  // (src, dst) -> indices of the receives posted by dst from src, in order; consumed by the sends.
+  std::map<std::pair<int, int>, std::vector<int>> recvs;
+  std::map<std::pair<int, int>, size_t> used;
+  for (size_t r = 0; r < n; ++r) {
+    match[r].assign(call.p2p[r].size(), P2PMatch{});
+    for (size_t i = 0; i < call.p2p[r].size(); ++i) {
+      const P2POp& op = call.p2p[r][i];
+      if (!op.isSend) recvs[{op.peer, static_cast<int>(r)}].push_back(static_cast<int>(i));
+    }
+  }
+  for (size_t r = 0; r < n; ++r) {
+    for (size_t i = 0; i < call.p2p[r].size(); ++i) {
+      const P2POp& op = call.p2p[r][i];
+      if (!op.isSend) continue;
+      const std::pair<int, int> key{static_cast<int>(r), op.peer};
+      auto it = recvs.find(key);
+      size_t& k = used[key];
+      if (it == recvs.end() || k >= it->second.size()) continue;
+      const int j = it->second[k++];
+      match[r][i] = {op.peer, j};
+      match[static_cast<size_t>(op.peer)][static_cast<size_t>(j)] = {static_cast<int>(r), static_cast<int>(i)};
+    }
+  }
+  return match;
+}
+
+}  // namespace detail
+
+Schedule buildSchedule(const CollectiveCall& call, const BuildOptions& options) {
+  CONCCL_REQUIRE(options.lanes >= 1, "BuildOptions: lanes must be >= 1");
+  CONCCL_REQUIRE(options.pipelineDepth >= 1, "BuildOptions: pipelineDepth must be >= 1");
+  detail::validateCall(call);
+  Schedule s;
+  switch (call.kind) {
+    case CollKind::kAllGather: s = detail::buildAllGather(call, options); break;
+    case CollKind::kReduceScatter: s = detail::buildReduceScatter(call, options); break;
+    case CollKind::kAllReduce: s = detail::buildAllReduce(call, options); break;
+    case CollKind::kBroadcast: s = detail::buildBroadcast(call, options); break;
+    case CollKind::kReduce: s = detail::buildReduce(call, options); break;
+    case CollKind::kAllToAll: s = detail::buildAllToAll(call, options); break;
+    case CollKind::kAllToAllv: s = detail::buildAllToAllv(call, options); break;
+    case CollKind::kGather: s = detail::buildGather(call, options); break;
+    case CollKind::kScatter: s = detail::buildScatter(call, options); break;
+    case CollKind::kSendRecv: s = detail::buildSendRecv(call, options); break;
+  }
+  detail::finalizeSlots(s);
+  CONCCL_ASSERT(s.slots <= maxSlots(call.nranks, options));
+  CONCCL_ASSERT(s.scratchBytes <= options.scratchBudget);
+  return s;
+}
+
+}  // namespace conccl::sched

@@ -1,0 +1,163 @@
+// The schedule: what a collective call moves, as one small program per rank.
+//
+// Pure C++: no CUDA types. Built by one function per collective (src/sched/<collective>.cc), proven by the
+// checker (checker.h), executed by src/exec/host (threads + memcpy) and src/exec/cuda (copy engines).
+//
+// Execution model (both executors implement exactly this; the checker models exactly this):
+//   * Each rank runs its program on one *main* stream M and `lanes` copy lanes L0..L(lanes-1).
+//   * Every op has a stream: Copy and Signal name a lane (`lane` >= 0) or M (`lane` == kMainStream);
+//     Wait and Reduce always run on M.
+//   * An op is ordered after the previous op on its own stream. An op on a lane is also ordered after
+//     every M op that precedes it in program order (the lane waits for M to reach that point). An op on
+//     M is NOT ordered after earlier lane ops: to make M wait for a lane, the lane signals the rank itself
+//     and M waits for that signal.
+//   * Program start: every stream of the rank starts after the rank's caller reached the call.
+//     Program end: the caller continues after every stream of the rank has finished.
+//   * Signal{peer, slot} sets flag `slot` of rank `peer` to 1, after the ops it is ordered after.
+//     Wait{slot} waits on M until the rank's own flag `slot` is 1, then resets it to 0 (consumes it).
+//     A flag may carry at most one unconsumed signal: each Signal must be ordered after the Wait that
+//     consumed the previous signal of the same flag (in this call or the previous one). This is what makes
+//     schedules replayable in CUDA graphs: the values are constants, never sequence numbers.
+//   * Copy moves `bytes` bytes; a Copy is issued by the rank whose program holds it and must have that
+//     rank as its source or destination. Reduce runs on SMs (CUDA) and reads and writes the issuing rank's
+//     memory only.
+//   * Memory of a rank: its call buffers (by index, see CollectiveCall::bufferBytes) and its scratch
+//     (kScratch), which persists across calls and has undefined contents at the start of a call.
+//   * Another rank may touch rank q's memory only after q's program started and before it ended: the
+//     builders implement this with the ready (kReadySlot) and done (kDoneSlot) handshakes.
+#pragma once
+
+#include <conccl/conccl.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace conccl::sched {
+
+// Buffer index of a rank's scratch memory in a Location.
+inline constexpr int kScratch = -1;
+// `lane` value of an op that runs on the main stream.
+inline constexpr int kMainStream = -1;
+
+// A byte address in some rank's memory.
+struct Location {
+  int rank = 0;
+  int buffer = 0;  // index into that rank's call buffers, or kScratch
+  size_t offset = 0;
+  friend bool operator==(const Location&, const Location&) = default;
+};
+
+struct Copy {
+  Location src;
+  Location dst;
+  size_t bytes = 0;
+  int lane = 0;  // lane index, or kMainStream
+};
+
+struct Signal {
+  int peer = 0;  // rank whose flag is set (may be the issuing rank itself)
+  int slot = 0;
+  int lane = kMainStream;
+};
+
+struct Wait {
+  int slot = 0;
+};
+
+// output[i] = op(inputs[0][i], ..., inputs[k-1][i]) for i < count; concclAvg divides the sum by k.
+// All locations belong to the issuing rank. `output` may equal one input exactly (element-wise in place).
+struct Reduce {
+  std::vector<Location> inputs;
+  Location output;
+  size_t count = 0;
+  concclDataType_t dtype = concclFloat32;
+  concclRedOp_t op = concclSum;
+};
+
+using Op = std::variant<Copy, Signal, Wait, Reduce>;
+
+struct RankProgram {
+  std::vector<Op> ops;
+};
+
+struct Schedule {
+  int nranks = 0;
+  int lanes = 1;               // lanes a program may use (ops use lane < lanes)
+  int slots = 0;               // flags per rank (slot < slots)
+  size_t scratchBytes = 0;     // scratch per rank used by this schedule (<= the call's scratch budget)
+  std::vector<RankProgram> programs;  // one per rank
+  std::string algorithm;       // e.g. "direct", "direct-pipelined(chunks=12)": for logs and tools
+};
+
+// ------------------------------------------------------------------------------------------------
+// What a collective call asks for, with every rank's arguments (the builders are global functions of the
+// whole call; each executor runs one rank's program).
+
+enum class CollKind {
+  kAllGather,
+  kReduceScatter,
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+  kAllToAllv,
+  kGather,
+  kScatter,
+  kSendRecv,
+};
+
+const char* collKindName(CollKind kind);
+
+// One Send or Recv of a group of point-to-point operations, as posted by `rank`.
+struct P2POp {
+  bool isSend = false;
+  int peer = 0;
+  size_t count = 0;
+  int buffer = 0;  // index of its buffer in the posting rank's call buffers
+};
+
+struct CollectiveCall {
+  CollKind kind = CollKind::kAllGather;
+  int nranks = 1;
+  concclDataType_t dtype = concclFloat32;
+  concclRedOp_t op = concclSum;  // reductions only
+  int root = 0;                  // rooted collectives only
+  // Element count as the public API defines it for this collective (sendcount / recvcount / count).
+  size_t count = 0;
+  // Per rank: true when the rank called in place (see conccl.h). Collective buffers are
+  // 0 = sendbuff, 1 = recvbuff; an in-place rank's program never references buffer 0.
+  std::vector<bool> inPlace;
+  // AllToAllv: per rank r and peer p, in elements (the arrays as rank r passed them).
+  std::vector<std::vector<size_t>> sendCounts, sendDispls, recvCounts, recvDispls;
+  // SendRecv: per rank, the ops it posted, in order.
+  std::vector<std::vector<P2POp>> p2p;
+};
+
+struct BuildOptions {
+  size_t scratchBudget = 64u << 20;  // per rank, bytes
+  int lanes = 2;                     // copy lanes per rank
+  int pipelineDepth = 2;             // scratch chunks in flight per peer (>= 1)
+  size_t minChunkBytes = 64u << 10;  // below this a pipelined exchange does not split further
+};
+
+// Byte sizes of rank r's call buffers (index -> bytes): what the executor must bind and what argument
+// validation checks. For collectives: {sendbuff bytes, recvbuff bytes} (0 where the buffer is unused, e.g.
+// recvbuff on a non-root rank of Reduce). For SendRecv: one entry per posted op.
+std::vector<size_t> bufferBytes(const CollectiveCall& call, int rank);
+
+// Flag slots every schedule may use. Fixed per communicator so that executors allocate flags once.
+// Layout: [0, n) ready-from-peer, [n, 2n) done-from-peer, then builder-specific slots.
+inline constexpr int kReadySlotBase = 0;
+int readySlot(int nranks, int fromPeer);
+int doneSlot(int nranks, int fromPeer);
+int firstFreeSlot(int nranks);
+// Upper bound of `Schedule::slots` for any schedule of a communicator of nranks with the given options.
+int maxSlots(int nranks, const BuildOptions& options);
+
+// Builds the schedule of `call`. Throws conccl::Error(concclInvalidArgument) on an inconsistent call.
+Schedule buildSchedule(const CollectiveCall& call, const BuildOptions& options);
+
+}  // namespace conccl::sched

@@ -1,0 +1,220 @@
+// Every builder x ranks 1..8 x counts {0, 1, 7, 4099, 1<<20} x in/out of place, with the default options
+// and with a tiny scratch budget (many pipelined chunks), each schedule proven by the checker. Element
+// types and ops rotate through the matrix (the schedule depends only on the element size), and separate
+// tests cover every (dtype, op) of every collective at least once.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "test_sched_util.h"
+
+namespace conccl::sched::testing {
+namespace {
+
+const std::vector<size_t> kCounts = {0, 1, 7, 4099, size_t{1} << 20};
+const std::vector<concclDataType_t> kAllTypes = {concclInt8,    concclUint8,   concclInt32,    concclUint32,
+                                                 concclInt64,   concclUint64,  concclFloat16,  concclBfloat16,
+                                                 concclFloat32, concclFloat64, concclFloat8e4m3, concclFloat8e5m2};
+const std::vector<concclDataType_t> kReduceTypes(kAllTypes.begin(), kAllTypes.end() - 2);
+const std::vector<concclRedOp_t> kOps = {concclSum, concclProd, concclMax, concclMin, concclAvg};
+
+const std::vector<CollKind> kKinds = {CollKind::kAllGather, CollKind::kReduceScatter, CollKind::kAllReduce,
+                                      CollKind::kBroadcast, CollKind::kReduce,        CollKind::kAllToAll,
+                                      CollKind::kGather,    CollKind::kScatter};
+
+bool reduces(CollKind k) {
+  return k == CollKind::kReduceScatter || k == CollKind::kAllReduce || k == CollKind::kReduce;
+}
+
+// Picks a dtype, op and root that vary along the matrix.
+CollectiveCall matrixCall(CollKind kind, int n, size_t countIdx, bool inPlace) {
+  const size_t salt = static_cast<size_t>(n) * 7 + countIdx * 3 + (inPlace ? 1 : 0);
+  const auto& types = reduces(kind) ? kReduceTypes : kAllTypes;
+  return makeCall(kind, n, kCounts[countIdx], types[salt % types.size()], kOps[salt % kOps.size()],
+                  static_cast<int>((salt / 2) % static_cast<size_t>(n)), inPlace);
+}
+
+using MatrixParam = std::tuple<CollKind, int, size_t, bool>;
+
+class SchedMatrix : public ::testing::TestWithParam<MatrixParam> {};
+
+TEST_P(SchedMatrix, DefaultOptions) {
+  const auto [kind, n, countIdx, inPlace] = GetParam();
+  expectValid(matrixCall(kind, n, countIdx, inPlace), BuildOptions{});
+}
+
+TEST_P(SchedMatrix, TinyScratch) {
+  const auto [kind, n, countIdx, inPlace] = GetParam();
+  // Depth and lanes vary with the rank count so that every combination of depth 1..3 and lanes 1..4 shows up.
+  for (int depth = 1; depth <= 3; ++depth) {
+    if (kCounts[countIdx] == (size_t{1} << 20) && depth != 1 + n % 3) continue;  // keep the big ones affordable
+    expectValid(matrixCall(kind, n, countIdx, inPlace), tinyOptions(depth, 1 + (n + depth) % 4));
+  }
+}
+
+std::string matrixName(const ::testing::TestParamInfo<MatrixParam>& info) {
+  const auto [kind, n, countIdx, inPlace] = info.param;
+  return std::string(collKindName(kind)) + "_n" + std::to_string(n) + "_c" + std::to_string(kCounts[countIdx]) +
+         (inPlace ? "_inplace" : "_outofplace");
+}
+
+std::vector<MatrixParam> matrixParams() {
+  std::vector<MatrixParam> v;
+  for (CollKind k : kKinds) {
+    for (int n = 1; n <= 8; ++n) {
+      for (size_t c = 0; c < kCounts.size(); ++c) {
+        for (bool ip : {false, true}) {
+          if (ip && k == CollKind::kAllToAll) continue;  // not supported in place
+          v.emplace_back(k, n, c, ip);
+        }
+      }
+    }
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, SchedMatrix, ::testing::ValuesIn(matrixParams()), matrixName);
+
+// Every (dtype, op) of every reduction, with several chunks per share.
+TEST(SchedCoverage, EveryReductionTypeAndOp) {
+  for (CollKind k : {CollKind::kReduceScatter, CollKind::kAllReduce, CollKind::kReduce}) {
+    for (concclDataType_t t : kReduceTypes) {
+      for (concclRedOp_t op : kOps) {
+        expectValid(makeCall(k, 3, 4099, t, op, 1, false), tinyOptions(2, 2));
+        expectValid(makeCall(k, 4, 7, t, op, 3, true), BuildOptions{});
+      }
+    }
+  }
+}
+
+// Every dtype (fp8 included) of every data-movement collective.
+TEST(SchedCoverage, EveryDataMovementType) {
+  for (CollKind k : kKinds) {
+    if (reduces(k)) continue;
+    for (concclDataType_t t : kAllTypes) {
+      expectValid(makeCall(k, 3, 4099, t, concclSum, 2, false), tinyOptions(1, 3));
+      if (k != CollKind::kAllToAll) expectValid(makeCall(k, 5, 7, t, concclSum, 0, true), BuildOptions{});
+    }
+  }
+}
+
+// Mixed in-place and out-of-place ranks in one call, and every root.
+TEST(SchedCoverage, MixedInPlaceAndRoots) {
+  for (CollKind k : kKinds) {
+    if (k == CollKind::kAllToAll) continue;
+    for (int n : {2, 5, 8}) {
+      for (int root = 0; root < n; ++root) {
+        CollectiveCall c = makeCall(k, n, 1000 + static_cast<size_t>(root), concclFloat16, concclMax, root, false);
+        for (int r = 0; r < n; ++r) c.inPlace[static_cast<size_t>(r)] = (r + root) % 2 == 0;
+        expectValid(c, tinyOptions(2, 2));
+      }
+    }
+  }
+}
+
+// Back-to-back replays of the same schedule (flag and scratch reuse across calls), for every collective.
+TEST(SchedReplay, SameScheduleTwice) {
+  for (CollKind k : kKinds) {
+    for (int n : {1, 2, 3, 8}) {
+      for (bool ip : {false, true}) {
+        if (ip && k == CollKind::kAllToAll) continue;
+        expectValid(makeCall(k, n, 4099, concclFloat32, concclSum, n - 1, ip), tinyOptions(2, 2), /*pair=*/true);
+        expectValid(makeCall(k, n, 7, concclInt8, concclMin, 0, ip), BuildOptions{}, /*pair=*/true);
+      }
+    }
+  }
+}
+
+// Two different calls back to back (e.g. a ReduceScatter then an AllGather reusing the same flags).
+TEST(SchedReplay, DifferentCallsBackToBack) {
+  const BuildOptions o = tinyOptions(3, 2);
+  for (int n : {2, 3, 8}) {
+    std::vector<CollectiveCall> calls;
+    for (CollKind k : kKinds) calls.push_back(makeCall(k, n, 5000, concclBfloat16, concclSum, n / 2, false));
+    calls.push_back(makeAllToAllv(n, 7u + static_cast<unsigned>(n)));
+    for (const CollectiveCall& a : calls) {
+      for (const CollectiveCall& b : calls) {
+        SCOPED_TRACE(callStr(a, o) + " then " + callStr(b, o));
+        const Schedule sa = buildSchedule(a, o), sb = buildSchedule(b, o);
+        const CheckResult r = checkSchedulePair(a, sa, b, sb);
+        EXPECT_TRUE(r.ok) << r.error;
+      }
+    }
+  }
+}
+
+TEST(SchedAllToAllv, RandomUnevenCounts) {
+  for (int n = 1; n <= 8; ++n) {
+    for (unsigned seed = 0; seed < 6; ++seed) {
+      const concclDataType_t t = kAllTypes[(seed + static_cast<unsigned>(n)) % kAllTypes.size()];
+      expectValid(makeAllToAllv(n, seed * 31u + static_cast<unsigned>(n), t), seed % 2 ? tinyOptions(1, 3) : BuildOptions{},
+                  /*pair=*/seed == 0);
+    }
+  }
+  // Large and all-zero variants.
+  expectValid(makeAllToAllv(4, 99, concclFloat32, 200000), tinyOptions(2, 4));
+  expectValid(makeAllToAllv(3, 5, concclInt8, 1), BuildOptions{});
+}
+
+// Properties of the generated schedules beyond correctness.
+TEST(SchedShape, PipelinedReductionUsesBoundedScratchAndManyChunks) {
+  const BuildOptions o = tinyOptions(2, 2);
+  const Schedule s = buildSchedule(makeCall(CollKind::kAllReduce, 4, size_t{1} << 20), o);
+  EXPECT_LE(s.scratchBytes, o.scratchBudget);
+  EXPECT_GT(s.scratchBytes, 0u);
+  EXPECT_NE(s.algorithm.find("chunks="), std::string::npos) << s.algorithm;
+  size_t reduces = 0;
+  for (const RankProgram& p : s.programs) {
+    for (const Op& op : p.ops) reduces += std::holds_alternative<Reduce>(op) ? 1 : 0;
+  }
+  EXPECT_GT(reduces, 4u * 10u);  // many chunks per share
+}
+
+TEST(SchedShape, ZeroCountMovesNothing) {
+  for (CollKind k : kKinds) {
+    const Schedule s = buildSchedule(makeCall(k, 4, 0), BuildOptions{});
+    for (const RankProgram& p : s.programs) EXPECT_TRUE(p.ops.empty()) << collKindName(k);
+  }
+}
+
+TEST(SchedShape, SingleRankIsALocalCopy) {
+  for (CollKind k : kKinds) {
+    const Schedule s = buildSchedule(makeCall(k, 1, 100), BuildOptions{});
+    ASSERT_EQ(s.programs.size(), 1u);
+    for (const Op& op : s.programs[0].ops) EXPECT_TRUE(std::holds_alternative<Copy>(op)) << collKindName(k);
+    if (k != CollKind::kAllToAll) {
+      const Schedule inPlace = buildSchedule(makeCall(k, 1, 100, concclFloat32, concclSum, 0, true), BuildOptions{});
+      EXPECT_TRUE(inPlace.programs[0].ops.empty()) << collKindName(k);
+    }
+  }
+}
+
+TEST(SchedShape, LargeCopiesAreSplitAcrossLanes) {
+  BuildOptions o;
+  o.lanes = 4;
+  const Schedule s = buildSchedule(makeCall(CollKind::kBroadcast, 2, size_t{1} << 20), o);
+  std::vector<bool> used(4, false);
+  for (const Op& op : s.programs[0].ops) {
+    if (const auto* c = std::get_if<Copy>(&op); c != nullptr && c->dst.rank == 1) used[static_cast<size_t>(c->lane)] = true;
+  }
+  for (int l = 0; l < 4; ++l) EXPECT_TRUE(used[static_cast<size_t>(l)]) << "lane " << l;
+}
+
+TEST(SchedShape, SlotsDependOnlyOnRanksAndOptions) {
+  for (int n = 1; n <= 8; ++n) {
+    for (int depth = 1; depth <= 4; ++depth) {
+      for (int lanes = 1; lanes <= 4; ++lanes) {
+        BuildOptions o = tinyOptions(depth, lanes);
+        EXPECT_GE(maxSlots(n, o), firstFreeSlot(n));
+        EXPECT_EQ(readySlot(n, n - 1), n - 1);
+        EXPECT_EQ(doneSlot(n, 0), n);
+        EXPECT_EQ(firstFreeSlot(n), 2 * n);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace conccl::sched::testing
