@@ -33,7 +33,7 @@ TEST(C3Gemm, IntensityAndBound) {
   // fp8: 1-byte inputs, 2-byte output, and twice the balance.
   const GemmShape fp8{1024, 1024, 1024, Dtype::kFp8E4M3};
   EXPECT_DOUBLE_EQ(fp8.minimalBytes(), 1024.0 * 1024.0 * (1 + 1 + 2));
-  EXPECT_EQ(classifyGemm({256, 16384, 16384, Dtype::kFp8E4M3}, h200), GemmBound::kMemory);
+  EXPECT_EQ(classifyGemm({128, 16384, 16384, Dtype::kFp8E4M3}, h200), GemmBound::kMemory);
   EXPECT_DOUBLE_EQ(GemmShape{}.arithmeticIntensity(), 0.0);
 }
 

@@ -1,0 +1,112 @@
+// Strategy names, the overlap cost model and the planner (src/c3/planner.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "c3/planner.h"
+#include "core/error.h"
+
+namespace conccl::c3 {
+namespace {
+
+TEST(C3Strategy, NamesAndLists) {
+  for (Strategy s : allStrategies()) EXPECT_EQ(parseStrategy(strategyName(s)), s);
+  EXPECT_EQ(allStrategies().size(), 7u);
+  EXPECT_EQ(parseStrategy("NCCL+sp"), Strategy::kNcclSp);
+  EXPECT_EQ(parseStrategy("ncclce"), Strategy::kNcclCe);
+  EXPECT_EQ(parseStrategyList("serial, conccl,nccl,conccl"),
+            (std::vector<Strategy>{Strategy::kSerial, Strategy::kConccl, Strategy::kNccl}));
+  EXPECT_EQ(parseStrategyList("all"), allStrategies());
+  EXPECT_THROW(parseStrategyList("nccl,bogus"), Error);
+  EXPECT_THROW(parseStrategyList(" , "), Error);
+  try {
+    parseStrategyList("bogus");
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'bogus'"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("conccl+RP"), std::string::npos);  // lists the known ones
+  }
+}
+
+TEST(C3Strategy, Support) {
+  EXPECT_TRUE(strategySupports(Strategy::kNcclCe, CollKind::kAllGather));
+  EXPECT_TRUE(strategySupports(Strategy::kNcclCe, CollKind::kAllToAll));
+  EXPECT_FALSE(strategySupports(Strategy::kNcclCe, CollKind::kReduceScatter));
+  EXPECT_TRUE(strategySupports(Strategy::kConccl, CollKind::kReduceScatter));
+  EXPECT_TRUE(strategyUsesNccl(Strategy::kNcclRp));
+  EXPECT_FALSE(strategyUsesNccl(Strategy::kConccl));
+  EXPECT_TRUE(strategyUsesConccl(Strategy::kConcclRp));
+}
+
+TEST(C3Model, OverlapTime) {
+  // No interference: perfect overlap.
+  EXPECT_DOUBLE_EQ(predictOverlapTime(3.0, 2.0, {1.0, 1.0}), 3.0);
+  EXPECT_DOUBLE_EQ(predictOverlapTime(2.0, 3.0, {1.0, 1.0}), 3.0);
+  // GEMM 1.5x slower (x = 3), collective 2x slower (y = 4): GEMM done at 3 with 3/4 of the collective done;
+  // the last quarter runs alone: 3 + 0.25 x 2 = 3.5.
+  EXPECT_DOUBLE_EQ(predictOverlapTime(2.0, 2.0, {1.5, 2.0}), 3.5);
+  // Symmetric case: collective first.
+  EXPECT_DOUBLE_EQ(predictOverlapTime(2.0, 2.0, {2.0, 1.5}), 3.5);
+  // Full serialisation (each side twice as slow as alone for equal times) equals serial.
+  EXPECT_DOUBLE_EQ(predictOverlapTime(1.0, 1.0, {2.0, 2.0}), 2.0);
+  // Never below max(T_g, T_c), whatever the calibration says (slowdowns < 1 are clamped).
+  EXPECT_DOUBLE_EQ(predictOverlapTime(1.0, 4.0, {0.5, 0.5}), 4.0);
+  EXPECT_DOUBLE_EQ(predictOverlapTime(0.0, 4.0, {1.3, 1.3}), 4.0);
+}
+
+TEST(C3Model, IsolatedTimes) {
+  const MachineProfile h200 = MachineProfile::h200();
+  const GemmShape square{8192, 8192, 8192, Dtype::kBf16};
+  EXPECT_NEAR(predictGemmTime(square, h200, 1.0), square.flops() / 989.4e12, 1e-12);
+  const GemmShape thin{128, 28672, 8192, Dtype::kBf16};  // memory-bound: bytes / HBM
+  EXPECT_NEAR(predictGemmTime(thin, h200, 1.0), thin.minimalBytes() / 4.8e12, 1e-12);
+  const CommProfile comm{400e9, 20e-6};
+  const CollectiveSpec ag{CollKind::kAllGather, 400'000'000, 8, Dtype::kBf16};
+  EXPECT_NEAR(predictCollTime(ag, comm), 20e-6 + 400e6 * 7.0 / 8.0 / 400e9, 1e-12);
+  // Half-peak size of the alpha-beta model: latency x busBw / factor.
+  EXPECT_NEAR(modelHalfPeakSize(CollKind::kAllGather, 8, comm), 20e-6 * 400e9 * 8.0 / 7.0, 1e-3);
+}
+
+TEST(C3Planner, PicksCopyEnginesForComputeBoundAndSerialWhenOverlapCannotPay) {
+  const GemmShape square{8192, 8192, 8192, Dtype::kBf16};
+  const CollectiveSpec ag{CollKind::kAllGather, 256 << 20, 8, Dtype::kBf16};
+  const Plan p = plan(square, ag, 1.4e-3, 1.4e-3, Calibration::defaults(), allStrategies());
+  EXPECT_EQ(p.predictions.size(), allStrategies().size());
+  EXPECT_EQ(p.best, Strategy::kConccl);
+  for (const Prediction& pr : p.predictions) {
+    if (pr.strategy == Strategy::kSerial) EXPECT_DOUBLE_EQ(pr.tC3, 2.8e-3);
+    EXPECT_GE(pr.tC3, std::max(pr.tG, pr.tC) - 1e-15);
+  }
+
+  // A calibration in which overlap makes everything 3x slower: serial wins.
+  Calibration bad;
+  for (Strategy s : allStrategies()) {
+    for (GemmBound b : {GemmBound::kCompute, GemmBound::kMemory}) bad.costs[{s, b}] = {3.0, 3.0, 1.0, 0.0};
+  }
+  EXPECT_EQ(plan(square, ag, 1e-3, 1e-3, bad, allStrategies()).best, Strategy::kSerial);
+}
+
+TEST(C3Planner, LeavesOutUnsupportedStrategiesAndAddsReductionCost) {
+  const GemmShape square{8192, 8192, 8192, Dtype::kBf16};
+  const CollectiveSpec rs{CollKind::kReduceScatter, 64 << 20, 8, Dtype::kBf16};
+  const Plan p = plan(square, rs, 1e-3, 1e-3, Calibration::defaults(), allStrategies());
+  for (const Prediction& pr : p.predictions) EXPECT_NE(pr.strategy, Strategy::kNcclCe);
+  EXPECT_EQ(p.predictions.size(), allStrategies().size() - 1);
+  const Calibration cal = Calibration::defaults();
+  EXPECT_GT(cal.cost(Strategy::kConccl, GemmBound::kCompute, CollKind::kReduceScatter).gemmSlowdown,
+            cal.cost(Strategy::kConccl, GemmBound::kCompute, CollKind::kAllGather).gemmSlowdown);
+  // Only the requested candidates are considered.
+  const Plan only = plan(square, rs, 1e-3, 1e-3, cal, {Strategy::kNccl, Strategy::kNcclSp});
+  EXPECT_EQ(only.predictions.size(), 2u);
+  EXPECT_TRUE(only.best == Strategy::kNccl || only.best == Strategy::kNcclSp);
+}
+
+TEST(C3Planner, CopyEngineIssueCostLosesAtTinySizes) {
+  // 20 us GEMM beside a 10 us collective: the 30 us copy-engine issue cost makes conccl worse than NCCL.
+  const GemmShape g{128, 8192, 8192, Dtype::kBf16};
+  const CollectiveSpec ag{CollKind::kAllGather, 1 << 20, 8, Dtype::kBf16};
+  const Plan p = plan(g, ag, 20e-6, 10e-6, Calibration::defaults(), {Strategy::kNccl, Strategy::kConccl});
+  EXPECT_EQ(p.best, Strategy::kNccl);
+}
+
+}  // namespace
+}  // namespace conccl::c3

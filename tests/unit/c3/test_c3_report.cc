@@ -1,0 +1,106 @@
+// Table and JSON rendering of results (src/c3/report.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "c3/report.h"
+
+namespace conccl::c3 {
+namespace {
+
+ResultRow exampleRow() {
+  const Scenario s = smallGrid().front();  // 4096^3 bf16 + 16 MiB all-gather
+  return makeRow(s, "conccl", computeMetrics(1e-3, 0.8e-3, 1.2e-3, 1.05e-3, 0.9e-3), MachineProfile::h200(),
+                 8.0 * (1 << 20));
+}
+
+TEST(C3Report, RowClassification) {
+  const ResultRow r = exampleRow();
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.gemmBound, GemmBound::kCompute);
+  ASSERT_TRUE(r.collBound.has_value());
+  EXPECT_EQ(*r.collBound, CollBound::kBandwidth);  // 16 MiB >= 8 MiB half-peak
+  EXPECT_EQ(r.metrics.overlapClass, OverlapClass::kGLong);
+  const ResultRow unknown = makeRow(smallGrid().front(), "nccl", r.metrics, MachineProfile::h200(), 0.0);
+  EXPECT_FALSE(unknown.collBound.has_value());
+}
+
+TEST(C3Report, TableHasTheColumnsAndValues) {
+  ResultRow skipped = makeSkippedRow(smallGrid()[2], "nccl-ce", "skipped: no CE reduce-scatter in NCCL",
+                                     MachineProfile::h200(), 0.0);
+  const std::string t = formatTable({exampleRow(), skipped});
+  for (const char* col : {"scenario", "strategy", "T_g(ms)", "T_c(ms)", "T_c3(ms)", "g-slow", "c-slow", "S",
+                          "S_ideal", "F", "class", "gemm", "coll"}) {
+    EXPECT_NE(t.find(col), std::string::npos) << col;
+  }
+  // S = 1.8 / 1.2 = 1.5, S_ideal = 1.8, F = 0.5 / 0.8 = 62.5% -> "62%" or "63%".
+  EXPECT_NE(t.find("1.000"), std::string::npos);
+  EXPECT_NE(t.find("1.50"), std::string::npos);
+  EXPECT_NE(t.find("1.80"), std::string::npos);
+  EXPECT_TRUE(t.find("62%") != std::string::npos || t.find("63%") != std::string::npos);
+  EXPECT_NE(t.find("1.05x"), std::string::npos);
+  EXPECT_NE(t.find("G-long"), std::string::npos);
+  EXPECT_NE(t.find("bandwidth"), std::string::npos);
+  EXPECT_NE(t.find("skipped: no CE reduce-scatter"), std::string::npos);
+  EXPECT_EQ(std::count(t.begin(), t.end(), '\n'), 3);
+  // Undefined values print as "-".
+  const ResultRow nan = makeRow(smallGrid().front(), "x", computeMetrics(1e-3, 0.0, 1e-3), MachineProfile::h200(), 0);
+  EXPECT_NE(formatTableRow(nan).find(" - "), std::string::npos);
+}
+
+TEST(C3Report, JsonHasEveryFieldAndNullsForUndefined) {
+  RunInfo info;
+  info.device = "8x NVIDIA H200";
+  info.devices = {0, 1, 2, 3, 4, 5, 6, 7};
+  info.ranks = 8;
+  info.iters = 20;
+  info.caveats = {"a caveat"};
+  ResultRow skipped = makeSkippedRow(smallGrid()[2], "nccl-ce", "skipped: x", MachineProfile::h200(), 0.0);
+  SmBudgetRow sm{"small-ag-16m", {4096, 4096, 4096, Dtype::kBf16}, "sm-target", 128, 1.2e-3, 1.15, "ok"};
+  const nlohmann::json doc = nlohmann::json::parse(resultsToJson(info, {exampleRow(), skipped}, {sm}));
+  EXPECT_EQ(doc["tool"], "conccl-c3");
+  EXPECT_EQ(doc["ranks"], 8);
+  EXPECT_EQ(doc["caveats"][0], "a caveat");
+  ASSERT_EQ(doc["results"].size(), 2u);
+  const nlohmann::json& r = doc["results"][0];
+  EXPECT_EQ(r["scenario"], "small-ag-16m");
+  EXPECT_EQ(r["strategy"], "conccl");
+  EXPECT_EQ(r["status"], "ok");
+  EXPECT_DOUBLE_EQ(r["T_g_ms"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(r["T_c3_ms"].get<double>(), 1.2);
+  EXPECT_NEAR(r["S"].get<double>(), 1.5, 1e-12);
+  EXPECT_NEAR(r["S_ideal"].get<double>(), 1.8, 1e-12);
+  EXPECT_NEAR(r["F"].get<double>(), 0.625, 1e-12);
+  EXPECT_EQ(r["class"], "G-long");
+  EXPECT_EQ(r["gemm_bound"], "compute");
+  EXPECT_EQ(r["coll_bound"], "bandwidth");
+  EXPECT_EQ(r["collective"]["kind"], "all-gather");
+  EXPECT_EQ(r["gemm"]["m"], 4096);
+  EXPECT_TRUE(r["predicted_T_c3_ms"].is_null());
+  const nlohmann::json& s = doc["results"][1];
+  EXPECT_EQ(s["status"], "skipped: x");
+  EXPECT_TRUE(s["F"].is_null());
+  EXPECT_TRUE(s["T_g_ms"].is_null());
+  EXPECT_TRUE(s["class"].is_null());
+  EXPECT_EQ(doc["sm_budget"][0]["sms"], 128);
+  EXPECT_NEAR(doc["sm_budget"][0]["time_ms"].get<double>(), 1.2, 1e-12);
+}
+
+TEST(C3Report, Bytes) {
+  EXPECT_EQ(formatBytes(512), "512 B");
+  EXPECT_EQ(formatBytes(1 << 20), "1 MiB");
+  EXPECT_EQ(formatBytes(256.0 * (1 << 20)), "256 MiB");
+  EXPECT_EQ(formatBytes(1.5 * (1 << 30)), "1.50 GiB");
+}
+
+TEST(C3Report, GridListing) {
+  const std::string g = formatGrid(builtinGrid(), MachineProfile::h200());
+  EXPECT_NE(g.find("llama405b-tp8-rs-t8192"), std::string::npos);
+  EXPECT_NE(g.find("memory"), std::string::npos);
+  EXPECT_NE(g.find("latency"), std::string::npos);
+  EXPECT_NE(g.find("predicted by the cost model"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace conccl::c3
