@@ -25,17 +25,17 @@ std::optional<OverlapClass> parseOverlapClass(std::string_view name);
 OverlapClass classify(double tG, double tC);
 
 struct Metrics {
-  double tG = 0;   // GEMM alone
-  double tC = 0;   // collective alone
-  double tC3 = 0;  // both, from the common start until both finished
+  double tG = 0;         // GEMM alone
+  double tC = 0;         // collective alone
+  double tC3 = 0;        // both, from the common start until both finished
   double tGOverlap = 0;  // GEMM's own time inside the concurrent run (NaN or <= 0: not measured)
   double tCOverlap = 0;  // collective's own time inside the concurrent run
 
-  double speedup = 0;       // S
-  double idealSpeedup = 0;  // S_ideal
+  double speedup = 0;          // S
+  double idealSpeedup = 0;     // S_ideal
   double fractionOfIdeal = 0;  // F
-  double gemmSlowdown = 0;  // tGOverlap / tG
-  double collSlowdown = 0;  // tCOverlap / tC
+  double gemmSlowdown = 0;     // tGOverlap / tG
+  double collSlowdown = 0;     // tCOverlap / tC
   OverlapClass overlapClass = OverlapClass::kGCEqual;
 };
 

@@ -16,8 +16,8 @@ struct StrategyInfo {
 };
 
 constexpr StrategyInfo kStrategies[] = {
-    {Strategy::kSerial, "serial"}, {Strategy::kNccl, "nccl"},     {Strategy::kNcclSp, "nccl+SP"},
-    {Strategy::kNcclRp, "nccl+RP"}, {Strategy::kNcclCe, "nccl-ce"}, {Strategy::kConccl, "conccl"},
+    {Strategy::kSerial, "serial"},      {Strategy::kNccl, "nccl"},      {Strategy::kNcclSp, "nccl+SP"},
+    {Strategy::kNcclRp, "nccl+RP"},     {Strategy::kNcclCe, "nccl-ce"}, {Strategy::kConccl, "conccl"},
     {Strategy::kConcclRp, "conccl+RP"},
 };
 

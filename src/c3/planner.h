@@ -39,10 +39,10 @@ bool strategySupports(Strategy s, CollKind kind);
 
 // How much a strategy slows each side while both run, and what it adds to the collective alone.
 struct StrategyCost {
-  double gemmSlowdown = 1.0;        // a: T_g in overlap / T_g
-  double collSlowdown = 1.0;        // b: T_c in overlap / T_c
-  double collTimeScale = 1.0;       // isolated collective time relative to NCCL's
-  double collExtraLatency = 0.0;    // seconds added to the isolated collective (copy issue costs)
+  double gemmSlowdown = 1.0;      // a: T_g in overlap / T_g
+  double collSlowdown = 1.0;      // b: T_c in overlap / T_c
+  double collTimeScale = 1.0;     // isolated collective time relative to NCCL's
+  double collExtraLatency = 0.0;  // seconds added to the isolated collective (copy issue costs)
 };
 
 // Per strategy and GEMM boundedness, because memory-bound GEMMs fight the collective for HBM bandwidth
@@ -76,7 +76,7 @@ double predictOverlapTime(double tG, double tC, const StrategyCost& cost);
 struct Prediction {
   Strategy strategy = Strategy::kSerial;
   double tG = 0;
-  double tC = 0;   // this strategy's isolated collective time
+  double tC = 0;  // this strategy's isolated collective time
   double tC3 = 0;
   double speedup = 0;          // against this strategy's own T_g + T_c
   double fractionOfIdeal = 0;  // likewise

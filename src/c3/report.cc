@@ -51,8 +51,8 @@ std::string formatBytes(double bytes) {
   return format("%.2f %s", bytes, kUnits[unit]);
 }
 
-ResultRow makeRow(const Scenario& scenario, std::string strategy, const Metrics& metrics,
-                  const MachineProfile& machine, double halfPeakBytes) {
+ResultRow makeRow(const Scenario& scenario, std::string strategy, const Metrics& metrics, const MachineProfile& machine,
+                  double halfPeakBytes) {
   ResultRow row;
   row.scenario = scenario.name;
   row.strategy = std::move(strategy);
@@ -82,11 +82,11 @@ std::string formatTableHeader() {
 std::string formatTableRow(const ResultRow& r) {
   if (!r.ok()) return format("%-34s %-14s %s\n", r.scenario.c_str(), r.strategy.c_str(), r.status.c_str());
   const Metrics& m = r.metrics;
-  return format("%-34s %-14s %9s %9s %9s %7s %7s %5s %7s %6s %-8s %-7s %-9s\n", r.scenario.c_str(),
-                r.strategy.c_str(), ms(m.tG).c_str(), ms(m.tC).c_str(), ms(m.tC3).c_str(),
-                ratio(m.gemmSlowdown).c_str(), ratio(m.collSlowdown).c_str(), plain(m.speedup).c_str(),
-                plain(m.idealSpeedup).c_str(), percent(m.fractionOfIdeal).c_str(), overlapClassName(m.overlapClass),
-                gemmBoundName(r.gemmBound), r.collBound ? collBoundName(*r.collBound) : "-");
+  return format("%-34s %-14s %9s %9s %9s %7s %7s %5s %7s %6s %-8s %-7s %-9s\n", r.scenario.c_str(), r.strategy.c_str(),
+                ms(m.tG).c_str(), ms(m.tC).c_str(), ms(m.tC3).c_str(), ratio(m.gemmSlowdown).c_str(),
+                ratio(m.collSlowdown).c_str(), plain(m.speedup).c_str(), plain(m.idealSpeedup).c_str(),
+                percent(m.fractionOfIdeal).c_str(), overlapClassName(m.overlapClass), gemmBoundName(r.gemmBound),
+                r.collBound ? collBoundName(*r.collBound) : "-");
 }
 
 std::string formatTable(const std::vector<ResultRow>& rows) {
@@ -96,8 +96,8 @@ std::string formatTable(const std::vector<ResultRow>& rows) {
 }
 
 std::string formatSmBudgetTable(const std::vector<SmBudgetRow>& rows) {
-  std::string out = format("%-34s %-26s %-17s %5s %10s %8s\n", "gemm-of", "shape", "method", "SMs", "time(ms)",
-                           "slowdown");
+  std::string out =
+      format("%-34s %-26s %-17s %5s %10s %8s\n", "gemm-of", "shape", "method", "SMs", "time(ms)", "slowdown");
   for (const SmBudgetRow& r : rows) {
     const std::string sms = r.sms > 0 ? std::to_string(r.sms) : "all";
     if (r.status != "ok") {
@@ -105,8 +105,8 @@ std::string formatSmBudgetTable(const std::vector<SmBudgetRow>& rows) {
                     sms.c_str(), r.status.c_str());
       continue;
     }
-    out += format("%-34s %-26s %-17s %5s %10s %8s\n", r.gemmName.c_str(), gemmText(r.gemm).c_str(),
-                  r.method.c_str(), sms.c_str(), ms(r.time).c_str(), ratio(r.slowdown).c_str());
+    out += format("%-34s %-26s %-17s %5s %10s %8s\n", r.gemmName.c_str(), gemmText(r.gemm).c_str(), r.method.c_str(),
+                  sms.c_str(), ms(r.time).c_str(), ratio(r.slowdown).c_str());
   }
   return out;
 }
@@ -114,9 +114,9 @@ std::string formatSmBudgetTable(const std::vector<SmBudgetRow>& rows) {
 std::string formatGrid(const std::vector<Scenario>& scenarios, const MachineProfile& machine) {
   const CommProfile comm;
   const Calibration calibration = Calibration::defaults();
-  std::string out = format("%-34s %-26s %6s %-7s %-14s %10s %5s %-9s %9s %9s %-8s %-10s\n", "scenario", "gemm",
-                           "FLOP/B", "bound", "collective", "bytes", "ranks", "coll", "T_g*(ms)", "T_c*(ms)",
-                           "class*", "best*");
+  std::string out =
+      format("%-34s %-26s %6s %-7s %-14s %10s %5s %-9s %9s %9s %-8s %-10s\n", "scenario", "gemm", "FLOP/B", "bound",
+             "collective", "bytes", "ranks", "coll", "T_g*(ms)", "T_c*(ms)", "class*", "best*");
   for (const Scenario& s : scenarios) {
     const double tG = predictGemmTime(s.gemm, machine);
     const double tC = predictCollTime(s.coll, comm);
@@ -185,16 +185,11 @@ std::string resultsToJson(const RunInfo& info, const std::vector<ResultRow>& row
                   {"slowdown", number(r.slowdown)},
                   {"status", r.status}});
   }
-  json doc = {{"tool", "conccl-c3"},
-              {"version", format("%d.%d.%d", CONCCL_MAJOR, CONCCL_MINOR, CONCCL_PATCH)},
-              {"mode", info.mode},
-              {"device", info.device},
-              {"devices", info.devices},
-              {"ranks", info.ranks},
-              {"iters", info.iters},
-              {"warmup", info.warmup},
-              {"caveats", info.caveats},
-              {"results", results},
+  json doc = {{"tool", "conccl-c3"},     {"version", format("%d.%d.%d", CONCCL_MAJOR, CONCCL_MINOR, CONCCL_PATCH)},
+              {"mode", info.mode},       {"device", info.device},
+              {"devices", info.devices}, {"ranks", info.ranks},
+              {"iters", info.iters},     {"warmup", info.warmup},
+              {"caveats", info.caveats}, {"results", results},
               {"sm_budget", sm}};
   return doc.dump(2) + "\n";
 }

@@ -30,8 +30,8 @@ struct ResultRow {
 };
 
 // Builds a row: classifies the GEMM against `machine` and the collective against halfPeakBytes.
-ResultRow makeRow(const Scenario& scenario, std::string strategy, const Metrics& metrics,
-                  const MachineProfile& machine, double halfPeakBytes);
+ResultRow makeRow(const Scenario& scenario, std::string strategy, const Metrics& metrics, const MachineProfile& machine,
+                  double halfPeakBytes);
 ResultRow makeSkippedRow(const Scenario& scenario, std::string strategy, std::string status,
                          const MachineProfile& machine, double halfPeakBytes);
 
@@ -39,10 +39,10 @@ ResultRow makeSkippedRow(const Scenario& scenario, std::string strategy, std::st
 struct SmBudgetRow {
   std::string gemmName;  // scenario the GEMM came from
   GemmShape gemm;
-  std::string method;    // "full", "sm-target", "green-ctx", "green-ctx+target"
-  int sms = 0;           // SM budget (0: the whole GPU)
-  double time = 0;       // seconds (NaN: not measured)
-  double slowdown = 0;   // time / time on the whole GPU
+  std::string method;   // "full", "sm-target", "green-ctx", "green-ctx+target"
+  int sms = 0;          // SM budget (0: the whole GPU)
+  double time = 0;      // seconds (NaN: not measured)
+  double slowdown = 0;  // time / time on the whole GPU
   std::string status = "ok";
 };
 

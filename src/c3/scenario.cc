@@ -125,12 +125,11 @@ std::vector<Scenario> builtinGrid() {
   // (all 32768 routed rows of a rank), which overstates its arithmetic intensity (32 weight matrices).
   g.push_back(make("deepseekv3-ep8-a2a-fp8-t4096",
                    "DeepSeek-V3 EP=8: fp8 dispatch of 4096 tokens x top-8 beside fp8 expert gate/up GEMMs",
-                   {4096 * kDsTopK, 2 * kDsFfn, kDsHidden, kFp8}, kAllToAll,
-                   bytesOf(4096 * kDsTopK * kDsHidden, kFp8), kFp8));
+                   {4096 * kDsTopK, 2 * kDsFfn, kDsHidden, kFp8}, kAllToAll, bytesOf(4096 * kDsTopK * kDsHidden, kFp8),
+                   kFp8));
   g.push_back(make("deepseekv3-ep8-a2a-combine-t4096",
                    "DeepSeek-V3 EP=8: bf16 combine of 4096 tokens x top-8 beside expert down GEMMs",
-                   {4096 * kDsTopK, kDsHidden, kDsFfn, kBf16}, kAllToAll,
-                   bytesOf(4096 * kDsTopK * kDsHidden, kBf16)));
+                   {4096 * kDsTopK, kDsHidden, kDsFfn, kBf16}, kAllToAll, bytesOf(4096 * kDsTopK * kDsHidden, kBf16)));
   g.push_back(make("deepseekv3-ep8-a2a-decode-t128",
                    "DeepSeek-V3 EP=8 decode: fp8 dispatch of 128 tokens beside the memory-bound shared-expert GEMM",
                    {128, 2 * kDsFfn, kDsHidden, kBf16}, kAllToAll, bytesOf(128 * kDsTopK * kDsHidden, kFp8), kFp8));
@@ -141,10 +140,10 @@ std::vector<Scenario> smallGrid() {
   using enum CollKind;
   constexpr Dtype kBf16 = Dtype::kBf16;
   std::vector<Scenario> g;
-  g.push_back(make("small-ag-16m", "4096^3 bf16 GEMM beside a 16 MiB all-gather", {4096, 4096, 4096, kBf16},
-                   kAllGather, 16 * kMiB));
-  g.push_back(make("small-a2a-64m", "8192^3 bf16 GEMM beside a 64 MiB all-to-all", {8192, 8192, 8192, kBf16},
-                   kAllToAll, 64 * kMiB));
+  g.push_back(make("small-ag-16m", "4096^3 bf16 GEMM beside a 16 MiB all-gather", {4096, 4096, 4096, kBf16}, kAllGather,
+                   16 * kMiB));
+  g.push_back(make("small-a2a-64m", "8192^3 bf16 GEMM beside a 64 MiB all-to-all", {8192, 8192, 8192, kBf16}, kAllToAll,
+                   64 * kMiB));
   g.push_back(make("small-rs-1m-mem", "memory-bound 128x8192x8192 GEMM beside a 1 MiB reduce-scatter",
                    {128, 8192, 8192, kBf16}, kReduceScatter, 1 * kMiB));
   g.push_back(make("small-ag-256m-mem", "memory-bound 32768x8192x128 GEMM beside a 256 MiB all-gather",

@@ -15,10 +15,10 @@ namespace conccl::c3 {
 // FP8 training recipes do), so their output is counted at 2 bytes per element.
 enum class Dtype { kBf16, kFp16, kFp8E4M3, kFp32 };
 
-const char* dtypeName(Dtype dtype);                     // "bf16", "fp16", "fp8e4m3", "fp32"
+const char* dtypeName(Dtype dtype);                      // "bf16", "fp16", "fp8e4m3", "fp32"
 std::optional<Dtype> parseDtype(std::string_view name);  // accepts the names above (case-insensitive)
-size_t dtypeSize(Dtype dtype);                          // bytes per element of an input
-size_t gemmOutputSize(Dtype input);                     // bytes per element of the GEMM output
+size_t dtypeSize(Dtype dtype);                           // bytes per element of an input
+size_t gemmOutputSize(Dtype input);                      // bytes per element of the GEMM output
 
 // D[M,N] = A[M,K] x B[K,N].
 struct GemmShape {
@@ -61,9 +61,9 @@ GemmBound classifyGemm(const GemmShape& gemm, const MachineProfile& machine);
 // ---------------------------------------------------------------------------------------------------
 enum class CollKind { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kBroadcast };
 
-const char* collKindName(CollKind kind);                  // "all-gather", "reduce-scatter", ...
+const char* collKindName(CollKind kind);                       // "all-gather", "reduce-scatter", ...
 std::optional<CollKind> parseCollKind(std::string_view name);  // also accepts "allgather", "ag", "rs", "ar", "a2a"
-bool collHasReduction(CollKind kind);                     // reduce-scatter, all-reduce
+bool collHasReduction(CollKind kind);                          // reduce-scatter, all-reduce
 
 // nccl-tests bus-bandwidth factor: busbw = algbw x factor, (n-1)/n for all-gather, reduce-scatter and
 // all-to-all, 2(n-1)/n for all-reduce, 1 for broadcast. ranks < 1 is invalid (throws).

@@ -187,7 +187,11 @@ void Clique::finalizeLocked(PendingCall& pending) {
       std::vector<size_t> bytes = sched::bufferBytes(call, r);
       for (size_t b = 0; b < bytes.size(); ++b) {
         if (bytes[b] == 0) continue;
-        if (call.kind != sched::CollKind::kSendRecv && b == 0 && call.inPlace[r]) continue;
+        // An in-place rank's two pointers alias; only the one its program references is bound and checked.
+        if (call.kind != sched::CollKind::kSendRecv && call.inPlace[r] &&
+            static_cast<int>(b) != sched::inPlaceBuffer(call.kind)) {
+          continue;
+        }
         void* ptr = pending.binding.buffers[r][b];
         std::string what = "rank " + std::to_string(r) + " " +
                            (call.kind == sched::CollKind::kSendRecv ? "buffer of p2p op " + std::to_string(b)

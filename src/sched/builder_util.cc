@@ -4,11 +4,12 @@
 //   * emitReducePipeline: each reducer receives every peer's contribution to its share into bounded
 //     scratch, chunk by chunk, and reduces chunk i (one Reduce over all n inputs, so each output byte is
 //     written once and Avg is exact) while chunk i+1 is in flight; credits return scratch slots to senders.
+#include "sched/builder_util.h"
+
 #include <algorithm>
 #include <string>
 
 #include "core/error.h"
-#include "sched/builder_util.h"
 
 namespace conccl::sched::detail {
 
@@ -95,8 +96,7 @@ void finalizeSlots(Schedule& schedule) {
   schedule.slots = top + 1;
 }
 
-void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options,
-                Schedule& schedule) {
+void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule) {
   const int n = schedule.nranks;
   const int lanes = options.lanes;
   const size_t minPiece = std::max(options.minChunkBytes, kAlign);
@@ -115,7 +115,8 @@ void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const Build
     int numTargets = 0;
     for (int q = 0; q < n; ++q) numTargets += writes[static_cast<size_t>(me)][static_cast<size_t>(q)] ? 1 : 0;
     // With fewer targets than lanes a single copy is split so that every lane (copy engine) has work.
-    const size_t split = static_cast<size_t>(std::max(1, (lanes + std::max(1, numTargets) - 1) / std::max(1, numTargets)));
+    const size_t split =
+        static_cast<size_t>(std::max(1, (lanes + std::max(1, numTargets) - 1) / std::max(1, numTargets)));
     auto pushCopies = [&](const Transfer& t, int baseLane) {
       const size_t pieces = std::max<size_t>(1, std::min(split, t.bytes / minPiece));
       const size_t pieceBytes = pieces == 1 ? t.bytes : roundUp(ceilDiv(t.bytes, pieces), kAlign);
@@ -130,7 +131,8 @@ void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const Build
     // 1. Tell every peer that writes into this rank's memory that the program has started.
     for (int o = 1; o < n; ++o) {
       const int p = (me + o) % n;
-      if (writes[static_cast<size_t>(p)][static_cast<size_t>(me)]) ops.push_back(Signal{p, readySlot(n, me), kMainStream});
+      if (writes[static_cast<size_t>(p)][static_cast<size_t>(me)])
+        ops.push_back(Signal{p, readySlot(n, me), kMainStream});
     }
     // 2. Local copies need no handshake: issue them first so that they overlap the waits below.
     for (const Transfer& t : mine) {
@@ -156,8 +158,8 @@ void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const Build
   }
 }
 
-void emitReducePipeline(const CollectiveCall& call, const BuildOptions& options,
-                        const std::vector<ReduceShare>& shares, Schedule& schedule) {
+void emitReducePipeline(const CollectiveCall& call, const BuildOptions& options, const std::vector<ReduceShare>& shares,
+                        Schedule& schedule) {
   const int n = call.nranks;
   CONCCL_ASSERT(n >= 2 && shares.size() == static_cast<size_t>(n));
   const size_t es = typeSize(call.dtype);
@@ -201,7 +203,9 @@ void emitReducePipeline(const CollectiveCall& call, const BuildOptions& options,
     const auto o = static_cast<size_t>((p - r + n) % n);
     return Location{r, kScratch, ((o - 1) * depthEff + c % depthEff) * stride};
   };
-  auto laneOf = [&](int o, size_t c) { return static_cast<int>((static_cast<size_t>(o - 1) + c) % static_cast<size_t>(lanes)); };
+  auto laneOf = [&](int o, size_t c) {
+    return static_cast<int>((static_cast<size_t>(o - 1) + c) % static_cast<size_t>(lanes));
+  };
   auto gathers = [&](int r) { return !shares[static_cast<size_t>(r)].gatherTo.empty() && N(r) > 0; };
 
   for (int me = 0; me < n; ++me) {

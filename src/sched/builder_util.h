@@ -22,9 +22,6 @@ bool isRooted(CollKind kind);
 // True when `rank` effectively runs in place: in-place flags only matter on the root for rooted
 // collectives (elsewhere one of the two buffers is unused) and never for SendRecv.
 bool inPlaceRank(const CollectiveCall& call, int rank);
-// The buffer an in-place rank's program references: the larger of the two aliased buffers. recvbuff (1),
-// except for ReduceScatter and Scatter whose recvbuff lies inside sendbuff (0).
-int inPlaceBuffer(CollKind kind);
 
 // Where byte `offset` of rank's logical sendbuff / recvbuff lives, following the in-place rules. Only for
 // collectives (not SendRecv).
@@ -58,21 +55,20 @@ struct Transfer {
 // Fills `schedule.programs` with direct push programs: transfers[r] are the copies rank r issues (all with
 // src.rank == r). Handles the ready/done handshakes, lane assignment and splitting of large copies;
 // zero-byte transfers are dropped.
-void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options,
-                Schedule& schedule);
+void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule);
 
 // The share of the reduction that one rank computes.
 struct ReduceShare {
   size_t elems = 0;
-  std::vector<Location> inputs;     // per rank q: where q's contribution to this share starts
-  Location output;                  // where the reduced share goes (the reducer's memory)
-  std::vector<Location> gatherTo;   // AllReduce: per rank, where to push the reduced share (empty: none)
+  std::vector<Location> inputs;    // per rank q: where q's contribution to this share starts
+  Location output;                 // where the reduced share goes (the reducer's memory)
+  std::vector<Location> gatherTo;  // AllReduce: per rank, where to push the reduced share (empty: none)
 };
 
 // Fills `schedule.programs` with the pipelined exchange-into-scratch + Reduce programs for shares[r]
 // reduced by rank r (nranks >= 2), and sets scratchBytes and algorithm.
-void emitReducePipeline(const CollectiveCall& call, const BuildOptions& options,
-                        const std::vector<ReduceShare>& shares, Schedule& schedule);
+void emitReducePipeline(const CollectiveCall& call, const BuildOptions& options, const std::vector<ReduceShare>& shares,
+                        Schedule& schedule);
 
 // Sets `slots` to one more than the highest slot used (0 if none).
 void finalizeSlots(Schedule& schedule);

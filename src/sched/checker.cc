@@ -97,7 +97,8 @@ bool sameValue(const Value& a, const Value& b) {
   for (size_t i = 0; i < a.srcs->size(); ++i) {
     const Src& x = (*a.srcs)[i];
     const Src& y = (*b.srcs)[i];
-    if (x.call != y.call || x.rank != y.rank || x.buffer != y.buffer || x.off + a.shift != y.off + b.shift) return false;
+    if (x.call != y.call || x.rank != y.rank || x.buffer != y.buffer || x.off + a.shift != y.off + b.shift)
+      return false;
   }
   return true;
 }
@@ -205,8 +206,9 @@ class Checker {
     std::string s = "rank " + std::to_string(id.rank) + " op #" + std::to_string(id.index);
     if (calls_.size() > 1) s += std::string(" of call ") + kCallNames[id.call];
     if (id.call >= 0 && id.rank >= 0 && id.index >= 0) {
-      s += " " + describeOp(scheds_[static_cast<size_t>(id.call)]->programs[static_cast<size_t>(id.rank)]
-                                 .ops[static_cast<size_t>(id.index)]);
+      s += " " + describeOp(scheds_[static_cast<size_t>(id.call)]
+                                ->programs[static_cast<size_t>(id.rank)]
+                                .ops[static_cast<size_t>(id.index)]);
     }
     return s;
   }
@@ -216,7 +218,8 @@ class Checker {
     const CollectiveCall& call = *calls_[static_cast<size_t>(k)];
     const Schedule& s = *scheds_[static_cast<size_t>(k)];
     const OpId id{k, rank, index};
-    if (l.rank < 0 || l.rank >= call.nranks) fail(opStr(id) + ": " + role + " rank " + std::to_string(l.rank) + " out of range");
+    if (l.rank < 0 || l.rank >= call.nranks)
+      fail(opStr(id) + ": " + role + " rank " + std::to_string(l.rank) + " out of range");
     size_t size = 0;
     if (l.buffer == kScratch) {
       size = s.scratchBytes;
@@ -228,9 +231,9 @@ class Checker {
       }
       size = sizes[static_cast<size_t>(l.buffer)];
       if (call.kind != CollKind::kSendRecv && detail::inPlaceRank(call, l.rank) &&
-          l.buffer != detail::inPlaceBuffer(call.kind)) {
+          l.buffer != inPlaceBuffer(call.kind)) {
         fail(opStr(id) + ": " + role + " references " + bufferName(l.buffer) + " of rank " + std::to_string(l.rank) +
-             ", which runs in place and only uses " + bufferName(detail::inPlaceBuffer(call.kind)));
+             ", which runs in place and only uses " + bufferName(inPlaceBuffer(call.kind)));
       }
     }
     if (l.offset > size || bytes > size - l.offset) {
@@ -267,12 +270,14 @@ class Checker {
           const int ii = static_cast<int>(i);
           auto checkLane = [&](int lane) {
             if (lane != kMainStream && (lane < 0 || lane >= s.lanes)) {
-              fail(opStr(id) + ": lane " + std::to_string(lane) + " out of range (lanes = " + std::to_string(s.lanes) + ")");
+              fail(opStr(id) + ": lane " + std::to_string(lane) + " out of range (lanes = " + std::to_string(s.lanes) +
+                   ")");
             }
           };
           auto checkSlot = [&](int slot) {
             if (slot < 0 || slot >= s.slots) {
-              fail(opStr(id) + ": slot " + std::to_string(slot) + " out of range (slots = " + std::to_string(s.slots) + ")");
+              fail(opStr(id) + ": slot " + std::to_string(slot) + " out of range (slots = " + std::to_string(s.slots) +
+                   ")");
             }
           };
           if (const auto* c = std::get_if<Copy>(&ops[i])) {
@@ -280,9 +285,10 @@ class Checker {
             if (c->bytes == 0) fail(opStr(id) + ": zero-byte copy");
             checkLoc(k32, r, ii, c->src, c->bytes, "source");
             checkLoc(k32, r, ii, c->dst, c->bytes, "destination");
-            if (c->src.rank != r && c->dst.rank != r) fail(opStr(id) + ": a copy must have its issuing rank as source or destination");
-            if (c->src.rank == c->dst.rank && c->src.buffer == c->dst.buffer && c->src.offset < c->dst.offset + c->bytes &&
-                c->dst.offset < c->src.offset + c->bytes) {
+            if (c->src.rank != r && c->dst.rank != r)
+              fail(opStr(id) + ": a copy must have its issuing rank as source or destination");
+            if (c->src.rank == c->dst.rank && c->src.buffer == c->dst.buffer &&
+                c->src.offset < c->dst.offset + c->bytes && c->dst.offset < c->src.offset + c->bytes) {
               fail(opStr(id) + ": source and destination overlap");
             }
           } else if (const auto* sg = std::get_if<Signal>(&ops[i])) {
@@ -293,7 +299,8 @@ class Checker {
             checkSlot(w->slot);
           } else if (const auto* red = std::get_if<Reduce>(&ops[i])) {
             if (!detail::isReduction(call.kind)) fail(opStr(id) + ": Reduce in a collective without reduction");
-            if (red->dtype != call.dtype || red->op != call.op) fail(opStr(id) + ": Reduce dtype/op differ from the call's");
+            if (red->dtype != call.dtype || red->op != call.op)
+              fail(opStr(id) + ": Reduce dtype/op differ from the call's");
             if (red->count == 0) fail(opStr(id) + ": zero-element Reduce");
             if (red->inputs.empty()) fail(opStr(id) + ": Reduce without inputs");
             const size_t bytes = red->count * es;
@@ -301,7 +308,8 @@ class Checker {
               if (in.rank != r) fail(opStr(id) + ": Reduce reads another rank's memory (" + locStr(in) + ")");
               checkLoc(k32, r, ii, in, bytes, "reduce input");
               const Location& out = red->output;
-              if (in.buffer == out.buffer && !(in == out) && in.offset < out.offset + bytes && out.offset < in.offset + bytes) {
+              if (in.buffer == out.buffer && !(in == out) && in.offset < out.offset + bytes &&
+                  out.offset < in.offset + bytes) {
                 fail(opStr(id) + ": Reduce output partially overlaps input " + locStr(in));
               }
             }
@@ -572,8 +580,8 @@ class Checker {
         const Value& v = p.val;
         const uint64_t d = v.shift + (x - p.rel);
         if (v.kind == Value::kReduced && (v.op != red.op || red.op == concclAvg)) {
-          fail(opStr(e.op) + ": combines a partial " + detail::opName(v.op) + " result with op " + detail::opName(red.op) +
-               " (not an exact single reduction)");
+          fail(opStr(e.op) + ": combines a partial " + detail::opName(v.op) + " result with op " +
+               detail::opName(red.op) + " (not an exact single reduction)");
         }
         for (const Src& src : *v.srcs) srcs.push_back(Src{src.call, src.rank, src.buffer, src.off + d});
       }
@@ -632,8 +640,8 @@ class Checker {
       for (size_t slot = 0; slot < flags_[static_cast<size_t>(r)].size(); ++slot) {
         const FlagState& f = flags_[static_cast<size_t>(r)][slot];
         if (f.pending) {
-          fail("flag " + std::to_string(slot) + " of rank " + std::to_string(r) + " is still set at the end (signalled by " +
-               opStr(f.signaller) + ", never waited for)");
+          fail("flag " + std::to_string(slot) + " of rank " + std::to_string(r) +
+               " is still set at the end (signalled by " + opStr(f.signaller) + ", never waited for)");
         }
       }
     }
@@ -722,10 +730,12 @@ class Checker {
         }
         break;
       case CollKind::kGather:
-        for (int p = 0; p < n; ++p) copyOf(recvLoc(call, call.root, static_cast<size_t>(p) * c), sendLoc(call, p, 0), c);
+        for (int p = 0; p < n; ++p)
+          copyOf(recvLoc(call, call.root, static_cast<size_t>(p) * c), sendLoc(call, p, 0), c);
         break;
       case CollKind::kScatter:
-        for (int r = 0; r < n; ++r) copyOf(recvLoc(call, r, 0), sendLoc(call, call.root, static_cast<size_t>(r) * c), c);
+        for (int r = 0; r < n; ++r)
+          copyOf(recvLoc(call, r, 0), sendLoc(call, call.root, static_cast<size_t>(r) * c), c);
         break;
       case CollKind::kSendRecv: {
         const auto match = detail::matchP2P(call);
@@ -800,11 +810,11 @@ class Checker {
   int lanes_ = 1;
   int threads_ = 0;
   std::vector<VC> vcs_;
-  std::vector<std::vector<FlagState>> flags_;               // [rank][slot]
-  std::vector<std::vector<std::vector<Memory>>> buffers_;   // [call][rank][buffer]
-  std::vector<Memory> scratch_;                             // [rank], persists across calls
-  std::vector<std::vector<std::vector<Epoch>>> remote_;     // [rank][call][thread]: latest remote access
-  std::vector<std::vector<VC>> endClock_;                   // [rank][call]
+  std::vector<std::vector<FlagState>> flags_;              // [rank][slot]
+  std::vector<std::vector<std::vector<Memory>>> buffers_;  // [call][rank][buffer]
+  std::vector<Memory> scratch_;                            // [rank], persists across calls
+  std::vector<std::vector<std::vector<Epoch>>> remote_;    // [rank][call][thread]: latest remote access
+  std::vector<std::vector<VC>> endClock_;                  // [rank][call]
   std::vector<RankState> ranks_;
 };
 
@@ -825,7 +835,8 @@ CheckResult runChecker(std::vector<const CollectiveCall*> calls, std::vector<con
 std::string describeOp(const Op& op) {
   std::ostringstream os;
   if (const auto* c = std::get_if<Copy>(&op)) {
-    os << "Copy{" << locStr(c->src) << " -> " << locStr(c->dst) << ", " << c->bytes << " B, " << laneStr(c->lane) << "}";
+    os << "Copy{" << locStr(c->src) << " -> " << locStr(c->dst) << ", " << c->bytes << " B, " << laneStr(c->lane)
+       << "}";
   } else if (const auto* s = std::get_if<Signal>(&op)) {
     os << "Signal{rank " << s->peer << ", slot " << s->slot << ", " << laneStr(s->lane) << "}";
   } else if (const auto* w = std::get_if<Wait>(&op)) {

@@ -16,16 +16,26 @@ using detail::typeSize;
 
 const char* collKindName(CollKind kind) {
   switch (kind) {
-    case CollKind::kAllGather: return "AllGather";
-    case CollKind::kReduceScatter: return "ReduceScatter";
-    case CollKind::kAllReduce: return "AllReduce";
-    case CollKind::kBroadcast: return "Broadcast";
-    case CollKind::kReduce: return "Reduce";
-    case CollKind::kAllToAll: return "AllToAll";
-    case CollKind::kAllToAllv: return "AllToAllv";
-    case CollKind::kGather: return "Gather";
-    case CollKind::kScatter: return "Scatter";
-    case CollKind::kSendRecv: return "SendRecv";
+    case CollKind::kAllGather:
+      return "AllGather";
+    case CollKind::kReduceScatter:
+      return "ReduceScatter";
+    case CollKind::kAllReduce:
+      return "AllReduce";
+    case CollKind::kBroadcast:
+      return "Broadcast";
+    case CollKind::kReduce:
+      return "Reduce";
+    case CollKind::kAllToAll:
+      return "AllToAll";
+    case CollKind::kAllToAllv:
+      return "AllToAllv";
+    case CollKind::kGather:
+      return "Gather";
+    case CollKind::kScatter:
+      return "Scatter";
+    case CollKind::kSendRecv:
+      return "SendRecv";
   }
   return "Unknown";
 }
@@ -61,12 +71,18 @@ std::vector<size_t> bufferBytes(const CollectiveCall& call, int rank) {
   const size_t c = mulOrThrow(call.count, es, "count * element size");
   const bool isRoot = rank == call.root;
   switch (call.kind) {
-    case CollKind::kAllGather: return {c, mulOrThrow(n, c, "nranks * count")};
-    case CollKind::kReduceScatter: return {mulOrThrow(n, c, "nranks * count"), c};
-    case CollKind::kAllReduce: return {c, c};
-    case CollKind::kBroadcast: return {isRoot ? c : 0, c};
-    case CollKind::kReduce: return {c, isRoot ? c : 0};
-    case CollKind::kAllToAll: return {mulOrThrow(n, c, "nranks * count"), mulOrThrow(n, c, "nranks * count")};
+    case CollKind::kAllGather:
+      return {c, mulOrThrow(n, c, "nranks * count")};
+    case CollKind::kReduceScatter:
+      return {mulOrThrow(n, c, "nranks * count"), c};
+    case CollKind::kAllReduce:
+      return {c, c};
+    case CollKind::kBroadcast:
+      return {isRoot ? c : 0, c};
+    case CollKind::kReduce:
+      return {c, isRoot ? c : 0};
+    case CollKind::kAllToAll:
+      return {mulOrThrow(n, c, "nranks * count"), mulOrThrow(n, c, "nranks * count")};
     case CollKind::kAllToAllv: {
       const auto r = static_cast<size_t>(rank);
       if (r >= call.sendCounts.size() || r >= call.sendDispls.size() || r >= call.recvCounts.size() ||
@@ -76,8 +92,10 @@ std::vector<size_t> bufferBytes(const CollectiveCall& call, int rank) {
       return {mulOrThrow(vEnd(call.sendCounts[r], call.sendDispls[r]), es, "AllToAllv send extent"),
               mulOrThrow(vEnd(call.recvCounts[r], call.recvDispls[r]), es, "AllToAllv recv extent")};
     }
-    case CollKind::kGather: return {c, isRoot ? mulOrThrow(n, c, "nranks * count") : 0};
-    case CollKind::kScatter: return {isRoot ? mulOrThrow(n, c, "nranks * count") : 0, c};
+    case CollKind::kGather:
+      return {c, isRoot ? mulOrThrow(n, c, "nranks * count") : 0};
+    case CollKind::kScatter:
+      return {isRoot ? mulOrThrow(n, c, "nranks * count") : 0, c};
     case CollKind::kSendRecv: {
       std::vector<size_t> sizes;
       if (rank < 0 || static_cast<size_t>(rank) >= call.p2p.size()) return sizes;
@@ -100,6 +118,11 @@ int readySlot(int nranks, int fromPeer) {
 }
 int doneSlot(int nranks, int fromPeer) { return nranks + fromPeer; }
 int firstFreeSlot(int nranks) { return 2 * nranks; }
+
+int inPlaceBuffer(CollKind kind) {
+  // The larger of the two aliased buffers: recvbuff lies inside sendbuff for these two.
+  return kind == CollKind::kReduceScatter || kind == CollKind::kScatter ? 0 : 1;
+}
 int maxSlots(int nranks, const BuildOptions& options) {
   // ready + done, then data and credit flags of the pipelined exchange (one per peer and pipeline slot),
   // then one join flag per lane.
@@ -113,23 +136,28 @@ size_t typeSize(concclDataType_t dtype) {
     case concclInt8:
     case concclUint8:
     case concclFloat8e4m3:
-    case concclFloat8e5m2: return 1;
+    case concclFloat8e5m2:
+      return 1;
     case concclFloat16:
-    case concclBfloat16: return 2;
+    case concclBfloat16:
+      return 2;
     case concclInt32:
     case concclUint32:
-    case concclFloat32: return 4;
+    case concclFloat32:
+      return 4;
     case concclInt64:
     case concclUint64:
-    case concclFloat64: return 8;
-    default: return 0;
+    case concclFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 bool isFp8(concclDataType_t dtype) { return dtype == concclFloat8e4m3 || dtype == concclFloat8e5m2; }
 
 const char* dtypeName(concclDataType_t dtype) {
-  static const char* const kNames[] = {"int8",    "uint8",   "int32",    "uint32",  "int64",       "uint64",
+  static const char* const kNames[] = {"int8",    "uint8",    "int32",   "uint32",  "int64",      "uint64",
                                        "float16", "bfloat16", "float32", "float64", "float8e4m3", "float8e5m2"};
   const int i = static_cast<int>(dtype);
   return i >= 0 && i < concclNumTypes ? kNames[i] : "invalid";
@@ -158,20 +186,19 @@ bool inPlaceRank(const CollectiveCall& call, int rank) {
   return isRooted(call.kind) ? rank == call.root : true;
 }
 
-int inPlaceBuffer(CollKind kind) {
-  return kind == CollKind::kReduceScatter || kind == CollKind::kScatter ? 0 : 1;
-}
-
 Location sendLoc(const CollectiveCall& call, int rank, size_t offset) {
   const size_t c = call.count * typeSize(call.dtype);
   if (!inPlaceRank(call, rank)) return {rank, 0, offset};
   switch (call.kind) {
     case CollKind::kAllGather:
-    case CollKind::kGather: return {rank, 1, static_cast<size_t>(rank) * c + offset};
+    case CollKind::kGather:
+      return {rank, 1, static_cast<size_t>(rank) * c + offset};
     case CollKind::kAllReduce:
     case CollKind::kBroadcast:
-    case CollKind::kReduce: return {rank, 1, offset};
-    default: return {rank, 0, offset};  // ReduceScatter, Scatter: sendbuff is the larger buffer
+    case CollKind::kReduce:
+      return {rank, 1, offset};
+    default:
+      return {rank, 0, offset};  // ReduceScatter, Scatter: sendbuff is the larger buffer
   }
 }
 
@@ -215,10 +242,12 @@ void validateCall(const CollectiveCall& call) {
     case CollKind::kAllToAll:
     case CollKind::kAllToAllv:
       for (size_t r = 0; r < n; ++r) {
-        CONCCL_REQUIRE(!call.inPlace[r], what + "rank " + std::to_string(r) + " called in place, which is not supported");
+        CONCCL_REQUIRE(!call.inPlace[r],
+                       what + "rank " + std::to_string(r) + " called in place, which is not supported");
       }
       break;
-    default: break;
+    default:
+      break;
   }
 
   if (call.kind == CollKind::kAllToAllv) {
@@ -264,10 +293,11 @@ void validateCall(const CollectiveCall& call) {
       for (size_t i = 0; i < ops.size(); ++i) {
         const P2POp& op = ops[i];
         const std::string where = what + "rank " + std::to_string(r) + " op " + std::to_string(i) + ": ";
-        CONCCL_REQUIRE(op.peer >= 0 && op.peer < call.nranks, where + "peer " + std::to_string(op.peer) + " out of range");
-        CONCCL_REQUIRE(op.buffer >= 0 && static_cast<size_t>(op.buffer) < ops.size() &&
-                           !used[static_cast<size_t>(op.buffer)],
-                       where + "buffer index " + std::to_string(op.buffer) + " invalid or used twice");
+        CONCCL_REQUIRE(op.peer >= 0 && op.peer < call.nranks,
+                       where + "peer " + std::to_string(op.peer) + " out of range");
+        CONCCL_REQUIRE(
+            op.buffer >= 0 && static_cast<size_t>(op.buffer) < ops.size() && !used[static_cast<size_t>(op.buffer)],
+            where + "buffer index " + std::to_string(op.buffer) + " invalid or used twice");
         used[static_cast<size_t>(op.buffer)] = true;
         mulOrThrow(op.count, es, "count * element size");
         const int me = static_cast<int>(r);
@@ -288,8 +318,8 @@ void validateCall(const CollectiveCall& call) {
                                                  " but " + std::to_string(nrecv) + " matching receive(s)");
       for (size_t i = 0; i < counts.size(); ++i) {
         CONCCL_REQUIRE(counts[i] == it->second[i], what + "send #" + std::to_string(i) + " " + describe(key) + " has " +
-                                                      std::to_string(counts[i]) + " elements but the receive has " +
-                                                      std::to_string(it->second[i]));
+                                                       std::to_string(counts[i]) + " elements but the receive has " +
+                                                       std::to_string(it->second[i]));
       }
     }
     for (const auto& [key, counts] : recvs) {
@@ -336,16 +366,36 @@ Schedule buildSchedule(const CollectiveCall& call, const BuildOptions& options) 
   detail::validateCall(call);
   Schedule s;
   switch (call.kind) {
-    case CollKind::kAllGather: s = detail::buildAllGather(call, options); break;
-    case CollKind::kReduceScatter: s = detail::buildReduceScatter(call, options); break;
-    case CollKind::kAllReduce: s = detail::buildAllReduce(call, options); break;
-    case CollKind::kBroadcast: s = detail::buildBroadcast(call, options); break;
-    case CollKind::kReduce: s = detail::buildReduce(call, options); break;
-    case CollKind::kAllToAll: s = detail::buildAllToAll(call, options); break;
-    case CollKind::kAllToAllv: s = detail::buildAllToAllv(call, options); break;
-    case CollKind::kGather: s = detail::buildGather(call, options); break;
-    case CollKind::kScatter: s = detail::buildScatter(call, options); break;
-    case CollKind::kSendRecv: s = detail::buildSendRecv(call, options); break;
+    case CollKind::kAllGather:
+      s = detail::buildAllGather(call, options);
+      break;
+    case CollKind::kReduceScatter:
+      s = detail::buildReduceScatter(call, options);
+      break;
+    case CollKind::kAllReduce:
+      s = detail::buildAllReduce(call, options);
+      break;
+    case CollKind::kBroadcast:
+      s = detail::buildBroadcast(call, options);
+      break;
+    case CollKind::kReduce:
+      s = detail::buildReduce(call, options);
+      break;
+    case CollKind::kAllToAll:
+      s = detail::buildAllToAll(call, options);
+      break;
+    case CollKind::kAllToAllv:
+      s = detail::buildAllToAllv(call, options);
+      break;
+    case CollKind::kGather:
+      s = detail::buildGather(call, options);
+      break;
+    case CollKind::kScatter:
+      s = detail::buildScatter(call, options);
+      break;
+    case CollKind::kSendRecv:
+      s = detail::buildSendRecv(call, options);
+      break;
   }
   detail::finalizeSlots(s);
   CONCCL_ASSERT(s.slots <= maxSlots(call.nranks, options));

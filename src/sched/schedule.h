@@ -128,7 +128,10 @@ struct CollectiveCall {
   // Element count as the public API defines it for this collective (sendcount / recvcount / count).
   size_t count = 0;
   // Per rank: true when the rank called in place (see conccl.h). Collective buffers are
-  // 0 = sendbuff, 1 = recvbuff; an in-place rank's program never references buffer 0.
+  // 0 = sendbuff, 1 = recvbuff. An in-place rank's buffers alias, and its program references only the
+  // larger of the two: recvbuff (1), except for ReduceScatter and Scatter, whose recvbuff lies inside
+  // sendbuff, so their in-place ranks reference only sendbuff (0) (output at offset rank*count elements).
+  // For rooted collectives the flag matters on the root only (elsewhere one buffer is unused anyway).
   std::vector<bool> inPlace;
   // AllToAllv: per rank r and peer p, in elements (the arrays as rank r passed them).
   std::vector<std::vector<size_t>> sendCounts, sendDispls, recvCounts, recvDispls;
@@ -147,6 +150,10 @@ struct BuildOptions {
 // validation checks. For collectives: {sendbuff bytes, recvbuff bytes} (0 where the buffer is unused, e.g.
 // recvbuff on a non-root rank of Reduce). For SendRecv: one entry per posted op.
 std::vector<size_t> bufferBytes(const CollectiveCall& call, int rank);
+
+// The buffer index that an in-place rank's program references (see CollectiveCall::inPlace): 1 (recvbuff),
+// or 0 (sendbuff) for ReduceScatter and Scatter. Its size is bufferBytes(call, rank)[inPlaceBuffer(kind)].
+int inPlaceBuffer(CollKind kind);
 
 // Flag slots every schedule may use. Fixed per communicator so that executors allocate flags once.
 // Layout: [0, n) ready-from-peer, [n, 2n) done-from-peer, then builder-specific slots.

@@ -14,8 +14,8 @@ namespace conccl::sched::testing {
 namespace {
 
 const std::vector<size_t> kCounts = {0, 1, 7, 4099, size_t{1} << 20};
-const std::vector<concclDataType_t> kAllTypes = {concclInt8,    concclUint8,   concclInt32,    concclUint32,
-                                                 concclInt64,   concclUint64,  concclFloat16,  concclBfloat16,
+const std::vector<concclDataType_t> kAllTypes = {concclInt8,    concclUint8,   concclInt32,      concclUint32,
+                                                 concclInt64,   concclUint64,  concclFloat16,    concclBfloat16,
                                                  concclFloat32, concclFloat64, concclFloat8e4m3, concclFloat8e5m2};
 const std::vector<concclDataType_t> kReduceTypes(kAllTypes.begin(), kAllTypes.end() - 2);
 const std::vector<concclRedOp_t> kOps = {concclSum, concclProd, concclMax, concclMin, concclAvg};
@@ -149,7 +149,8 @@ TEST(SchedAllToAllv, RandomUnevenCounts) {
   for (int n = 1; n <= 8; ++n) {
     for (unsigned seed = 0; seed < 6; ++seed) {
       const concclDataType_t t = kAllTypes[(seed + static_cast<unsigned>(n)) % kAllTypes.size()];
-      expectValid(makeAllToAllv(n, seed * 31u + static_cast<unsigned>(n), t), seed % 2 ? tinyOptions(1, 3) : BuildOptions{},
+      expectValid(makeAllToAllv(n, seed * 31u + static_cast<unsigned>(n), t),
+                  seed % 2 ? tinyOptions(1, 3) : BuildOptions{},
                   /*pair=*/seed == 0);
     }
   }
@@ -197,7 +198,8 @@ TEST(SchedShape, LargeCopiesAreSplitAcrossLanes) {
   const Schedule s = buildSchedule(makeCall(CollKind::kBroadcast, 2, size_t{1} << 20), o);
   std::vector<bool> used(4, false);
   for (const Op& op : s.programs[0].ops) {
-    if (const auto* c = std::get_if<Copy>(&op); c != nullptr && c->dst.rank == 1) used[static_cast<size_t>(c->lane)] = true;
+    if (const auto* c = std::get_if<Copy>(&op); c != nullptr && c->dst.rank == 1)
+      used[static_cast<size_t>(c->lane)] = true;
   }
   for (int l = 0; l < 4; ++l) EXPECT_TRUE(used[static_cast<size_t>(l)]) << "lane " << l;
 }

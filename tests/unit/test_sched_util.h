@@ -59,8 +59,8 @@ inline CollectiveCall makeAllToAllv(int nranks, unsigned seed, concclDataType_t 
 }
 
 inline std::string callStr(const CollectiveCall& c, const BuildOptions& o) {
-  std::string s = std::string(collKindName(c.kind)) + " n=" + std::to_string(c.nranks) + " count=" +
-                  std::to_string(c.count) + " dtype=" + std::to_string(static_cast<int>(c.dtype)) +
+  std::string s = std::string(collKindName(c.kind)) + " n=" + std::to_string(c.nranks) +
+                  " count=" + std::to_string(c.count) + " dtype=" + std::to_string(static_cast<int>(c.dtype)) +
                   " op=" + std::to_string(static_cast<int>(c.op)) + " root=" + std::to_string(c.root) + " inPlace=";
   for (bool b : c.inPlace) s += b ? "1" : "0";
   s += " budget=" + std::to_string(o.scratchBudget) + " lanes=" + std::to_string(o.lanes) +

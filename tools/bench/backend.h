@@ -71,8 +71,7 @@ class Backend {
                       int root) = 0;
   virtual void AllToAll(int rank, const void* send, void* recv, size_t count, concclDataType_t type) = 0;
   virtual void Gather(int rank, const void* send, void* recv, size_t sendcount, concclDataType_t type, int root) = 0;
-  virtual void Scatter(int rank, const void* send, void* recv, size_t recvcount, concclDataType_t type,
-                       int root) = 0;
+  virtual void Scatter(int rank, const void* send, void* recv, size_t recvcount, concclDataType_t type, int root) = 0;
   virtual void Send(int rank, const void* send, size_t count, concclDataType_t type, int peer) = 0;
   virtual void Recv(int rank, void* recv, size_t count, concclDataType_t type, int peer) = 0;
 

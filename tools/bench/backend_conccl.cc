@@ -33,8 +33,8 @@ ConcclBackend::~ConcclBackend() {
 
 std::string ConcclBackend::ConfigText() const {
   auto val = [](int v) { return v == CONCCL_CONFIG_UNDEF_INT ? std::string("default") : std::to_string(v); };
-  return "lanes " + val(config_.lanes) + ", reduceCtas " + val(config_.reduceCtas) + ", engine " +
-         val(config_.engine) + ", timeoutMs " + val(config_.timeoutMs);
+  return "lanes " + val(config_.lanes) + ", reduceCtas " + val(config_.reduceCtas) + ", engine " + val(config_.engine) +
+         ", timeoutMs " + val(config_.timeoutMs);
 }
 
 bool ConcclBackend::Supports(CollKind /*kind*/, concclDataType_t type, int op) const {
@@ -48,13 +48,9 @@ SmUsage ConcclBackend::Sms(CollKind kind) const {
   return {ctas, false, false, "reduction kernel CTAs (config.reduceCtas)"};
 }
 
-void ConcclBackend::GroupStart() {
-  ConcclCheck(concclGroupStart(), nullptr, "concclGroupStart");
-}
+void ConcclBackend::GroupStart() { ConcclCheck(concclGroupStart(), nullptr, "concclGroupStart"); }
 
-void ConcclBackend::GroupEnd() {
-  ConcclCheck(concclGroupEnd(), nullptr, "concclGroupEnd");
-}
+void ConcclBackend::GroupEnd() { ConcclCheck(concclGroupEnd(), nullptr, "concclGroupEnd"); }
 
 void ConcclBackend::AllGather(int rank, const void* send, void* recv, size_t sendcount, concclDataType_t type) {
   ConcclCheck(concclAllGather(send, recv, sendcount, type, comms_[rank], StreamOf(rank)), comms_[rank],
@@ -73,8 +69,7 @@ void ConcclBackend::AllReduce(int rank, const void* send, void* recv, size_t cou
               "concclAllReduce");
 }
 
-void ConcclBackend::Broadcast(int rank, const void* send, void* recv, size_t count, concclDataType_t type,
-                              int root) {
+void ConcclBackend::Broadcast(int rank, const void* send, void* recv, size_t count, concclDataType_t type, int root) {
   ConcclCheck(concclBroadcast(send, recv, count, type, root, comms_[rank], StreamOf(rank)), comms_[rank],
               "concclBroadcast");
 }
@@ -86,18 +81,15 @@ void ConcclBackend::Reduce(int rank, const void* send, void* recv, size_t count,
 }
 
 void ConcclBackend::AllToAll(int rank, const void* send, void* recv, size_t count, concclDataType_t type) {
-  ConcclCheck(concclAllToAll(send, recv, count, type, comms_[rank], StreamOf(rank)), comms_[rank],
-              "concclAllToAll");
+  ConcclCheck(concclAllToAll(send, recv, count, type, comms_[rank], StreamOf(rank)), comms_[rank], "concclAllToAll");
 }
 
-void ConcclBackend::Gather(int rank, const void* send, void* recv, size_t sendcount, concclDataType_t type,
-                           int root) {
+void ConcclBackend::Gather(int rank, const void* send, void* recv, size_t sendcount, concclDataType_t type, int root) {
   ConcclCheck(concclGather(send, recv, sendcount, type, root, comms_[rank], StreamOf(rank)), comms_[rank],
               "concclGather");
 }
 
-void ConcclBackend::Scatter(int rank, const void* send, void* recv, size_t recvcount, concclDataType_t type,
-                            int root) {
+void ConcclBackend::Scatter(int rank, const void* send, void* recv, size_t recvcount, concclDataType_t type, int root) {
   ConcclCheck(concclScatter(send, recv, recvcount, type, root, comms_[rank], StreamOf(rank)), comms_[rank],
               "concclScatter");
 }

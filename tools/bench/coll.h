@@ -15,8 +15,17 @@
 
 namespace conccl::bench {
 
-enum class CollKind { kAllGather, kAllToAll, kReduceScatter, kAllReduce, kBroadcast, kReduce, kGather, kScatter,
-                      kSendRecv };
+enum class CollKind {
+  kAllGather,
+  kAllToAll,
+  kReduceScatter,
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kGather,
+  kScatter,
+  kSendRecv
+};
 
 // Per-rank element counts of one case, derived from the requested size.
 struct CollCounts {

@@ -30,7 +30,7 @@ void Run(Backend& b, const CaseArgs& a, int rank, const void* send, void* recv) 
 
 }  // namespace
 
-const CollDesc kAllGatherColl = {CollKind::kAllGather, "all_gather", false, false, true, Counts,
+const CollDesc kAllGatherColl = {CollKind::kAllGather, "all_gather", false,      false,     true, Counts,
                                  FactorNm1OverN,       SendOffset,   ZeroOffset, Reference, Run};
 
 }  // namespace conccl::bench

@@ -23,7 +23,7 @@ void Run(Backend& b, const CaseArgs& a, int rank, const void* send, void* recv) 
 
 }  // namespace
 
-const CollDesc kAllReduceColl = {CollKind::kAllReduce, "all_reduce", true,       false,     true, Counts,
-                                 Factor,               ZeroOffset,   ZeroOffset, Reference, Run};
+const CollDesc kAllReduceColl = {CollKind::kAllReduce, "all_reduce", true,      false, true, Counts, Factor,
+                                 ZeroOffset,           ZeroOffset,   Reference, Run};
 
 }  // namespace conccl::bench

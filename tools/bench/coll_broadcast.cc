@@ -17,7 +17,7 @@ void Run(Backend& b, const CaseArgs& a, int rank, const void* send, void* recv) 
 
 }  // namespace
 
-const CollDesc kBroadcastColl = {CollKind::kBroadcast, "broadcast", false,      true,      true, Counts,
-                                 FactorOne,            ZeroOffset,  ZeroOffset, Reference, Run};
+const CollDesc kBroadcastColl = {CollKind::kBroadcast, "broadcast", false,     true, true, Counts, FactorOne,
+                                 ZeroOffset,           ZeroOffset,  Reference, Run};
 
 }  // namespace conccl::bench

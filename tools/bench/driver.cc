@@ -149,15 +149,14 @@ RowResult RunCase(Backend& backend, const BenchOptions& o, const CollDesc& coll,
   row.root = coll.uses_root ? args.root : -1;
   row.nranks = args.nranks;
   row.gpus_shared = backend.GpusShared();
-  row.sms = backend.Sms(coll.kind);
 
   // Fresh random inputs per size, one seeded generator per rank, and the host reference.
   std::vector<Bytes> inputs(args.nranks);
   const int data_op = coll.reduces ? op : -1;
   for (int r = 0; r < args.nranks; ++r) {
-    inputs[r] = RandomElements(type, args.counts.send,
-                               InputSeed(o.seed, r, bytes, static_cast<int>(coll.kind), type, data_op), data_op,
-                               args.nranks);
+    inputs[r] =
+        RandomElements(type, args.counts.send, InputSeed(o.seed, r, bytes, static_cast<int>(coll.kind), type, data_op),
+                       data_op, args.nranks);
   }
   std::vector<std::optional<Bytes>> expected(args.nranks);
   std::vector<std::vector<double>> scales(args.nranks);
@@ -166,6 +165,7 @@ RowResult RunCase(Backend& backend, const BenchOptions& o, const CollDesc& coll,
   }
   row.out_of_place = RunVariant(backend, o, coll, args, false, inputs, expected, scales);
   row.in_place = RunVariant(backend, o, coll, args, true, inputs, expected, scales);
+  row.sms = backend.Sms(coll.kind);  // after the runs: NCCL-CE knows only then whether registration worked
   return row;
 }
 

@@ -21,8 +21,8 @@ struct Outputs {
 };
 
 // Runs one case (one collective, type, op, size) on one backend and returns its row.
-RowResult RunCase(Backend& backend, const BenchOptions& options, const CollDesc& coll, concclDataType_t type,
-                  int op, size_t bytes);
+RowResult RunCase(Backend& backend, const BenchOptions& options, const CollDesc& coll, concclDataType_t type, int op,
+                  size_t bytes);
 
 // Runs the whole sweep over `backends` (all with options.nranks ranks), writing the text table, the JSON rows
 // and progress. `metadata` is written as the first JSON line. Returns the total #wrong (errors count as 1).

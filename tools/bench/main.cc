@@ -49,8 +49,8 @@ int Main(int argc, char** argv) {
   }
 
   std::ostringstream header;
-  header << "# conccl-bench  nThread 1 nGpus " << o.nranks << " minBytes " << o.min_bytes << " maxBytes "
-         << o.max_bytes << " step: ";
+  header << "# conccl-bench  nThread 1 nGpus " << o.nranks << " minBytes " << o.min_bytes << " maxBytes " << o.max_bytes
+         << " step: ";
   if (o.step_factor > 1.0) {
     header << o.step_factor << "(factor)";
   } else {
@@ -104,22 +104,14 @@ int Main(int argc, char** argv) {
   for (concclRedOp_t op : o.ops) ops.push_back(RedOpName(op));
   for (const CollDesc* c : o.colls) colls.push_back(c->name);
   const nlohmann::json metadata = {
-      {"metadata", true},
-      {"tool", "conccl-bench"},
-      {"date", UtcNow()},
-      {"host", Hostname()},
-      {"machine", machine},
-      {"command", o.command_line},
-      {"nranks", o.nranks},
-      {"devices", RankDevices(o)},
-      {"backends", backend_meta},
-      {"colls", colls},
-      {"types", types},
-      {"ops", ops},
-      {"iters", o.iters},
-      {"warmup", o.warmup},
-      {"graph", o.graph},
-      {"check", o.check},
+      {"metadata", true},         {"tool", "conccl-bench"},
+      {"date", UtcNow()},         {"host", Hostname()},
+      {"machine", machine},       {"command", o.command_line},
+      {"nranks", o.nranks},       {"devices", RankDevices(o)},
+      {"backends", backend_meta}, {"colls", colls},
+      {"types", types},           {"ops", ops},
+      {"iters", o.iters},         {"warmup", o.warmup},
+      {"graph", o.graph},         {"check", o.check},
       {"seed", o.seed},
   };
 

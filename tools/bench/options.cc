@@ -1,7 +1,6 @@
 #include "options.h"
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cctype>
 #include <sstream>
@@ -36,12 +35,22 @@ std::optional<size_t> ParseBytes(std::string_view text) {
   int shift = 0;
   if (!suffix.empty()) {
     switch (std::toupper(static_cast<unsigned char>(suffix[0]))) {
-      case 'K': shift = 10; break;
-      case 'M': shift = 20; break;
-      case 'G': shift = 30; break;
-      case 'T': shift = 40; break;
-      case 'B': break;
-      default: return std::nullopt;
+      case 'K':
+        shift = 10;
+        break;
+      case 'M':
+        shift = 20;
+        break;
+      case 'G':
+        shift = 30;
+        break;
+      case 'T':
+        shift = 40;
+        break;
+      case 'B':
+        break;
+      default:
+        return std::nullopt;
     }
     suffix.remove_prefix(1);
     if (shift != 0 && !suffix.empty() && (suffix == "B" || suffix == "b")) suffix.remove_prefix(1);
@@ -74,8 +83,8 @@ namespace {
 
 // Runs the post-parse checks and conversions CLI11 cannot express; returns an error text or "".
 std::string Finish(BenchOptions& o, const std::string& b, const std::string& e, const std::string& i,
-                   const std::string& d, const std::string& op, const std::string& coll,
-                   const std::string& backend, bool g_given) {
+                   const std::string& d, const std::string& op, const std::string& coll, const std::string& backend,
+                   bool g_given) {
   auto min = ParseBytes(b), max = ParseBytes(e), step = ParseBytes(i);
   if (!min) return "-b: bad size '" + b + "'";
   if (!max) return "-e: bad size '" + e + "'";
@@ -162,9 +171,11 @@ ParseResult ParseOptions(int argc, const char* const* argv) {
   app.add_option("-f,--stepfactor", o.step_factor, "Multiply the size by this factor (> 1), else add -i")
       ->capture_default_str();
   app.add_option("-i,--stepbytes", i, "Size increment when -f is not > 1")->capture_default_str();
-  app.add_option("-n,--iters", o.iters, "Timed iterations per size")->check(CLI::Range(1, 1 << 24))
+  app.add_option("-n,--iters", o.iters, "Timed iterations per size")
+      ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
-  app.add_option("-w,--warmup_iters", o.warmup, "Warm-up iterations per size")->check(CLI::Range(0, 1 << 24))
+  app.add_option("-w,--warmup_iters", o.warmup, "Warm-up iterations per size")
+      ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   CLI::Option* g_opt = app.add_option("-g,--ngpus", o.nranks, "Ranks in this process (CUDA devices 0..g-1)")
                            ->check(CLI::Range(1, 1024))

@@ -19,26 +19,26 @@ namespace conccl::bench {
 inline constexpr std::string_view kBackendNames[] = {"conccl", "nccl", "nccl-ce", "host"};
 
 struct BenchOptions {
-  size_t min_bytes = 32u << 20;  // -b
-  size_t max_bytes = 32u << 20;  // -e
-  double step_factor = 1.0;      // -f (> 1: multiply; else add step_bytes)
-  size_t step_bytes = 1u << 20;  // -i
-  int iters = 20;                // -n
-  int warmup = 5;                // -w
-  int nranks = 1;                // -g
-  std::vector<int> devices;      // --devices (one per rank; empty: 0..nranks-1)
-  bool check = true;             // -c
-  bool graph = false;            // -G
-  std::vector<concclDataType_t> types = {concclFloat32};  // -d
-  std::vector<concclRedOp_t> ops = {concclSum};           // -o
-  int root = 0;                                           // -r
+  size_t min_bytes = 32u << 20;                            // -b
+  size_t max_bytes = 32u << 20;                            // -e
+  double step_factor = 1.0;                                // -f (> 1: multiply; else add step_bytes)
+  size_t step_bytes = 1u << 20;                            // -i
+  int iters = 20;                                          // -n
+  int warmup = 5;                                          // -w
+  int nranks = 1;                                          // -g
+  std::vector<int> devices;                                // --devices (one per rank; empty: 0..nranks-1)
+  bool check = true;                                       // -c
+  bool graph = false;                                      // -G
+  std::vector<concclDataType_t> types = {concclFloat32};   // -d
+  std::vector<concclRedOp_t> ops = {concclSum};            // -o
+  int root = 0;                                            // -r
   std::vector<const CollDesc*> colls = {&kAllGatherColl};  // --coll
-  std::vector<std::string> backends;  // --backend; empty: conccl when a GPU is present, else host
-  std::string json_path;              // --json
-  int lanes = CONCCL_CONFIG_UNDEF_INT;        // --lanes
-  int reduce_ctas = CONCCL_CONFIG_UNDEF_INT;  // --reduce-ctas
-  uint64_t seed = 0x5eed;                     // --seed
-  std::string command_line;                   // the arguments, for the JSON metadata line
+  std::vector<std::string> backends;                       // --backend; empty: conccl when a GPU is present, else host
+  std::string json_path;                                   // --json
+  int lanes = CONCCL_CONFIG_UNDEF_INT;                     // --lanes
+  int reduce_ctas = CONCCL_CONFIG_UNDEF_INT;               // --reduce-ctas
+  uint64_t seed = 0x5eed;                                  // --seed
+  std::string command_line;                                // the arguments, for the JSON metadata line
 };
 
 // Outcome of parsing: options, or an exit code with the text CLI11 produced (help or an error).

@@ -91,11 +91,22 @@ void ReduceRanks(concclDataType_t type, concclRedOp_t op, const std::vector<cons
         }
         switch (op) {
           case concclSum:
-          case concclAvg: acc += v; mag += std::fabs(v); break;
-          case concclProd: acc *= v; mag = std::fabs(acc); break;
-          case concclMax: acc = std::max(acc, v); break;
-          case concclMin: acc = std::min(acc, v); break;
-          default: throw std::invalid_argument("bad reduction op");
+          case concclAvg:
+            acc += v;
+            mag += std::fabs(v);
+            break;
+          case concclProd:
+            acc *= v;
+            mag = std::fabs(acc);
+            break;
+          case concclMax:
+            acc = std::max(acc, v);
+            break;
+          case concclMin:
+            acc = std::min(acc, v);
+            break;
+          default:
+            throw std::invalid_argument("bad reduction op");
         }
       }
       if (op == concclAvg) {
@@ -120,15 +131,21 @@ void ReduceRanks(concclDataType_t type, concclRedOp_t op, const std::vector<cons
       }
       switch (op) {
         case concclSum:
-        case concclAvg: acc += v; sacc += sv; break;
-        case concclProd: acc *= v; break;
-        case concclMax: acc = info.is_signed ? static_cast<uint64_t>(std::max(static_cast<int64_t>(acc), sv))
-                                             : std::max(acc, v);
+        case concclAvg:
+          acc += v;
+          sacc += sv;
           break;
-        case concclMin: acc = info.is_signed ? static_cast<uint64_t>(std::min(static_cast<int64_t>(acc), sv))
-                                             : std::min(acc, v);
+        case concclProd:
+          acc *= v;
           break;
-        default: throw std::invalid_argument("bad reduction op");
+        case concclMax:
+          acc = info.is_signed ? static_cast<uint64_t>(std::max(static_cast<int64_t>(acc), sv)) : std::max(acc, v);
+          break;
+        case concclMin:
+          acc = info.is_signed ? static_cast<uint64_t>(std::min(static_cast<int64_t>(acc), sv)) : std::min(acc, v);
+          break;
+        default:
+          throw std::invalid_argument("bad reduction op");
       }
     }
     if (op == concclAvg) {

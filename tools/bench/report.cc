@@ -21,9 +21,7 @@ TimeStats ComputeStats(std::vector<double> seconds) {
   return s;
 }
 
-double AlgBw(size_t bytes, double seconds) {
-  return seconds > 0 ? static_cast<double>(bytes) / 1e9 / seconds : 0.0;
-}
+double AlgBw(size_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / 1e9 / seconds : 0.0; }
 
 namespace {
 
@@ -60,11 +58,11 @@ std::vector<std::string> ColumnHeader() {
       Printf("# %10s  %12s  %8s  %6s  %6s  %31s  %31s  %-8s  %5s  %16s  %16s", "", "", "", "", "",
              "out-of-place           ", "in-place           ", "", "", "out-of-place", "in-place"),
       Printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %-8s  %5s  %7s  %7s  %7s  %7s",
-             "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-             "busbw", "#wrong", "backend", "sms", "p50", "p99", "p50", "p99"),
+             "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+             "#wrong", "backend", "sms", "p50", "p99", "p50", "p99"),
       Printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %-8s  %5s  %7s  %7s  %7s  %7s",
-             "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "",
-             "", "(us)", "(us)", "(us)", "(us)"),
+             "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "", "",
+             "(us)", "(us)", "(us)", "(us)"),
   };
 }
 
@@ -76,8 +74,8 @@ std::string SmLabel(const SmUsage& sms) {
 }
 
 std::string FormatRow(const RowResult& row) {
-  std::string s = Printf("  %10zu  %12zu  %8s  %6s  %6d", row.size_bytes, row.count, row.type.c_str(),
-                         row.redop.c_str(), row.root);
+  std::string s =
+      Printf("  %10zu  %12zu  %8s  %6s  %6d", row.size_bytes, row.count, row.type.c_str(), row.redop.c_str(), row.root);
   s += Variant(row.out_of_place) + Variant(row.in_place);
   s += Printf("  %-8s  %5s", row.backend.c_str(), SmLabel(row.sms).c_str());
   s += Percentiles(row.out_of_place) + Percentiles(row.in_place);

@@ -3,9 +3,8 @@
 #ifndef CONCCL_TOOLS_BENCH_REPORT_H_
 #define CONCCL_TOOLS_BENCH_REPORT_H_
 
-#include <nlohmann/json.hpp>
-
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,12 +27,12 @@ double AlgBw(size_t bytes, double seconds);
 
 // One variant (out-of-place or in-place) of a row.
 struct VariantResult {
-  bool present = false;       // false: the collective has no such variant (printed as N/A)
+  bool present = false;  // false: the collective has no such variant (printed as N/A)
   TimeStats time;
-  double algbw = 0;           // GB/s
-  double busbw = 0;           // GB/s
+  double algbw = 0;             // GB/s
+  double busbw = 0;             // GB/s
   std::optional<size_t> wrong;  // nullopt: not checked (-c 0)
-  std::string error;          // non-empty: the backend failed
+  std::string error;            // non-empty: the backend failed
 };
 
 struct RowResult {

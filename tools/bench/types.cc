@@ -30,9 +30,9 @@ const DTypeInfo* FindDType(std::string_view name) {
     std::string_view alias;
     std::string_view name;
   };
-  static constexpr Alias kAliases[] = {{"char", "int8"},      {"int", "int32"},       {"float16", "half"},
-                                       {"fp16", "half"},      {"bf16", "bfloat16"},   {"float32", "float"},
-                                       {"fp32", "float"},     {"float64", "double"},  {"fp64", "double"},
+  static constexpr Alias kAliases[] = {{"char", "int8"},      {"int", "int32"},      {"float16", "half"},
+                                       {"fp16", "half"},      {"bf16", "bfloat16"},  {"float32", "float"},
+                                       {"fp32", "float"},     {"float64", "double"}, {"fp64", "double"},
                                        {"f8e4m3", "fp8e4m3"}, {"f8e5m2", "fp8e5m2"}};
   for (const Alias& a : kAliases) {
     if (a.alias == name) name = a.name;
@@ -68,7 +68,7 @@ uint16_t FloatToHalf(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: infinity
   if (abs < 0x38800000u) {
     // Subnormal half (or zero): value = mantissa * 2^-24. Round the float to a multiple of 2^-24.
@@ -103,13 +103,20 @@ float Bf16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t
 
 double UnitRoundoff(concclDataType_t type) {
   switch (type) {
-    case concclFloat16: return std::ldexp(1.0, -11);
-    case concclBfloat16: return std::ldexp(1.0, -8);
-    case concclFloat32: return std::ldexp(1.0, -24);
-    case concclFloat64: return std::ldexp(1.0, -53);
-    case concclFloat8e4m3: return std::ldexp(1.0, -4);
-    case concclFloat8e5m2: return std::ldexp(1.0, -3);
-    default: return 0.0;
+    case concclFloat16:
+      return std::ldexp(1.0, -11);
+    case concclBfloat16:
+      return std::ldexp(1.0, -8);
+    case concclFloat32:
+      return std::ldexp(1.0, -24);
+    case concclFloat64:
+      return std::ldexp(1.0, -53);
+    case concclFloat8e4m3:
+      return std::ldexp(1.0, -4);
+    case concclFloat8e5m2:
+      return std::ldexp(1.0, -3);
+    default:
+      return 0.0;
   }
 }
 
@@ -128,45 +135,72 @@ void Store(void* base, size_t i, T v) {
 
 double LoadFloat(concclDataType_t type, const void* base, size_t i) {
   switch (type) {
-    case concclFloat16: return HalfToFloat(Load<uint16_t>(base, i));
-    case concclBfloat16: return Bf16ToFloat(Load<uint16_t>(base, i));
-    case concclFloat32: return Load<float>(base, i);
-    case concclFloat64: return Load<double>(base, i);
-    default: throw std::invalid_argument("LoadFloat: not a reducible floating type");
+    case concclFloat16:
+      return HalfToFloat(Load<uint16_t>(base, i));
+    case concclBfloat16:
+      return Bf16ToFloat(Load<uint16_t>(base, i));
+    case concclFloat32:
+      return Load<float>(base, i);
+    case concclFloat64:
+      return Load<double>(base, i);
+    default:
+      throw std::invalid_argument("LoadFloat: not a reducible floating type");
   }
 }
 
 void StoreFloat(concclDataType_t type, void* base, size_t i, double v) {
   switch (type) {
-    case concclFloat16: Store<uint16_t>(base, i, FloatToHalf(static_cast<float>(v))); return;
-    case concclBfloat16: Store<uint16_t>(base, i, FloatToBf16(static_cast<float>(v))); return;
-    case concclFloat32: Store<float>(base, i, static_cast<float>(v)); return;
-    case concclFloat64: Store<double>(base, i, v); return;
-    default: throw std::invalid_argument("StoreFloat: not a reducible floating type");
+    case concclFloat16:
+      Store<uint16_t>(base, i, FloatToHalf(static_cast<float>(v)));
+      return;
+    case concclBfloat16:
+      Store<uint16_t>(base, i, FloatToBf16(static_cast<float>(v)));
+      return;
+    case concclFloat32:
+      Store<float>(base, i, static_cast<float>(v));
+      return;
+    case concclFloat64:
+      Store<double>(base, i, v);
+      return;
+    default:
+      throw std::invalid_argument("StoreFloat: not a reducible floating type");
   }
 }
 
 uint64_t LoadInt(concclDataType_t type, const void* base, size_t i) {
   switch (type) {
-    case concclInt8: return static_cast<uint64_t>(static_cast<int64_t>(Load<int8_t>(base, i)));
-    case concclUint8: return Load<uint8_t>(base, i);
-    case concclInt32: return static_cast<uint64_t>(static_cast<int64_t>(Load<int32_t>(base, i)));
-    case concclUint32: return Load<uint32_t>(base, i);
+    case concclInt8:
+      return static_cast<uint64_t>(static_cast<int64_t>(Load<int8_t>(base, i)));
+    case concclUint8:
+      return Load<uint8_t>(base, i);
+    case concclInt32:
+      return static_cast<uint64_t>(static_cast<int64_t>(Load<int32_t>(base, i)));
+    case concclUint32:
+      return Load<uint32_t>(base, i);
     case concclInt64:
-    case concclUint64: return Load<uint64_t>(base, i);
-    default: throw std::invalid_argument("LoadInt: not an integer type");
+    case concclUint64:
+      return Load<uint64_t>(base, i);
+    default:
+      throw std::invalid_argument("LoadInt: not an integer type");
   }
 }
 
 void StoreInt(concclDataType_t type, void* base, size_t i, uint64_t v) {
   switch (type) {
     case concclInt8:
-    case concclUint8: Store<uint8_t>(base, i, static_cast<uint8_t>(v)); return;
+    case concclUint8:
+      Store<uint8_t>(base, i, static_cast<uint8_t>(v));
+      return;
     case concclInt32:
-    case concclUint32: Store<uint32_t>(base, i, static_cast<uint32_t>(v)); return;
+    case concclUint32:
+      Store<uint32_t>(base, i, static_cast<uint32_t>(v));
+      return;
     case concclInt64:
-    case concclUint64: Store<uint64_t>(base, i, v); return;
-    default: throw std::invalid_argument("StoreInt: not an integer type");
+    case concclUint64:
+      Store<uint64_t>(base, i, v);
+      return;
+    default:
+      throw std::invalid_argument("StoreInt: not an integer type");
   }
 }
 

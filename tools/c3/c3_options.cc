@@ -29,8 +29,7 @@ void addC3Options(CLI::App& app, C3Options& o) {
   app.add_option("--rp-gemm-sms", o.rpGemmSms, "RP strategies: GEMM SM-count target (0 = SMs - rp-coll-ctas)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--sweep-sms", o.sweepSms, "--sm-sweep: SM budgets of the GEMM")->delimiter(',');
-  app.add_option("--sweep-copy-ctas", o.sweepCopyCtas, "--sm-sweep: CTAs of the SM copy kernel proxy")
-      ->delimiter(',');
+  app.add_option("--sweep-copy-ctas", o.sweepCopyCtas, "--sm-sweep: CTAs of the SM copy kernel proxy")->delimiter(',');
 }
 
 void validateOptions(const C3Options& o) {
@@ -38,9 +37,9 @@ void validateOptions(const C3Options& o) {
   CONCCL_REQUIRE(o.warmup >= 0, "--warmup must be >= 0");
   CONCCL_REQUIRE(o.ranks >= 0 && o.ranks <= 64, "--ranks must be in 0..64");
   for (int d : o.devices) CONCCL_REQUIRE(d >= 0, "--devices: device ids must be >= 0");
-  CONCCL_REQUIRE(o.devices.empty() || o.ranks == 0 || int(o.devices.size()) == o.ranks,
-                 "--devices lists " + std::to_string(o.devices.size()) + " devices but --ranks is " +
-                     std::to_string(o.ranks));
+  CONCCL_REQUIRE(
+      o.devices.empty() || o.ranks == 0 || int(o.devices.size()) == o.ranks,
+      "--devices lists " + std::to_string(o.devices.size()) + " devices but --ranks is " + std::to_string(o.ranks));
   for (int s : o.sweepSms) CONCCL_REQUIRE(s >= 1, "--sweep-sms: budgets must be >= 1");
   for (int c : o.sweepCopyCtas) CONCCL_REQUIRE(c >= 1, "--sweep-copy-ctas: CTA counts must be >= 1");
   (void)selectedStrategies(o);  // throws on an unknown name

@@ -4,7 +4,6 @@
 #include <conccl/conccl.h>
 
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -43,8 +42,8 @@ std::string plotScript(const char* argv0) {
   return CONCCL_C3_PLOT_SCRIPT;
 }
 
-int writeOutputs(const C3Options& o, const char* argv0, const RunInfo& info, const std::vector<ResultRow>& rows,
-                 const std::vector<SmBudgetRow>& smRows) {
+[[maybe_unused]] int writeOutputs(const C3Options& o, const char* argv0, const RunInfo& info,
+                                  const std::vector<ResultRow>& rows, const std::vector<SmBudgetRow>& smRows) {
   std::string jsonPath = o.jsonPath;
   if (jsonPath.empty() && !o.plotPath.empty()) jsonPath = o.plotPath + ".json";  // the plot reads the JSON
   if (!jsonPath.empty()) {
@@ -65,10 +64,9 @@ int writeOutputs(const C3Options& o, const char* argv0, const RunInfo& info, con
   return 0;
 }
 
-void printInfo(const RunInfo& info) {
-  std::printf("# conccl-c3 %d.%d.%d  mode %s  device %s  ranks %d  iters %d  warmup %d\n", CONCCL_MAJOR,
-              CONCCL_MINOR, CONCCL_PATCH, info.mode.c_str(), info.device.c_str(), info.ranks, info.iters,
-              info.warmup);
+[[maybe_unused]] void printInfo(const RunInfo& info) {
+  std::printf("# conccl-c3 %d.%d.%d  mode %s  device %s  ranks %d  iters %d  warmup %d\n", CONCCL_MAJOR, CONCCL_MINOR,
+              CONCCL_PATCH, info.mode.c_str(), info.device.c_str(), info.ranks, info.iters, info.warmup);
   for (const std::string& c : info.caveats) std::printf("# caveat: %s\n", c.c_str());
   std::fflush(stdout);
 }

@@ -73,7 +73,9 @@ TEST(C3Planner, PicksCopyEnginesForComputeBoundAndSerialWhenOverlapCannotPay) {
   EXPECT_EQ(p.predictions.size(), allStrategies().size());
   EXPECT_EQ(p.best, Strategy::kConccl);
   for (const Prediction& pr : p.predictions) {
-    if (pr.strategy == Strategy::kSerial) EXPECT_DOUBLE_EQ(pr.tC3, 2.8e-3);
+    if (pr.strategy == Strategy::kSerial) {
+      EXPECT_DOUBLE_EQ(pr.tC3, 2.8e-3);
+    }
     EXPECT_GE(pr.tC3, std::max(pr.tG, pr.tC) - 1e-15);
   }
 

@@ -27,11 +27,11 @@ TEST(C3Report, RowClassification) {
 }
 
 TEST(C3Report, TableHasTheColumnsAndValues) {
-  ResultRow skipped = makeSkippedRow(smallGrid()[2], "nccl-ce", "skipped: no CE reduce-scatter in NCCL",
-                                     MachineProfile::h200(), 0.0);
+  ResultRow skipped =
+      makeSkippedRow(smallGrid()[2], "nccl-ce", "skipped: no CE reduce-scatter in NCCL", MachineProfile::h200(), 0.0);
   const std::string t = formatTable({exampleRow(), skipped});
-  for (const char* col : {"scenario", "strategy", "T_g(ms)", "T_c(ms)", "T_c3(ms)", "g-slow", "c-slow", "S",
-                          "S_ideal", "F", "class", "gemm", "coll"}) {
+  for (const char* col : {"scenario", "strategy", "T_g(ms)", "T_c(ms)", "T_c3(ms)", "g-slow", "c-slow", "S", "S_ideal",
+                          "F", "class", "gemm", "coll"}) {
     EXPECT_NE(t.find(col), std::string::npos) << col;
   }
   // S = 1.8 / 1.2 = 1.5, S_ideal = 1.8, F = 0.5 / 0.8 = 62.5% -> "62%" or "63%".

@@ -122,9 +122,9 @@ TEST(C3ScenarioJson, ErrorsNameTheProblem) {
   };
   EXPECT_NE(message("{not json").find("scenario JSON"), std::string::npos);
   EXPECT_NE(message(R"({"x": []})").find("scenarios"), std::string::npos);
-  EXPECT_NE(message(R"([{"name": "a", "gemm": {"m": 1, "n": 1}, "collective": {"kind": "ag", "bytes": 64}}])")
-                .find("'k'"),
-            std::string::npos);
+  EXPECT_NE(
+      message(R"([{"name": "a", "gemm": {"m": 1, "n": 1}, "collective": {"kind": "ag", "bytes": 64}}])").find("'k'"),
+      std::string::npos);
   EXPECT_NE(message(R"([{"name": "a", "gemm": {"m": 1, "n": 1, "k": 1},
                          "collective": {"kind": "gossip", "bytes": 64}}])")
                 .find("gossip"),

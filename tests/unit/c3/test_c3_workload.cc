@@ -78,8 +78,8 @@ TEST(C3Collective, KindNames) {
 TEST(C3Collective, HalfPeakSizeInterpolatesInLogSize) {
   constexpr uint64_t kMiB = 1 << 20;
   // Unsorted on purpose. Peak 100, half 50 lies between 4 MiB (40) and 8 MiB (80): a quarter of the way.
-  const std::vector<BusBwPoint> curve = {
-      {8 * kMiB, 80}, {1 * kMiB, 10}, {16 * kMiB, 100}, {2 * kMiB, 20}, {4 * kMiB, 40}, {32 * kMiB, 98}};
+  const std::vector<BusBwPoint> curve = {{8 * kMiB, 80}, {1 * kMiB, 10}, {16 * kMiB, 100},
+                                         {2 * kMiB, 20}, {4 * kMiB, 40}, {32 * kMiB, 98}};
   const std::optional<double> half = halfPeakSize(curve);
   ASSERT_TRUE(half.has_value());
   EXPECT_NEAR(*half, 4.0 * kMiB * std::pow(2.0, 0.25), 1.0);

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds the CUDA configuration here (CPU machine, no GPU needed) and stages what the GPU machine runs into
+# gpu-stage/ (GPU test binaries, tools, scripts; stripped, < 64 MiB), to be carried with the device tool:
+#   scripts/gpu-build.sh && <run with carry ["gpu-stage"]>: scripts/gpu-check.sh
+# Env: JOBS (default 2), BUILD_DIR (default build-gpu), TARGETS (override the list of targets to build).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BUILD_DIR:-$root/build-gpu}"
+stage="$root/gpu-stage"
+jobs="${JOBS:-2}"
+
+cmake_args=(-S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
+            -DCONCCL_ENABLE_CUDA=ON)
+# CMake < 3.26 does not know nvcc's C++20 flag ("CUDA20 dialect not supported"); tell it.
+cmake_version="$(cmake --version | head -1 | awk '{print $3}')"
+if [ "$(printf '%s\n3.26\n' "$cmake_version" | sort -V | head -1)" != "3.26" ]; then
+  cmake_args+=(-DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20)
+fi
+cmake "${cmake_args[@]}" >/dev/null
+
+# The GPU tests (one executable per tests/gpu/*.cc|cu) and the tools' executables.
+if [ -z "${TARGETS:-}" ]; then
+  TARGETS=""
+  for src in "$root"/tests/gpu/*.cc "$root"/tests/gpu/*.cu; do
+    [ -e "$src" ] || continue
+    name="$(basename "$src")"
+    TARGETS+=" ${name%.*}"
+  done
+  known="$(ninja -C "$build" -t targets all 2>/dev/null | cut -d: -f1)"
+  for tool in conccl-kernel-bench conccl-bench conccl-c3; do
+    if grep -qx "$tool" <<<"$known"; then TARGETS+=" $tool"; fi
+  done
+fi
+echo "gpu-build: building$TARGETS"
+# -k 0: a target another engineer is still writing must not keep the others from being staged.
+build_rc=0
+ninja -C "$build" -j "$jobs" -k 0 $TARGETS || build_rc=$?
+
+rm -rf "$stage"
+mkdir -p "$stage/bin" "$stage/scripts"
+staged=""
+missing=""
+for t in $TARGETS; do
+  f="$(find "$build" -type f -name "$t" -perm -u+x 2>/dev/null | head -1)"
+  if [ -n "$f" ]; then
+    cp "$f" "$stage/bin/$t"
+    strip --strip-unneeded "$stage/bin/$t" 2>/dev/null || true
+    staged+=" $t"
+  else
+    missing+=" $t"
+  fi
+done
+cp "$root"/scripts/gpu-check.sh "$stage/scripts/"
+[ -f "$root/tools/c3/plot_c3.py" ] && cp "$root/tools/c3/plot_c3.py" "$stage/scripts/"
+
+# Keep the stage out of git without touching the shared .gitignore.
+exclude="$root/.git/info/exclude"
+if [ -d "$root/.git" ]; then
+  mkdir -p "$(dirname "$exclude")"
+  grep -qx '/gpu-stage/' "$exclude" 2>/dev/null || echo '/gpu-stage/' >>"$exclude"
+fi
+
+size_kib="$(du -sk "$stage" | cut -f1)"
+echo "gpu-build: staged$staged into gpu-stage/ (${size_kib} KiB)"
+[ -n "$missing" ] && echo "gpu-build: NOT built:$missing"
+if [ "$size_kib" -gt $((60 * 1024)) ]; then
+  echo "gpu-build: gpu-stage is larger than 60 MiB; the device tool carries at most 64 MiB" >&2
+  exit 1
+fi
+exit "$build_rc"

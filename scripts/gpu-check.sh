@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, with gpu-stage/ carried (see scripts/gpu-build.sh):
+# every staged GPU test binary, compute-sanitizer memcheck and racecheck on a short filter, and the kernel
+# bench. Full logs go to $OUT (or ./gpu-check-out); a compact summary is printed last.
+# Env: STAGE (default gpu-stage), BUDGET_S (wall-clock budget of the whole script, default 540),
+#      BENCH_ARGS (default "-g 4 -n 100"), SKIP_SANITIZER=1, SKIP_BENCH=1, GTEST_FILTER.
+set -u
+
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Several ranks share one GPU in the tests: give every stream its own hardware queue (see docs/cuda-executor.md).
+export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
+export LD_LIBRARY_PATH="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
+
+stage="${STAGE:-gpu-stage}"
+out="${OUT:-$PWD/gpu-check-out}"
+mkdir -p "$out"
+budget="${BUDGET_S:-540}"
+start="$(date +%s)"
+summary=()
+
+remaining() { echo $((budget - ($(date +%s) - start))); }
+# step NAME LIMIT_S CMD...: runs CMD with a timeout (the smaller of LIMIT_S and the budget left), logs to
+# $out/NAME.log, and records a summary line.
+step() {
+  local name="$1" limit="$2"
+  shift 2
+  local left
+  left="$(remaining)"
+  if [ "$left" -lt 15 ]; then
+    summary+=("$(printf '%-34s SKIPPED (budget spent)' "$name")")
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit="$left"
+  local t0 rc
+  t0="$(date +%s)"
+  timeout --signal=TERM --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  local secs=$(($(date +%s) - t0))
+  local verdict="PASS"
+  [ "$rc" -ne 0 ] && verdict="FAIL(rc=$rc)"
+  [ "$rc" -eq 124 ] && verdict="TIMEOUT(${limit}s)"
+  local counts
+  counts="$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]' "$out/$name.log" | sed -E 's/\[ +([A-Z]+) +\] ([0-9]+) tests?.*/\1=\2/' |
+            tr '\n' ' ')"
+  summary+=("$(printf '%-34s %-16s %4ss %s' "$name" "$verdict" "$secs" "$counts")")
+}
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>&1
+  nvcc --version 2>/dev/null | tail -1
+} >"$out/machine.txt"
+
+filter=()
+[ -n "${GTEST_FILTER:-}" ] && filter=(--gtest_filter="$GTEST_FILTER")
+
+# Cheapest and most fundamental first, the bench early (its figures matter even if a later test hangs), so a
+# hang late in the list costs the least.
+[ -x "$stage/bin/test_gpu_executor" ] && step test_gpu_executor 60 "$stage/bin/test_gpu_executor" --gtest_brief=1 "${filter[@]}"
+if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x "$stage/bin/conccl-kernel-bench" ]; then
+  # shellcheck disable=SC2086
+  step conccl-kernel-bench 100 "$stage/bin/conccl-kernel-bench" ${BENCH_ARGS:--g 4 -n 100}
+fi
+[ -x "$stage/bin/test_gpu_collectives" ] && step test_gpu_collectives 150 "$stage/bin/test_gpu_collectives" --gtest_brief=1 "${filter[@]}"
+[ -x "$stage/bin/test_gpu_usage" ] && step test_gpu_usage 90 "$stage/bin/test_gpu_usage" --gtest_brief=1 "${filter[@]}"
+[ -x "$stage/bin/test_gpu_graphs" ] && step test_gpu_graphs 120 "$stage/bin/test_gpu_graphs" --gtest_brief=1 "${filter[@]}"
+for bin in "$stage"/bin/test_gpu_*; do  # any other GPU test binary
+  t="$(basename "$bin")"
+  case " test_gpu_executor test_gpu_collectives test_gpu_usage test_gpu_graphs " in *" $t "*) continue ;; esac
+  step "$t" 120 "$bin" --gtest_brief=1 "${filter[@]}"
+done
+
+if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
+  short='Executor.LanesSignalsWaitsAndReduce:Executor.CheckBufferMessages:ReduceKernel.RejectsTooManyInputsAndFp8'
+  step memcheck-executor 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$stage/bin/test_gpu_executor" --gtest_brief=1 --gtest_filter="$short"
+  step memcheck-collectives 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$stage/bin/test_gpu_collectives" --gtest_brief=1 --gtest_filter='*/Collectives.*/AllReduce_2ranks:*/Collectives.*/AllGather_3ranks'
+  step racecheck-executor 45 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$stage/bin/test_gpu_executor" --gtest_brief=1 --gtest_filter="Executor.LanesSignalsWaitsAndReduce"
+fi
+
+echo
+echo "================ gpu-check summary ($(($(date +%s) - start)) s, logs in $out) ================"
+cat "$out/machine.txt"
+for line in "${summary[@]}"; do echo "$line"; done
+# Failing tests by name, and the key figures of the bench.
+for log in "$out"/test_gpu_*.log; do
+  [ -f "$log" ] || continue
+  grep -E '^\[  FAILED  \] [A-Za-z]' "$log" | head -8 | sed "s|^|$(basename "$log" .log): |"
+done
+if [ -f "$out/conccl-kernel-bench.log" ]; then
+  grep -E '^(bf16|fp32) +(1|4|8|132) ' "$out/conccl-kernel-bench.log"
+  grep -E '^(allreduce|allgather|reducescatter) +(8|8192|1048576) ' "$out/conccl-kernel-bench.log"
+fi
+for log in "$out"/memcheck-*.log "$out"/racecheck-*.log; do
+  [ -f "$log" ] && grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 | sed "s|^|$(basename "$log" .log): |"
+done
