@@ -180,7 +180,8 @@ CONCCL_API concclResult_t concclCommDestroy(concclComm_t comm);
 
 /* Like destroy, but does not wait for peers or for outstanding work to finish gracefully: marks the
  * clique aborted (peers' waiting calls fail with concclInvalidUsage), then frees this rank's resources.
- * Use after a failure or a timeout. */
+ * Use after a failure or a timeout. Do not abort a communicator while another thread is inside a call on
+ * that same communicator (a watchdog must abort only after the rank's own call returned, e.g. on timeout). */
 CONCCL_API concclResult_t concclCommAbort(concclComm_t comm);
 
 CONCCL_API concclResult_t concclCommCount(concclComm_t comm, int* count);
@@ -197,8 +198,11 @@ CONCCL_API concclResult_t concclCommGetConfig(concclComm_t comm, concclConfig_t*
 
 /* Calls between concclGroupStart and concclGroupEnd (per thread, nestable) are recorded and launched
  * together at the outermost concclGroupEnd. Needed when one thread drives several ranks, and to fuse
- * Send/Recv pairs. Argument errors are returned by the call itself; errors of the launch by
- * concclGroupEnd, which then discards the whole group. */
+ * Send/Recv pairs: a communicator's Send/Recv calls in a group become one point-to-point operation, launched
+ * after that communicator's collectives of the group. Argument errors are returned by the call itself;
+ * errors of the launch by concclGroupEnd (the first one; each communicator keeps its own message). Calls on
+ * communicators that did not fail still run. Destroying a communicator with calls recorded in an open group
+ * drops those calls. */
 CONCCL_API concclResult_t concclGroupStart(void);
 CONCCL_API concclResult_t concclGroupEnd(void);
 

@@ -77,6 +77,13 @@ concclResult_t concclCommInitAll(concclComm_t* comms, int ndev, const int* devli
 static concclResult_t releaseComm(concclComm_t comm, bool graceful, const char* api) {
   return apiCall(nullptr, api, [&] {
     requireLiveComm(comm, api);
+    // Calls this thread recorded on comm in a still-open group would be launched on a freed handle at
+    // concclGroupEnd: drop them now (the group then runs without them, as if they had never been made).
+    if (size_t dropped = conccl::groupForgetComm(comm)) {
+      CONCCL_WARN(comm->rank, comm->device,
+                  std::string(api) + " inside concclGroupStart/End dropped " + std::to_string(dropped) +
+                      " call(s) recorded on this communicator");
+    }
     conccl::unregisterComm(comm);
     std::unique_ptr<concclComm> owned(comm);
     if (!graceful) {

@@ -46,6 +46,7 @@ Clique::Clique(Config config, std::vector<int> devices, std::unique_ptr<exec::Ex
   nextSeq_.assign(devices_.size(), 0);
   pendingP2P_.resize(devices_.size());
   pendingP2PArgs_.resize(devices_.size());
+  departed_.assign(devices_.size(), false);
 }
 
 Clique::~Clique() = default;
@@ -211,10 +212,38 @@ void Clique::finalizeLocked(PendingCall& pending) {
   pending.ready = true;
 }
 
+int Clique::departedPeerLocked(const CallTicket& ticket) const {
+  if (ticket.call) {
+    if (ticket.call->ready) return -1;
+    for (int r = 0; r < nranks(); ++r) {
+      if (departed_[r] && !ticket.call->args[r]) return r;  // a collective needs every rank
+    }
+    return -1;
+  }
+  // An open Send/Recv group: every rank its closure names must still be able to post.
+  std::set<int> seen{ticket.rank};
+  std::vector<int> todo{ticket.rank};
+  while (!todo.empty()) {
+    int m = todo.back();
+    todo.pop_back();
+    for (const auto& op : pendingP2PArgs_[m].p2p) {
+      if (!seen.insert(op.peer).second) continue;
+      if (departed_[op.peer]) return op.peer;
+      if (pendingP2P_[op.peer]) todo.push_back(op.peer);
+    }
+  }
+  return -1;
+}
+
 void Clique::waitAndLaunch(CallTicket& ticket) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.timeoutMs);
-  bool ok = cv_.wait_until(lock, deadline, [&] { return error_ || (ticket.call && ticket.call->ready); });
+  int departed = -1;
+  bool ok = cv_.wait_until(lock, deadline, [&] {
+    if (error_ || (ticket.call && ticket.call->ready)) return true;
+    departed = departedPeerLocked(ticket);
+    return departed >= 0;
+  });
   if (!ok) {
     // Name the ranks that never arrived: the most useful line of a hang report.
     std::string missing;
@@ -231,7 +260,25 @@ void Clique::waitAndLaunch(CallTicket& ticket) {
     fail(concclTimeout, reason);
     CONCCL_THROW(concclTimeout, reason);
   }
-  if (error_ && !(ticket.call && ticket.call->ready)) checkHealthyLocked();
+  if (error_ && !(ticket.call && ticket.call->ready)) {
+    // Woken by the clique's failure while waiting for peers: this call is a victim of that failure, so it
+    // reports the same code (conccl.h: a rank that never arrives makes *the others* fail with concclTimeout;
+    // an abort makes waiting calls fail with concclInvalidUsage, which is the abort's code). Throwing
+    // concclInvalidUsage here made the result depend on which waiter's deadline expired first.
+    throw Error(error_->code(), "rank " + std::to_string(ticket.rank) + " stopped waiting in " + ticket.what +
+                                    ": " + error_->message());
+  }
+  if (departed >= 0 && !(ticket.call && ticket.call->ready)) {
+    // A peer this call needs was destroyed or aborted: it can never complete. Only this call fails (other ranks
+    // may still exchange Send/Recv); an open Send/Recv group is withdrawn so that the rank can post again.
+    if (!ticket.call && pendingP2P_[ticket.rank].get() == &ticket) {
+      pendingP2P_[ticket.rank].reset();
+      pendingP2PArgs_[ticket.rank] = RankArgs{};
+    }
+    CONCCL_THROW(concclInvalidUsage, ticket.what + " on rank " + std::to_string(ticket.rank) + ": rank " +
+                                         std::to_string(departed) +
+                                         " was destroyed or aborted before it made this call");
+  }
   std::shared_ptr<PendingCall> call = ticket.call;
   if (++call->launched == call->posted && call->call.kind != sched::CollKind::kSendRecv) collectives_.erase(call->seq);
   if (call->error) throw Error(*call->error).addContext(ticket.what);
@@ -246,10 +293,40 @@ void Clique::waitAndLaunch(CallTicket& ticket) {
     // service so that they fail instead of hanging.
     fail(e.code(), e.message());
     throw;
+  } catch (const std::bad_alloc&) {
+    // Same for failures that are not conccl::Error (e.g. scratch that does not fit in host memory): without
+    // this the peers would wait for this rank's signals until the timeout.
+    std::string reason = ticket.what + " on rank " + std::to_string(ticket.rank) + ": out of host memory";
+    fail(concclSystemError, reason);
+    CONCCL_THROW(concclSystemError, reason);
+  } catch (const std::exception& e) {
+    std::string reason = ticket.what + " on rank " + std::to_string(ticket.rank) + ": " + e.what();
+    fail(concclInternalError, reason);
+    CONCCL_THROW(concclInternalError, reason);
+  }
+}
+
+void Clique::abandon(CallTicket& ticket) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!ticket.call) {
+    if (pendingP2P_[ticket.rank].get() == &ticket) {
+      pendingP2P_[ticket.rank].reset();
+      pendingP2PArgs_[ticket.rank] = RankArgs{};
+    }
+    return;
+  }
+  PendingCall& call = *ticket.call;
+  if (call.ready && ++call.launched == call.posted && call.call.kind != sched::CollKind::kSendRecv) {
+    collectives_.erase(call.seq);
   }
 }
 
 void Clique::releaseRank(int rank, bool graceful) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    departed_[rank] = true;
+  }
+  cv_.notify_all();  // peers waiting for this rank to post fail now (see waitAndLaunch)
   if (graceful) {
     executor_->synchronize(rank);
   }

@@ -85,13 +85,20 @@ class Clique {
   // The error that put the clique out of service, if any.
   std::optional<Error> asyncError() const;
 
-  // Called by each rank's destroy/abort; the executor releases that rank.
+  // A rank gives up a call it posted but will not launch (an earlier call of its group failed). Only forgets
+  // the bookkeeping; every rank of such a call fails the same way, so no peer waits for it.
+  void abandon(CallTicket& ticket);
+
+  // Called by each rank's destroy/abort; the executor releases that rank. Calls of other ranks that are still
+  // waiting for this rank to post fail at once (concclInvalidUsage) instead of waiting for the timeout.
   void releaseRank(int rank, bool graceful);
 
  private:
   void checkHealthyLocked() const;
   void finalizeLocked(PendingCall& call);
   void tryCloseP2PLocked(int rank);
+  // The first released rank that the ticket's unfinished call still waits for, or -1.
+  int departedPeerLocked(const CallTicket& ticket) const;
 
   Config config_;
   std::vector<int> devices_;
@@ -105,6 +112,7 @@ class Clique {
   std::vector<RankArgs> pendingP2PArgs_;
   uint64_t nextP2PSeq_ = 0;
   std::optional<Error> error_;
+  std::vector<bool> departed_;  // per rank: destroyed or aborted (its handle is gone, it will never post again)
 };
 
 }  // namespace conccl

@@ -58,15 +58,28 @@ std::vector<concclComm*> createClique(int ndev, const int* devlist, const conccl
     executor = exec::makeHostExecutor(ndev, config);
   }
   auto clique = std::make_shared<Clique>(config, devices, std::move(executor));
-  std::vector<concclComm*> comms;
+  // Owned until every handle exists: a bad_alloc half way must not leak the ones already made ("on failure
+  // nothing is allocated").
+  std::vector<std::unique_ptr<concclComm>> owned;
   for (int r = 0; r < ndev; ++r) {
-    auto* comm = new concclComm;
+    auto comm = std::make_unique<concclComm>();
     comm->clique = clique;
     comm->rank = r;
     comm->device = devices[r];
-    comms.push_back(comm);
+    owned.push_back(std::move(comm));
   }
-  for (auto* comm : comms) registerComm(comm);
+  std::vector<concclComm*> comms;
+  comms.reserve(owned.size());
+  {
+    std::lock_guard<std::mutex> lock(registryMutex());
+    try {
+      for (auto& comm : owned) registry().insert(comm.get());
+    } catch (...) {
+      for (auto& comm : owned) registry().erase(comm.get());  // no dangling entries for the handles freed below
+      throw;
+    }
+  }
+  for (auto& comm : owned) comms.push_back(comm.release());
   CONCCL_INFO(-1, -1, "created " + std::to_string(ndev) + " ranks on the " +
                           (config.backend == concclBackendCuda ? "cuda" : "host") + " backend, lanes " +
                           std::to_string(config.lanes) + ", reduceCtas " + std::to_string(config.reduceCtas) +

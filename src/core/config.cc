@@ -1,6 +1,7 @@
 #include "core/config.h"
 
 #include <cerrno>
+#include <cstddef>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +63,8 @@ void requireRange(const char* field, long long value, long long lo, long long hi
 constexpr int kMaxReduceCtas = 1024;
 constexpr int kMaxLanes = 16;
 constexpr size_t kMinScratchBytes = size_t{64} << 10;
+// Smallest struct accepted: every field this library knows (an older header's struct can only be a prefix).
+constexpr size_t kMinConfigSize = offsetof(concclConfig_t, timeoutMs) + sizeof(int);
 
 }  // namespace
 
@@ -93,7 +96,7 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
                  "config comes from a newer conccl header (version " + std::to_string(user->version) +
                      ", size " + std::to_string(user->size) + ") than this library (version " +
                      std::to_string(CONCCL_VERSION_CODE) + ")");
-  CONCCL_REQUIRE(user->size >= offsetof(concclConfig_t, timeoutMs) + sizeof(int),
+  CONCCL_REQUIRE(user->size >= kMinConfigSize,
                  "config struct is too small (size " + std::to_string(user->size) + ")");
 
   if (user->backend != CONCCL_CONFIG_UNDEF_INT) {
@@ -133,7 +136,12 @@ void exportConfig(const Config& config, concclConfig_t* out) {
   full.lanes = config.lanes;
   full.scratchBytes = config.scratchBytes;
   full.timeoutMs = config.timeoutMs;
-  // Only as many bytes as the caller's struct has (an older header's struct is a prefix of ours).
+  // Only as many bytes as the caller's struct has (an older header's struct is a prefix of ours). A size below
+  // every known field is not a conccl config (e.g. uninitialised): writing a few bytes of it, size field
+  // included, would silently hand back garbage, so refuse it like resolveConfig does.
+  CONCCL_REQUIRE(out->size == 0 || out->size >= kMinConfigSize,
+                 "config->size = " + std::to_string(out->size) +
+                     " is not the size of a concclConfig_t (start from CONCCL_CONFIG_INITIALIZER)");
   size_t size = out->size == 0 || out->size > sizeof(full) ? sizeof(full) : out->size;
   full.size = size;
   std::memcpy(static_cast<void*>(out), &full, size);

@@ -1,6 +1,9 @@
 #include "core/group.h"
 
+#include <exception>
 #include <map>
+#include <set>
+#include <system_error>
 #include <thread>
 
 #include "core/error.h"
@@ -26,10 +29,19 @@ void setCommError(concclComm* comm, const std::string& message) {
   comm->lastError = message;
 }
 
-// Send/Recv calls of one communicator inside a group are fused into one point-to-point group, placed where the
-// first of them was recorded; collectives keep their order.
+// Send/Recv calls of one communicator inside a group are fused into one point-to-point group, placed after all
+// collectives of the group; collectives keep their order.
+//
+// Why after (and not where the first Send/Recv was recorded): with one thread per rank, each rank launches its
+// calls in this order, and every schedule uses the same ready/done flags. If rank 0 recorded {Send, AllReduce}
+// and rank 1 {AllReduce, Recv}, launching in record order would make rank 1's AllReduce consume the ready signal
+// of rank 0's Send program (and vice versa): data written into the wrong call's buffers, and flags left out of
+// step for later calls. Inside a group the order of a rank's calls carries no meaning (they run together), and
+// all ranks call the collectives in the same order, so "collectives in order, then Send/Recv" gives every rank
+// the same launch order.
 std::vector<RecordedCall> fuseP2P(std::vector<RecordedCall> calls) {
   std::vector<RecordedCall> fused;
+  std::vector<RecordedCall> p2p;
   std::map<concclComm*, size_t> p2pEntry;
   for (auto& c : calls) {
     if (c.args.kind != sched::CollKind::kSendRecv) {
@@ -38,11 +50,11 @@ std::vector<RecordedCall> fuseP2P(std::vector<RecordedCall> calls) {
     }
     auto it = p2pEntry.find(c.comm);
     if (it == p2pEntry.end()) {
-      p2pEntry[c.comm] = fused.size();
-      fused.push_back(std::move(c));
+      p2pEntry[c.comm] = p2p.size();
+      p2p.push_back(std::move(c));
       continue;
     }
-    RankArgs& into = fused[it->second].args;
+    RankArgs& into = p2p[it->second].args;
     for (size_t i = 0; i < c.args.p2p.size(); ++i) {
       sched::P2POp op = c.args.p2p[i];
       op.buffer = static_cast<int>(into.p2pBuffers.size());
@@ -50,7 +62,22 @@ std::vector<RecordedCall> fuseP2P(std::vector<RecordedCall> calls) {
       into.p2pBuffers.push_back(c.args.p2pBuffers[i]);
     }
   }
+  for (auto& c : p2p) fused.push_back(std::move(c));
   return fused;
+}
+
+Error toError(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return e;
+  } catch (const std::bad_alloc&) {
+    return Error(concclSystemError, "out of host memory");
+  } catch (const std::exception& e) {
+    return Error(concclInternalError, std::string("unexpected exception: ") + e.what());
+  } catch (...) {
+    return Error(concclInternalError, "unknown exception");
+  }
 }
 
 // Posts every call, then launches each rank's calls in order. Host ranks run their programs synchronously, so
@@ -59,40 +86,85 @@ void runCalls(std::vector<RecordedCall> recorded) {
   std::vector<RecordedCall> calls = fuseP2P(std::move(recorded));
   std::vector<concclComm*> order;                                           // comms in first-use order
   std::map<concclComm*, std::vector<std::shared_ptr<CallTicket>>> perComm;  // tickets per rank, in call order
-  std::map<concclComm*, std::string> errors;
+  std::optional<Error> firstError;
+  std::mutex errorMutex;
+  auto recordFailure = [&](concclComm* comm, const Error& e) {
+    std::lock_guard<std::mutex> lock(errorMutex);
+    setCommError(comm, e.message());
+    if (!firstError) firstError = e;
+  };
 
+  std::set<concclComm*> failed;
+  std::set<concclComm*> dead;  // never dereferenced below
   for (auto& c : calls) {
     if (!perComm.count(c.comm)) order.push_back(c.comm);
     auto& tickets = perComm[c.comm];
-    if (errors.count(c.comm)) continue;
+    if (failed.count(c.comm)) continue;
+    // A communicator destroyed after its call was recorded (by this thread: groupForgetComm removed its calls,
+    // so this is another thread's destroy) must not be dereferenced.
+    if (!isLiveComm(c.comm)) {
+      failed.insert(c.comm);
+      dead.insert(c.comm);
+      std::lock_guard<std::mutex> lock(errorMutex);
+      if (!firstError) {
+        firstError = Error(concclInvalidUsage, "a communicator used in this group was destroyed before concclGroupEnd");
+      }
+      continue;
+    }
     try {
       tickets.push_back(c.comm->clique->post(c.comm->rank, std::move(c.args)));
-    } catch (const Error& e) {
-      errors[c.comm] = e.message();
-      throw;  // posting fails only when the clique is out of service: nothing of this group can run
+    } catch (...) {
+      // Posting fails when the communicator is out of service. The calls already posted (possibly on other,
+      // healthy communicators, whose peers in other threads have posted theirs and now wait for ours) must
+      // still be launched: abandoning them would leave those peers blocked until the timeout and then take
+      // their communicators out of service too.
+      failed.insert(c.comm);
+      recordFailure(c.comm, toError(std::current_exception()));
     }
   }
 
-  std::optional<Error> firstError;
-  std::mutex errorMutex;
   auto launchAll = [&](concclComm* comm) {
-    for (auto& ticket : perComm[comm]) {
+    auto& tickets = perComm[comm];
+    if (tickets.empty()) return;  // nothing posted (e.g. a destroyed communicator: do not touch it)
+    for (size_t i = 0; i < tickets.size(); ++i) {
       try {
-        comm->clique->waitAndLaunch(*ticket);
-      } catch (const Error& e) {
-        std::lock_guard<std::mutex> lock(errorMutex);
-        setCommError(comm, e.message());
-        if (!firstError) firstError = e;
-        return;  // later calls of this rank cannot run once one has failed
+        comm->clique->waitAndLaunch(*tickets[i]);
+      } catch (...) {
+        // Any exception: this may run on a std::thread, where an escaping exception would terminate the process.
+        recordFailure(comm, toError(std::current_exception()));
+        // Later calls of this rank cannot run once one has failed (an earlier call's output may be a later
+        // call's input). Forget them; a failure that lets this rank skip a call is one that every other rank of
+        // that call sees too (agreement errors are reported to all, anything else puts the clique out of service).
+        for (size_t j = i + 1; j < tickets.size(); ++j) comm->clique->abandon(*tickets[j]);
+        return;
       }
     }
   };
 
-  bool threaded = order.size() > 1 && order.front()->clique->config().backend == concclBackendHost;
+  // enqueueCall refuses groups that mix backends, so the first live communicator tells the backend.
+  bool host = false;
+  for (auto* comm : order) {
+    if (dead.count(comm)) continue;
+    host = comm->clique->config().backend == concclBackendHost;
+    break;
+  }
+  bool threaded = order.size() > 1 && host;
   if (threaded) {
     std::vector<std::thread> threads;
     threads.reserve(order.size());
-    for (auto* comm : order) threads.emplace_back(launchAll, comm);
+    for (auto* comm : order) {
+      try {
+        threads.emplace_back(launchAll, comm);
+      } catch (const std::system_error& e) {
+        // Out of threads: this rank cannot run its part. Take its communicator out of service so that its peers
+        // (running in the threads already started) fail promptly instead of waiting for the timeout, and never
+        // let the exception unwind past joinable threads (std::terminate).
+        Error error(concclSystemError, std::string("cannot start a thread for a host rank: ") + e.what());
+        comm->clique->fail(error.code(), error.message());
+        recordFailure(comm, error);
+        for (auto& ticket : perComm[comm]) comm->clique->abandon(*ticket);
+      }
+    }
     for (auto& t : threads) t.join();
   } else {
     for (auto* comm : order) launchAll(comm);
@@ -112,6 +184,13 @@ void groupEnd() {
   std::vector<RecordedCall> calls = std::move(tGroup.calls);
   tGroup.calls.clear();
   runCalls(std::move(calls));
+}
+
+size_t groupForgetComm(concclComm* comm) {
+  auto& calls = tGroup.calls;
+  size_t before = calls.size();
+  std::erase_if(calls, [&](const RecordedCall& c) { return c.comm == comm; });
+  return before - calls.size();
 }
 
 void enqueueCall(concclComm* comm, RankArgs args) {

@@ -15,6 +15,10 @@ void groupStart();
 void groupEnd();
 bool inGroup();
 
+// Removes the calling thread's recorded (not yet launched) calls on `comm`; returns how many. Used by
+// destroy/abort so that concclGroupEnd never touches a freed communicator.
+size_t groupForgetComm(concclComm* comm);
+
 // Records (inside a group) or runs at once (outside) one rank's call.
 void enqueueCall(concclComm* comm, RankArgs args);
 

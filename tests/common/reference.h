@@ -137,22 +137,27 @@ inline std::vector<Bytes> reference(Coll c, const std::vector<Bytes>& send, size
   const size_t es = esize(t), cb = count * es;
   std::vector<Bytes> out(n);
   auto slice = [&](int r, size_t at) { return send[r].data() + at; };
+  // memcpy with a null pointer is undefined even for 0 bytes, and an empty vector's data() may be null
+  // (count 0): UBSan stops there.
+  auto copy = [](uint8_t* dst, const uint8_t* src, size_t bytes) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  };
   for (int r = 0; r < n; ++r) {
     out[r].assign(recvElems(c, count, n, r, root) * es, 0);
     switch (c) {
       case Coll::kAllGather:
       case Coll::kGather:
         if (c == Coll::kGather && r != root) break;
-        for (int p = 0; p < n; ++p) std::memcpy(out[r].data() + p * cb, slice(p, 0), cb);
+        for (int p = 0; p < n; ++p) copy(out[r].data() + p * cb, slice(p, 0), cb);
         break;
       case Coll::kAllToAll:
-        for (int p = 0; p < n; ++p) std::memcpy(out[r].data() + p * cb, slice(p, r * cb), cb);
+        for (int p = 0; p < n; ++p) copy(out[r].data() + p * cb, slice(p, r * cb), cb);
         break;
       case Coll::kBroadcast:
-        std::memcpy(out[r].data(), slice(root, 0), cb);
+        copy(out[r].data(), slice(root, 0), cb);
         break;
       case Coll::kScatter:
-        std::memcpy(out[r].data(), slice(root, r * cb), cb);
+        copy(out[r].data(), slice(root, r * cb), cb);
         break;
       case Coll::kReduceScatter: {
         std::vector<const uint8_t*> in;

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -22,20 +23,41 @@
 
 namespace conccl::gputest {
 
-enum class Coll { kAllGather, kReduceScatter, kAllReduce, kBroadcast, kReduce, kAllToAll, kAllToAllv, kGather, kScatter, kSendRecv };
+enum class Coll {
+  kAllGather,
+  kReduceScatter,
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+  kAllToAllv,
+  kGather,
+  kScatter,
+  kSendRecv
+};
 
 inline const char* collName(Coll c) {
   switch (c) {
-    case Coll::kAllGather: return "AllGather";
-    case Coll::kReduceScatter: return "ReduceScatter";
-    case Coll::kAllReduce: return "AllReduce";
-    case Coll::kBroadcast: return "Broadcast";
-    case Coll::kReduce: return "Reduce";
-    case Coll::kAllToAll: return "AllToAll";
-    case Coll::kAllToAllv: return "AllToAllv";
-    case Coll::kGather: return "Gather";
-    case Coll::kScatter: return "Scatter";
-    case Coll::kSendRecv: return "SendRecv";
+    case Coll::kAllGather:
+      return "AllGather";
+    case Coll::kReduceScatter:
+      return "ReduceScatter";
+    case Coll::kAllReduce:
+      return "AllReduce";
+    case Coll::kBroadcast:
+      return "Broadcast";
+    case Coll::kReduce:
+      return "Reduce";
+    case Coll::kAllToAll:
+      return "AllToAll";
+    case Coll::kAllToAllv:
+      return "AllToAllv";
+    case Coll::kGather:
+      return "Gather";
+    case Coll::kScatter:
+      return "Scatter";
+    case Coll::kSendRecv:
+      return "SendRecv";
   }
   return "?";
 }
@@ -56,8 +78,8 @@ struct CaseSpec {
 
   std::string describe(int n) const {
     std::ostringstream os;
-    os << collName(coll) << " n=" << n << " count=" << count << " dtype=" << dtype << " op=" << op
-       << " root=" << root << (inPlace ? " in-place" : " out-of-place");
+    os << collName(coll) << " n=" << n << " count=" << count << " dtype=" << dtype << " op=" << op << " root=" << root
+       << (inPlace ? " in-place" : " out-of-place");
     return os.str();
   }
 };
@@ -77,16 +99,50 @@ class CollCase {
       size_t sendElems = 0, recvElems = 0, sendAt = 0, recvAt = 0;  // in elements; *At: in-place offsets
       bool needSend = true, needRecv = true;
       switch (spec.coll) {
-        case Coll::kAllGather: sendElems = c; recvElems = n * c; sendAt = r * c; break;
-        case Coll::kReduceScatter: sendElems = n * c; recvElems = c; recvAt = r * c; break;
+        case Coll::kAllGather:
+          sendElems = c;
+          recvElems = n * c;
+          sendAt = r * c;
+          break;
+        case Coll::kReduceScatter:
+          sendElems = n * c;
+          recvElems = c;
+          recvAt = r * c;
+          break;
         case Coll::kAllReduce:
-        case Coll::kBroadcast: sendElems = c; recvElems = c; break;
-        case Coll::kReduce: sendElems = c; recvElems = c; needRecv = root; break;
-        case Coll::kAllToAll: sendElems = n * c; recvElems = n * c; break;
-        case Coll::kAllToAllv: sendElems = vSendTotal_[r]; recvElems = vRecvTotal_[r]; break;
-        case Coll::kGather: sendElems = c; recvElems = n * c; needRecv = root; sendAt = root ? r * c : 0; break;
-        case Coll::kScatter: sendElems = n * c; recvElems = c; needSend = root; recvAt = root ? r * c : 0; break;
-        case Coll::kSendRecv: sendElems = c; recvElems = c; break;
+        case Coll::kBroadcast:
+          sendElems = c;
+          recvElems = c;
+          break;
+        case Coll::kReduce:
+          sendElems = c;
+          recvElems = c;
+          needRecv = root;
+          break;
+        case Coll::kAllToAll:
+          sendElems = n * c;
+          recvElems = n * c;
+          break;
+        case Coll::kAllToAllv:
+          sendElems = vSendTotal_[r];
+          recvElems = vRecvTotal_[r];
+          break;
+        case Coll::kGather:
+          sendElems = c;
+          recvElems = n * c;
+          needRecv = root;
+          sendAt = root ? r * c : 0;
+          break;
+        case Coll::kScatter:
+          sendElems = n * c;
+          recvElems = c;
+          needSend = root;
+          recvAt = root ? r * c : 0;
+          break;
+        case Coll::kSendRecv:
+          sendElems = c;
+          recvElems = c;
+          break;
       }
       k.sendBytes = sendElems * es_;
       k.recvBytes = recvElems * es_;
@@ -139,17 +195,25 @@ class CollCase {
     const size_t c = spec_.count;
     const auto dt = spec_.dtype;
     switch (spec_.coll) {
-      case Coll::kAllGather: return concclAllGather(k.send, k.recv, c, dt, comm, stream);
-      case Coll::kReduceScatter: return concclReduceScatter(k.send, k.recv, c, dt, spec_.op, comm, stream);
-      case Coll::kAllReduce: return concclAllReduce(k.send, k.recv, c, dt, spec_.op, comm, stream);
-      case Coll::kBroadcast: return concclBroadcast(k.send, k.recv, c, dt, spec_.root, comm, stream);
-      case Coll::kReduce: return concclReduce(k.send, k.recv, c, dt, spec_.op, spec_.root, comm, stream);
-      case Coll::kAllToAll: return concclAllToAll(k.send, k.recv, c, dt, comm, stream);
+      case Coll::kAllGather:
+        return concclAllGather(k.send, k.recv, c, dt, comm, stream);
+      case Coll::kReduceScatter:
+        return concclReduceScatter(k.send, k.recv, c, dt, spec_.op, comm, stream);
+      case Coll::kAllReduce:
+        return concclAllReduce(k.send, k.recv, c, dt, spec_.op, comm, stream);
+      case Coll::kBroadcast:
+        return concclBroadcast(k.send, k.recv, c, dt, spec_.root, comm, stream);
+      case Coll::kReduce:
+        return concclReduce(k.send, k.recv, c, dt, spec_.op, spec_.root, comm, stream);
+      case Coll::kAllToAll:
+        return concclAllToAll(k.send, k.recv, c, dt, comm, stream);
       case Coll::kAllToAllv:
         return concclAllToAllv(k.send, vSend_[r].data(), vSdispl_[r].data(), k.recv, vRecv_[r].data(),
                                vRdispl_[r].data(), dt, comm, stream);
-      case Coll::kGather: return concclGather(k.send, k.recv, c, dt, spec_.root, comm, stream);
-      case Coll::kScatter: return concclScatter(k.send, k.recv, c, dt, spec_.root, comm, stream);
+      case Coll::kGather:
+        return concclGather(k.send, k.recv, c, dt, spec_.root, comm, stream);
+      case Coll::kScatter:
+        return concclScatter(k.send, k.recv, c, dt, spec_.root, comm, stream);
       case Coll::kSendRecv: {
         concclResult_t res = concclSend(k.send, c, dt, (r + 1) % n_, comm, stream);
         if (res != concclSuccess) return res;
@@ -198,6 +262,7 @@ class CollCase {
 
   // Runs the case eagerly on `clique` and checks it; false on failure.
   bool runEager(Clique& clique, uint64_t seed) {
+    if (verbose()) std::fprintf(stderr, "case: %s\n", spec_.describe(n_).c_str());
     prepare(seed);
     concclResult_t res = enqueueAll(clique);
     if (res != concclSuccess) {
@@ -261,17 +326,38 @@ class CollCase {
     const long long v = (neg && !isUnsigned) ? -mag : mag;
     auto put = [&](auto x) { std::memcpy(p, &x, sizeof(x)); };
     switch (spec_.dtype) {
-      case concclInt8: put(static_cast<int8_t>(v)); break;
-      case concclUint8: put(static_cast<uint8_t>(v)); break;
-      case concclInt32: put(static_cast<int32_t>(v)); break;
-      case concclUint32: put(static_cast<uint32_t>(v)); break;
-      case concclInt64: put(static_cast<int64_t>(v)); break;
-      case concclUint64: put(static_cast<uint64_t>(v)); break;
-      case concclFloat16: put(exec::floatToHalf(static_cast<float>(v))); break;
-      case concclBfloat16: put(exec::floatToBf16(static_cast<float>(v))); break;
-      case concclFloat32: put(static_cast<float>(v)); break;
-      case concclFloat64: put(static_cast<double>(v)); break;
-      default: ADD_FAILURE() << "no reductions for dtype " << spec_.dtype;
+      case concclInt8:
+        put(static_cast<int8_t>(v));
+        break;
+      case concclUint8:
+        put(static_cast<uint8_t>(v));
+        break;
+      case concclInt32:
+        put(static_cast<int32_t>(v));
+        break;
+      case concclUint32:
+        put(static_cast<uint32_t>(v));
+        break;
+      case concclInt64:
+        put(static_cast<int64_t>(v));
+        break;
+      case concclUint64:
+        put(static_cast<uint64_t>(v));
+        break;
+      case concclFloat16:
+        put(exec::floatToHalf(static_cast<float>(v)));
+        break;
+      case concclBfloat16:
+        put(exec::floatToBf16(static_cast<float>(v)));
+        break;
+      case concclFloat32:
+        put(static_cast<float>(v));
+        break;
+      case concclFloat64:
+        put(static_cast<double>(v));
+        break;
+      default:
+        ADD_FAILURE() << "no reductions for dtype " << spec_.dtype;
     }
   }
 
@@ -294,9 +380,15 @@ class CollCase {
         case Coll::kAllGather:
           for (int p = 0; p < n_; ++p) std::memcpy(out + p * cb, in(p), cb);
           break;
-        case Coll::kReduceScatter: reduceInto(out, r * cb, c); break;
-        case Coll::kAllReduce: reduceInto(out, 0, c); break;
-        case Coll::kBroadcast: std::memcpy(out, in(root), cb); break;
+        case Coll::kReduceScatter:
+          reduceInto(out, r * cb, c);
+          break;
+        case Coll::kAllReduce:
+          reduceInto(out, 0, c);
+          break;
+        case Coll::kBroadcast:
+          std::memcpy(out, in(root), cb);
+          break;
         case Coll::kReduce:
           if (r == root) reduceInto(out, 0, c);
           break;
@@ -313,8 +405,12 @@ class CollCase {
             for (int p = 0; p < n_; ++p) std::memcpy(out + p * cb, in(p), cb);
           }
           break;
-        case Coll::kScatter: std::memcpy(out, in(root) + r * cb, cb); break;
-        case Coll::kSendRecv: std::memcpy(out, in((r + n_ - 1) % n_), cb); break;
+        case Coll::kScatter:
+          std::memcpy(out, in(root) + r * cb, cb);
+          break;
+        case Coll::kSendRecv:
+          std::memcpy(out, in((r + n_ - 1) % n_), cb);
+          break;
       }
     }
   }

@@ -28,6 +28,12 @@ inline const bool kConnectionsSet = [] {
   return true;
 }();
 
+// CONCCL_TEST_VERBOSE=1 prints every case before it runs (stderr, unbuffered): locates a hang.
+inline bool verbose() {
+  static const bool v = std::getenv("CONCCL_TEST_VERBOSE") != nullptr;
+  return v;
+}
+
 inline int deviceCount() {
   (void)kConnectionsSet;  // odr-use: the setenv must run before the first CUDA call
   int n = 0;
@@ -39,20 +45,20 @@ inline int deviceCount() {
 }
 
 // Every test starts with this: the GPU tests pass (skipped) on machines without a GPU.
-#define SKIP_WITHOUT_GPU()                                              \
-  do {                                                                  \
+#define SKIP_WITHOUT_GPU()                                                       \
+  do {                                                                           \
     if (::conccl::gputest::deviceCount() == 0) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
-#define CUDA_OK(call)                                                                        \
-  do {                                                                                       \
-    cudaError_t e_ = (call);                                                                 \
+#define CUDA_OK(call)                                                                                     \
+  do {                                                                                                    \
+    cudaError_t e_ = (call);                                                                              \
     ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorName(e_) << " " << cudaGetErrorString(e_); \
   } while (0)
 
-#define CONCCL_OK(call)                                                                            \
-  do {                                                                                             \
-    concclResult_t r_ = (call);                                                                    \
+#define CONCCL_OK(call)                                                                                               \
+  do {                                                                                                                \
+    concclResult_t r_ = (call);                                                                                       \
     ASSERT_EQ(r_, concclSuccess) << #call << ": " << concclGetErrorString(r_) << ": " << concclGetLastError(nullptr); \
   } while (0)
 
@@ -109,8 +115,10 @@ inline void fillRandomBytes(void* dst, size_t bytes, uint64_t seed) {
 
 // Waits for `streams` with a bound: a hang becomes a test failure (and an abort of `comms`, which re-opens
 // every flag so that the GPU drains), not a stuck test binary.
-inline bool syncStreams(const std::vector<cudaStream_t>& streams, const std::vector<concclComm_t>& comms,
-                        std::chrono::seconds limit = std::chrono::seconds(120)) {
+// The bound is CONCCL_TEST_SYNC_S seconds (default 20).
+inline bool syncStreams(const std::vector<cudaStream_t>& streams, const std::vector<concclComm_t>& comms) {
+  const char* env = std::getenv("CONCCL_TEST_SYNC_S");
+  const std::chrono::seconds limit(env != nullptr ? std::atoi(env) : 20);
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (cudaStream_t s : streams) {
     for (;;) {
@@ -134,7 +142,7 @@ inline bool syncStreams(const std::vector<cudaStream_t>& streams, const std::vec
 inline concclConfig_t cudaConfig(int lanes = CONCCL_CONFIG_UNDEF_INT) {
   concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
   config.backend = concclBackendCuda;
-  config.timeoutMs = 60000;
+  config.timeoutMs = 20000;  // a hang becomes a failure that names the case
   config.lanes = lanes;
   return config;
 }
@@ -192,8 +200,7 @@ class CliqueCacheCleaner : public ::testing::Environment {
  public:
   void TearDown() override { cliqueCache().clear(); }
 };
-inline ::testing::Environment* const kCliqueCacheCleaner =
-    ::testing::AddGlobalTestEnvironment(new CliqueCacheCleaner);
+inline ::testing::Environment* const kCliqueCacheCleaner = ::testing::AddGlobalTestEnvironment(new CliqueCacheCleaner);
 
 // One clique per rank count for a whole test binary (creating flags and scratch per test would dominate).
 inline Clique* sharedClique(int n) {

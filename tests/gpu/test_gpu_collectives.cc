@@ -58,15 +58,16 @@ TEST_P(Collectives, MatchesHostReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllCollectives, Collectives,
-    ::testing::Combine(::testing::Values(Coll::kAllGather, Coll::kReduceScatter, Coll::kAllReduce, Coll::kBroadcast,
-                                         Coll::kReduce, Coll::kAllToAll, Coll::kAllToAllv, Coll::kGather,
-                                         Coll::kScatter, Coll::kSendRecv),
-                       ::testing::Values(1, 2, 3, 4, 8)),
-    [](const auto& param_info) {
-      return std::string(collName(std::get<0>(param_info.param))) + "_" + std::to_string(std::get<1>(param_info.param)) + "ranks";
-    });
+INSTANTIATE_TEST_SUITE_P(AllCollectives, Collectives,
+                         ::testing::Combine(::testing::Values(Coll::kAllGather, Coll::kReduceScatter, Coll::kAllReduce,
+                                                              Coll::kBroadcast, Coll::kReduce, Coll::kAllToAll,
+                                                              Coll::kAllToAllv, Coll::kGather, Coll::kScatter,
+                                                              Coll::kSendRecv),
+                                            ::testing::Values(1, 2, 3, 4, 8)),
+                         [](const auto& param_info) {
+                           return std::string(collName(std::get<0>(param_info.param))) + "_" +
+                                  std::to_string(std::get<1>(param_info.param)) + "ranks";
+                         });
 
 // Large messages: 64 MiB and 256 MiB in total over all ranks (the pipelined reductions split these into many
 // chunks through the bounded scratch).

@@ -48,13 +48,17 @@ std::vector<unsigned char> randomValues(concclDataType_t dtype, size_t count, st
         std::memcpy(p, &b, 2);
         break;
       }
-      case concclFloat32: std::memcpy(p, &f, 4); break;
+      case concclFloat32:
+        std::memcpy(p, &f, 4);
+        break;
       case concclFloat64: {
         double d = static_cast<double>(f) + static_cast<double>(bits % 1000) * 1e-9;
         std::memcpy(p, &d, 8);
         break;
       }
-      default: std::memcpy(p, &bits, es); break;
+      default:
+        std::memcpy(p, &bits, es);
+        break;
     }
   }
   return out;
@@ -63,8 +67,8 @@ std::vector<unsigned char> randomValues(concclDataType_t dtype, size_t count, st
 TEST(ReduceKernel, MatchesHostReferenceBitExact) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(7);
-  const std::vector<concclDataType_t> types = {concclInt8,    concclUint8,   concclInt32,    concclUint32,
-                                               concclInt64,   concclUint64,  concclFloat16,  concclBfloat16,
+  const std::vector<concclDataType_t> types = {concclInt8,    concclUint8,  concclInt32,   concclUint32,
+                                               concclInt64,   concclUint64, concclFloat16, concclBfloat16,
                                                concclFloat32, concclFloat64};
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -205,17 +209,35 @@ TEST(Executor, LanesSignalsWaitsAndReduce) {
   Schedule s = pushAndReduceSchedule(count);
   for (int iter = 0; iter < 20; ++iter) {
     CUDA_OK(cudaMemset(b2.get(), 0, count * 4));
-    // Launch the waiting rank first: its Waits must block the GPU, not the host.
-    t.ex->launch(s, binding, 1);
-    t.ex->launch(s, binding, 0);
+    // Alternate which rank is enqueued first: the waiting rank's Waits must block the GPU, not the host.
+    // (Even iterations enqueue the signaller first, which also keeps this test usable under
+    // compute-sanitizer, which may serialise streams.)
+    t.ex->launch(s, binding, iter % 2 == 0 ? 0 : 1);
+    t.ex->launch(s, binding, iter % 2 == 0 ? 1 : 0);
     t.ex->synchronize(0);
     t.ex->synchronize(1);
     std::vector<float> got(count);
     CUDA_OK(cudaMemcpy(got.data(), b2.get(), count * 4, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], x[i] + y[i]) << "element " << i << " iteration " << iter;
   }
+}
 
-  // The same programs captured into one graph per rank and replayed.
+TEST(Executor, GraphReplayOfLanesSignalsWaitsAndReduce) {
+  SKIP_WITHOUT_GPU();
+  TwoRanks t(testConfig());
+  const size_t count = 100003;
+  DeviceMem a0(count * 4), b0(count * 4), b1(count * 4), b2(count * 4);
+  std::vector<float> x(count), y(count);
+  for (size_t i = 0; i < count; ++i) {
+    x[i] = static_cast<float>(i % 97) + 1;
+    y[i] = static_cast<float>(i % 13) + 0.5f;
+  }
+  CUDA_OK(cudaMemcpy(b1.get(), y.data(), count * 4, cudaMemcpyHostToDevice));
+  CallBinding binding;
+  binding.buffers = {{a0.get()}, {b0.get(), b1.get(), b2.get()}};
+  binding.streams = t.streams;
+  Schedule s = pushAndReduceSchedule(count);
+  // The programs captured into one graph per rank and replayed.
   std::vector<cudaGraphExec_t> execs(2);
   for (int r = 1; r >= 0; --r) {
     cudaGraph_t g = nullptr;

@@ -64,15 +64,16 @@ TEST_P(GraphCapture, ReplaysWithFreshInputs) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllCollectives, GraphCapture,
-    ::testing::Combine(::testing::Values(Coll::kAllGather, Coll::kReduceScatter, Coll::kAllReduce, Coll::kBroadcast,
-                                         Coll::kReduce, Coll::kAllToAll, Coll::kAllToAllv, Coll::kGather,
-                                         Coll::kScatter, Coll::kSendRecv),
-                       ::testing::Values(2, 4)),
-    [](const auto& param_info) {
-      return std::string(collName(std::get<0>(param_info.param))) + "_" + std::to_string(std::get<1>(param_info.param)) + "ranks";
-    });
+INSTANTIATE_TEST_SUITE_P(AllCollectives, GraphCapture,
+                         ::testing::Combine(::testing::Values(Coll::kAllGather, Coll::kReduceScatter, Coll::kAllReduce,
+                                                              Coll::kBroadcast, Coll::kReduce, Coll::kAllToAll,
+                                                              Coll::kAllToAllv, Coll::kGather, Coll::kScatter,
+                                                              Coll::kSendRecv),
+                                            ::testing::Values(2, 4)),
+                         [](const auto& param_info) {
+                           return std::string(collName(std::get<0>(param_info.param))) + "_" +
+                                  std::to_string(std::get<1>(param_info.param)) + "ranks";
+                         });
 
 }  // namespace
 }  // namespace conccl::gputest

@@ -24,18 +24,23 @@ TEST(Usage, TwoCommunicatorsConcurrently) {
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   std::atomic<int> failures{0};
-  auto drive = [&failures](Clique* clique, Coll coll, uint64_t seed) {
+  // Buffers are allocated once per thread, before the loop: cudaFree synchronises the whole device, so a
+  // cudaFree in one thread while the other thread is between two ranks' launches of a group (rank 0 waiting
+  // on the GPU for rank 1's signal, not yet enqueued) can deadlock. Same rule as NCCL's: no cudaFree while
+  // another thread may be in the middle of a collective (caching allocators avoid it).
+  CaseSpec specA, specB;
+  specA.coll = Coll::kAllReduce;
+  specA.count = 1000;
+  specB.coll = Coll::kAllGather;
+  specB.count = 1001;
+  CollCase caseA(specA, a->size()), caseB(specB, b->size());
+  auto drive = [&failures](Clique* clique, CollCase* c, uint64_t seed) {
     for (int i = 0; i < 50 && failures == 0; ++i) {
-      CaseSpec spec;
-      spec.coll = coll;
-      spec.count = 1000 + static_cast<size_t>(i);
-      spec.dtype = concclFloat32;
-      CollCase c(spec, clique->size());
-      if (!c.runEager(*clique, seed + static_cast<uint64_t>(i))) ++failures;
+      if (!c->runEager(*clique, seed + static_cast<uint64_t>(i))) ++failures;
     }
   };
-  std::thread ta(drive, a.get(), Coll::kAllReduce, 1);
-  std::thread tb(drive, b.get(), Coll::kAllGather, 100000);
+  std::thread ta(drive, a.get(), &caseA, 1);
+  std::thread tb(drive, b.get(), &caseB, 100000);
   ta.join();
   tb.join();
   EXPECT_EQ(failures.load(), 0);
@@ -149,7 +154,8 @@ std::pair<concclResult_t, std::string> badAllGather(Clique& clique, const void* 
                                                     DeviceMem& send1, DeviceMem& recv1) {
   concclResult_t first = concclGroupStart();
   concclResult_t r0 = concclAllGather(send0, recv0, count, concclFloat32, clique.comms[0], clique.streams[0]);
-  concclResult_t r1 = concclAllGather(send1.get(), recv1.get(), count, concclFloat32, clique.comms[1], clique.streams[1]);
+  concclResult_t r1 =
+      concclAllGather(send1.get(), recv1.get(), count, concclFloat32, clique.comms[1], clique.streams[1]);
   concclResult_t end = concclGroupEnd();
   concclResult_t res = first != concclSuccess ? first : r0 != concclSuccess ? r0 : r1 != concclSuccess ? r1 : end;
   std::string message = concclGetLastError(clique.comms[0]);

@@ -31,13 +31,13 @@ namespace {
     }                                                                                                     \
   } while (0)
 
-#define CHECK_CONCCL(call)                                                                                        \
-  do {                                                                                                            \
-    concclResult_t r_ = (call);                                                                                   \
-    if (r_ != concclSuccess) {                                                                                    \
+#define CHECK_CONCCL(call)                                                                                       \
+  do {                                                                                                           \
+    concclResult_t r_ = (call);                                                                                  \
+    if (r_ != concclSuccess) {                                                                                   \
       std::fprintf(stderr, "%s failed: %s: %s\n", #call, concclGetErrorString(r_), concclGetLastError(nullptr)); \
-      std::exit(1);                                                                                               \
-    }                                                                                                             \
+      std::exit(1);                                                                                              \
+    }                                                                                                            \
   } while (0)
 
 // Non-zero pseudo-random values in [-1, 1) (timing zeros can flatter a kernel).
@@ -113,9 +113,10 @@ void benchReduce(size_t inputBytes, int k, int runs) {
       const double gbs = static_cast<double>(k) * static_cast<double>(inputBytes) / (t * 1e-3) / 1e9;
       const char* name = dtype == concclBfloat16 ? "bf16" : "fp32";
       std::printf("%-6s %6d %12.3f %14.1f %14.1f\n", name, ctas, t, gbs, gbs / ctas);
-      std::printf("#json {\"bench\":\"reduce\",\"dtype\":\"%s\",\"inputs\":%d,\"input_bytes\":%zu,\"ctas\":%d,"
-                  "\"time_ms\":%.4f,\"read_gbps\":%.2f,\"read_gbps_per_sm\":%.2f}\n",
-                  name, k, inputBytes, ctas, t, gbs, gbs / ctas);
+      std::printf(
+          "#json {\"bench\":\"reduce\",\"dtype\":\"%s\",\"inputs\":%d,\"input_bytes\":%zu,\"ctas\":%d,"
+          "\"time_ms\":%.4f,\"read_gbps\":%.2f,\"read_gbps_per_sm\":%.2f}\n",
+          name, k, inputBytes, ctas, t, gbs, gbs / ctas);
     }
   }
   for (auto p : inputs) cudaFree(p);
@@ -128,11 +129,16 @@ void benchReduce(size_t inputBytes, int k, int runs) {
 enum class Coll { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast };
 const char* collName(Coll c) {
   switch (c) {
-    case Coll::kAllReduce: return "allreduce";
-    case Coll::kAllGather: return "allgather";
-    case Coll::kReduceScatter: return "reducescatter";
-    case Coll::kAllToAll: return "alltoall";
-    case Coll::kBroadcast: return "broadcast";
+    case Coll::kAllReduce:
+      return "allreduce";
+    case Coll::kAllGather:
+      return "allgather";
+    case Coll::kReduceScatter:
+      return "reducescatter";
+    case Coll::kAllToAll:
+      return "alltoall";
+    case Coll::kBroadcast:
+      return "broadcast";
   }
   return "?";
 }
@@ -159,11 +165,12 @@ void benchLatency(int nranks, int iters, int lanes, size_t maxBytes) {
   }
   CHECK_CUDA(cudaSetDevice(devlist[0]));
   std::printf("\n# per-call latency through the public API: %d ranks on %s, lanes %s, %d calls per size, float32\n",
-              nranks, distinct ? "distinct GPUs" : "device 0 repeated", lanes > 0 ? std::to_string(lanes).c_str() : "default",
-              iters);
+              nranks, distinct ? "distinct GPUs" : "device 0 repeated",
+              lanes > 0 ? std::to_string(lanes).c_str() : "default", iters);
   if (!distinct && nranks > 1) {
-    std::printf("# NOTE: several ranks share one GPU, so CUDA runs these device-to-device copies on SMs, not on copy\n"
-                "#       engines: these are correctness-path latencies, not copy-engine results.\n");
+    std::printf(
+        "# NOTE: several ranks share one GPU, so CUDA runs these device-to-device copies on SMs, not on copy\n"
+        "#       engines: these are correctness-path latencies, not copy-engine results.\n");
   }
   std::printf("%-14s %10s %14s %18s %14s\n", "collective", "bytes", "time/call_us", "enqueue/call/rank_us",
               "graph/call_us");
@@ -218,11 +225,13 @@ void benchLatency(int nranks, int iters, int lanes, size_t maxBytes) {
       std::vector<cudaGraphExec_t> execs(static_cast<size_t>(nranks));
       for (int r = 0; r < nranks; ++r) CHECK_CUDA(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeThreadLocal));
       enqueue();
+      // End every capture before instantiating: instantiation is not allowed while this thread still
+      // captures (ThreadLocal mode).
+      std::vector<cudaGraph_t> graphs(static_cast<size_t>(nranks));
+      for (int r = 0; r < nranks; ++r) CHECK_CUDA(cudaStreamEndCapture(streams[r], &graphs[r]));
       for (int r = 0; r < nranks; ++r) {
-        cudaGraph_t g = nullptr;
-        CHECK_CUDA(cudaStreamEndCapture(streams[r], &g));
-        CHECK_CUDA(cudaGraphInstantiate(&execs[r], g, 0));
-        cudaGraphDestroy(g);
+        CHECK_CUDA(cudaGraphInstantiate(&execs[r], graphs[r], 0));
+        cudaGraphDestroy(graphs[r]);
       }
       for (int r = 0; r < nranks; ++r) CHECK_CUDA(cudaGraphLaunch(execs[r], streams[r]));  // warm-up
       syncAll();
@@ -236,9 +245,10 @@ void benchLatency(int nranks, int iters, int lanes, size_t maxBytes) {
       for (auto e : execs) cudaGraphExecDestroy(e);
 
       std::printf("%-14s %10zu %14.1f %18.1f %14.1f\n", collName(coll), bytes, perCall, enqueuePerRank, graphPerCall);
-      std::printf("#json {\"bench\":\"latency\",\"coll\":\"%s\",\"ranks\":%d,\"distinct_gpus\":%s,\"bytes\":%zu,"
-                  "\"time_us\":%.2f,\"enqueue_us_per_rank\":%.2f,\"graph_time_us\":%.2f}\n",
-                  collName(coll), nranks, distinct ? "true" : "false", bytes, perCall, enqueuePerRank, graphPerCall);
+      std::printf(
+          "#json {\"bench\":\"latency\",\"coll\":\"%s\",\"ranks\":%d,\"distinct_gpus\":%s,\"bytes\":%zu,"
+          "\"time_us\":%.2f,\"enqueue_us_per_rank\":%.2f,\"graph_time_us\":%.2f}\n",
+          collName(coll), nranks, distinct ? "true" : "false", bytes, perCall, enqueuePerRank, graphPerCall);
     }
   }
   for (auto c : comms) concclCommDestroy(c);

@@ -19,18 +19,18 @@ namespace conccl::exec::detail {
 
 }  // namespace conccl::exec::detail
 
-#define CUDA_CHECK(call)                                                                    \
-  do {                                                                                      \
-    const cudaError_t conccl_cuda_err_ = (call);                                            \
-    if (conccl_cuda_err_ != cudaSuccess) {                                                  \
-      ::conccl::exec::detail::throwCudaError(conccl_cuda_err_, #call, __FILE__, __LINE__);  \
-    }                                                                                       \
+#define CUDA_CHECK(call)                                                                   \
+  do {                                                                                     \
+    const cudaError_t conccl_cuda_err_ = (call);                                           \
+    if (conccl_cuda_err_ != cudaSuccess) {                                                 \
+      ::conccl::exec::detail::throwCudaError(conccl_cuda_err_, #call, __FILE__, __LINE__); \
+    }                                                                                      \
   } while (0)
 
-#define CU_CHECK(call)                                                                     \
-  do {                                                                                     \
-    const CUresult conccl_cu_err_ = (call);                                                \
-    if (conccl_cu_err_ != CUDA_SUCCESS) {                                                  \
-      ::conccl::exec::detail::throwCuError(conccl_cu_err_, #call, __FILE__, __LINE__);     \
-    }                                                                                      \
+#define CU_CHECK(call)                                                                 \
+  do {                                                                                 \
+    const CUresult conccl_cu_err_ = (call);                                            \
+    if (conccl_cu_err_ != CUDA_SUCCESS) {                                              \
+      ::conccl::exec::detail::throwCuError(conccl_cu_err_, #call, __FILE__, __LINE__); \
+    }                                                                                  \
   } while (0)

@@ -12,12 +12,12 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -100,8 +100,7 @@ class CudaExecutor final : public Executor {
   std::mutex lifetimeMutex_;  // abort() vs releaseRank(): flags stay allocated while abort writes them
 };
 
-CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config)
-    : config_(config), devices_(devices) {
+CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config) : config_(config), devices_(devices) {
   CONCCL_REQUIRE(!devices.empty(), "the CUDA executor needs at least one rank");
   CONCCL_REQUIRE(config.lanes >= 1, "lanes = " + std::to_string(config.lanes) + " must be at least 1");
   CONCCL_REQUIRE(config.reduceCtas >= 1, "reduceCtas = " + std::to_string(config.reduceCtas) + " must be at least 1");
@@ -128,8 +127,9 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
       int can = 0;
       CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
       if (!can) {
-        CONCCL_WARN(-1, a, "device " + std::to_string(a) + " cannot access device " + std::to_string(b) +
-                               " directly: copies between them are staged through the host");
+        CONCCL_WARN(-1, a,
+                    "device " + std::to_string(a) + " cannot access device " + std::to_string(b) +
+                        " directly: copies between them are staged through the host");
         continue;
       }
       cudaError_t err = cudaDeviceEnablePeerAccess(b, 0);
@@ -145,6 +145,8 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
   for (int d : unique) {
     DeviceGuard guard(d);
     abortStreams_.emplace_back(d, Stream::createNonBlocking());
+    // Never let a launch load a module: see preloadReduceKernels (a lazy load can hang a one-thread group).
+    preloadReduceKernels();
   }
   warnIfStreamsAlias(unique);
   for (int r = 0; r < n; ++r) {
@@ -166,13 +168,16 @@ void CudaExecutor::initRank(RankState& s) {
   s.forkEvent = Event::createForOrdering();
   s.doneEvent = Event::createForOrdering();
   s.flags = DeviceBuffer::allocate(sizeof(uint32_t) * static_cast<size_t>(slots_ > 0 ? slots_ : 1));
-  CUDA_CHECK(cudaMemset(s.flags.get(), 0, s.flags.bytes()));
   if (config_.scratchBytes > 0) s.scratch = DeviceBuffer::allocate(config_.scratchBytes);
   s.one = DeviceBuffer::allocate(sizeof(uint32_t));
-  const uint32_t one = 1;
-  CUDA_CHECK(cudaMemcpy(s.one.get(), &one, sizeof(one), cudaMemcpyHostToDevice));
+  // Initialise on the rank's own lane and wait for that stream only: a device-wide synchronisation here could
+  // deadlock against another thread that is half-way through enqueueing a group on this GPU.
+  static const uint32_t kOne = 1;
+  cudaStream_t init = s.lanes.front().get();
+  CUDA_CHECK(cudaMemsetAsync(s.flags.get(), 0, s.flags.bytes(), init));
+  CUDA_CHECK(cudaMemcpyAsync(s.one.get(), &kOne, sizeof(kOne), cudaMemcpyHostToDevice, init));
   // The flags must be zero before any peer can signal into them.
-  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaStreamSynchronize(init));
   s.laneSyncedAt.assign(static_cast<size_t>(config_.lanes), -1);
   s.laneUsed.assign(static_cast<size_t>(config_.lanes), false);
 }
@@ -417,11 +422,12 @@ void CudaExecutor::warnIfStreamsAlias(const std::vector<int>& unique) const {
     if (const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) connections = std::atoi(env);
     const int streams = ranksHere * (config_.lanes + 1) + 1;
     if (streams > connections) {
-      CONCCL_WARN(-1, d, std::to_string(ranksHere) + " ranks share device " + std::to_string(d) + " with about " +
-                             std::to_string(streams) + " streams but CUDA_DEVICE_MAX_CONNECTIONS is " +
-                             std::to_string(connections) +
-                             ": streams share hardware queues, so a rank's wait may block a peer's signal "
-                             "(deadlock). Set CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts.");
+      CONCCL_WARN(-1, d,
+                  std::to_string(ranksHere) + " ranks share device " + std::to_string(d) + " with about " +
+                      std::to_string(streams) + " streams but CUDA_DEVICE_MAX_CONNECTIONS is " +
+                      std::to_string(connections) +
+                      ": streams share hardware queues, so a rank's wait may block a peer's signal "
+                      "(deadlock). Set CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts.");
     }
   }
 }

@@ -52,7 +52,8 @@ namespace detail {
 
 void throwCudaError(cudaError_t error, const char* call, const char* file, int line) {
   throw Error(concclUnhandledCudaError, std::string(call) + " failed: " + cudaGetErrorName(error) + " (" +
-                                            cudaGetErrorString(error) + ")" + ::conccl::detail::formatLocation(file, line));
+                                            cudaGetErrorString(error) + ")" +
+                                            ::conccl::detail::formatLocation(file, line));
 }
 
 void throwCuError(CUresult error, const char* call, const char* file, int line) {

@@ -26,6 +26,12 @@ struct ReduceArgs {
   int k = 0;               // number of inputs, 1..kMaxReduceInputs
 };
 
+// Loads every instantiation of the kernel into the current device's context now. Required before the first
+// launch: with CUDA's lazy module loading (the default since 12.2) the first launch of a kernel loads its
+// module, which waits for the device's outstanding work; if a stream of the device is blocked in a Wait whose
+// Signal this thread has not enqueued yet (one thread driving several ranks), that launch never returns.
+void preloadReduceKernels();
+
 // True for the types the kernel reduces (everything but fp8).
 bool reduceSupported(concclDataType_t dtype, concclRedOp_t op);
 

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# All the GPU work of one session in one call (run THERE, from the repo root, with gpu-stage/ carried; build
+# it HERE first with scripts/gpu-build.sh):
+#   1. scripts/gpu-check.sh: GPU tests, compute-sanitizer, reduction-kernel bench and per-call latency;
+#   2. with 2+ GPUs: the copy-engine probe, conccl-bench conccl vs nccl vs nccl-ce across GPUs, conccl-c3.
+# The device tool returns at most 8 files from $OUT: logs go into one tarball, results into a few JSON files.
+# Env: PHASES (default "check multi"), CHECK_BUDGET_S (gpu-check budget), BENCH_MAX (default 512M),
+#      C3_GRID (default small), LANES_SWEEP (e.g. "1 2 4").
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
+export LD_LIBRARY_PATH="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
+stage="${STAGE:-gpu-stage}"
+OUT="${OUT:-$PWD/gpu-session-out}"
+mkdir -p "$OUT"
+logs="$(mktemp -d)"
+phases="${PHASES:-check multi}"
+ngpus="$(nvidia-smi -L 2>/dev/null | wc -l)"
+summary=()
+run_step() {  # run_step NAME LIMIT_S CMD...: log to $logs/NAME.log, remember the exit status
+  local name="$1" limit="$2"
+  shift 2
+  local t0=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-26s rc=%-4s %4ss' "$name" "$rc" "$(($(date +%s) - t0))")")
+}
+
+if [[ " $phases " == *" check "* ]]; then
+  OUT="$logs/check" BUDGET_S="${CHECK_BUDGET_S:-330}" bash "$stage/scripts/gpu-check.sh" >"$logs/gpu-check.txt" 2>&1
+  sed -n '/gpu-check summary/,$p' "$logs/gpu-check.txt"
+fi
+
+if [[ " $phases " == *" multi "* ]] && [ "$ngpus" -ge 2 ]; then
+  bin="$stage/bin"
+  run_step ce-probe 90 "$bin/conccl-ce-probe" 1073741824 200
+  grep -E "^(same|peer|verdict)" "$logs/ce-probe.log"
+  common=(-g "$ngpus" -n 20 -w 5)
+  for lanes in ${LANES_SWEEP:-}; do
+    run_step "bench-lanes$lanes" 120 "$bin/conccl-bench" --backend conccl "${common[@]}" -b 1M -e 256M -f 16 \
+      --coll all_gather,reduce_scatter --lanes "$lanes" --json "$logs/bench-lanes$lanes.jsonl"
+  done
+  run_step bench-main 300 "$bin/conccl-bench" --backend conccl,nccl,nccl-ce "${common[@]}" -b 8 -e "${BENCH_MAX:-512M}" -f 4 \
+    --coll all_gather,all_to_all,reduce_scatter,all_reduce --json "$OUT/bench-main.jsonl"
+  grep -E "Avg bus bandwidth|WARN|rror" "$logs/bench-main.log" | head -20
+  run_step bench-rest 150 "$bin/conccl-bench" --backend conccl,nccl "${common[@]}" -b 8 -e 64M -f 8 \
+    --coll broadcast,reduce,gather,scatter,sendrecv --json "$OUT/bench-rest.jsonl"
+  grep -E "Avg bus bandwidth" "$logs/bench-rest.log"
+  run_step c3 240 "$bin/conccl-c3" -g "$ngpus" --grid "${C3_GRID:-small}" --json "$OUT/c3.json"
+  tail -30 "$logs/c3.log"
+fi
+
+tar -czf "$OUT/logs.tgz" -C "$logs" . 2>/dev/null
+echo "== gpu-session: $ngpus GPU(s)"
+for line in "${summary[@]}"; do echo "$line"; done
