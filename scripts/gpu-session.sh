@@ -14,7 +14,7 @@ stage="${STAGE:-gpu-stage}"
 OUT="${OUT:-$PWD/gpu-session-out}"
 mkdir -p "$OUT"
 logs="$(mktemp -d)"
-phases="${PHASES:-check multi}"
+phases="${PHASES:-check multi single}"
 ngpus="$(nvidia-smi -L 2>/dev/null | wc -l)"
 summary=()
 run_step() {  # run_step NAME LIMIT_S CMD...: log to $logs/NAME.log, remember the exit status
@@ -48,6 +48,21 @@ if [[ " $phases " == *" multi "* ]] && [ "$ngpus" -ge 2 ]; then
   grep -E "Avg bus bandwidth" "$logs/bench-rest.log"
   run_step c3 240 "$bin/conccl-c3" -g "$ngpus" --grid "${C3_GRID:-small}" --json "$OUT/c3.json"
   tail -30 "$logs/c3.log"
+fi
+
+if [[ " $phases " == *" single "* ]]; then
+  bin="$stage/bin"
+  # One GPU: ranks share it, so these are correctness and API-overhead numbers, not copy-engine numbers
+  # (the tools print that warning). NCCL refuses two ranks on one GPU, so conccl runs alone here.
+  run_step bench-1gpu 110 "$bin/conccl-bench" --backend conccl --devices 0,0 -n 20 -w 5 -b 8 -e 256M -f 8 \
+    --coll all_gather,all_to_all,reduce_scatter,all_reduce,broadcast,reduce,gather,scatter,sendrecv \
+    --json "$OUT/bench-1gpu.jsonl"
+  grep -E "Avg bus bandwidth|WARN|wrong" "$logs/bench-1gpu.log" | head -20
+  run_step bench-1gpu-graph 50 "$bin/conccl-bench" --backend conccl --devices 0,0 -n 20 -w 5 -b 8 -e 1M -f 32 -G 1 \
+    --coll all_gather,reduce_scatter,all_reduce
+  grep -E "Avg bus bandwidth" "$logs/bench-1gpu-graph.log"
+  run_step c3-sm-sweep 100 "$bin/conccl-c3" --sm-sweep --json "$OUT/c3-sm-sweep.json"
+  tail -25 "$logs/c3-sm-sweep.log"
 fi
 
 tar -czf "$OUT/logs.tgz" -C "$logs" . 2>/dev/null

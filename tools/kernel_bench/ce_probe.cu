@@ -90,9 +90,9 @@ int main(int argc, char** argv) {
   std::printf("# conccl-ce-probe: %d GPU(s), copy %zu bytes, hog kernel %.0f ms on every SM\n", n, bytes, hogMs);
   if (n < 1) return 2;
   const int a = 0, b = n > 1 ? 1 : 0;
-  cudaDeviceProp prop;
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, a));
-  long long cycles = static_cast<long long>(hogMs * 1e-3 * prop.clockRate * 1e3);  // clockRate in kHz
+  int clockKHz = 0;  // cudaDeviceProp::clockRate is gone in CUDA 13; the attribute remains
+  CHECK_CUDA(cudaDeviceGetAttribute(&clockKHz, cudaDevAttrClockRate, a));
+  long long cycles = static_cast<long long>(hogMs * 1e-3 * clockKHz * 1e3);
   if (n > 1) {
     int can = 0;
     CHECK_CUDA(cudaDeviceCanAccessPeer(&can, a, b));
