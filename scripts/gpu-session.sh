@@ -62,7 +62,13 @@ if [[ " $phases " == *" single "* ]]; then
     --coll all_gather,reduce_scatter,all_reduce
   grep -E "Avg bus bandwidth" "$logs/bench-1gpu-graph.log"
   run_step c3-sm-sweep 100 "$bin/conccl-c3" --sm-sweep --json "$OUT/c3-sm-sweep.json"
-  tail -25 "$logs/c3-sm-sweep.log"
+  grep -E "green-ctx" "$logs/c3-sm-sweep.log" | head -6
+  # One rank per backend exercises every backend's code path (NCCL's copy-engine mode included) on one GPU.
+  run_step bench-1rank 90 "$bin/conccl-bench" --backend conccl,nccl,nccl-ce -g 1 -n 20 -w 5 -b 8 -e 64M -f 8 \
+    --coll all_gather,all_to_all,reduce_scatter,all_reduce --json "$OUT/bench-1rank.jsonl"
+  grep -E "Avg bus bandwidth|WARN|rror|nccl-ce" "$logs/bench-1rank.log" | head -20
+  run_step c3-1rank 150 "$bin/conccl-c3" -g 1 --grid small --json "$OUT/c3-1rank.json"
+  tail -32 "$logs/c3-1rank.log"
 fi
 
 tar -czf "$OUT/logs.tgz" -C "$logs" . 2>/dev/null

@@ -176,15 +176,16 @@ double median(std::vector<double> v) {
 }
 
 // Driver API entry points through the runtime (cudaGetDriverEntryPointByVersion) rather than linking
-// libcuda.so, so that the tool starts, and says that it needs a GPU, on machines without a driver. 12.4 is
-// the ABI the green-context functions were introduced with.
+// libcuda.so, so that the tool starts, and says that it needs a GPU, on machines without a driver. Asked for
+// with the ABI of the toolkit we compile against: green-context functions came in several releases (12.4,
+// 12.5 for cuGreenCtxStreamCreate), and an older ABI version makes the newer ones "not found".
 template <typename Fn>
 Fn* driver(const char* symbol) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult status{};
-  C3_CHECK(cudaGetDriverEntryPointByVersion(symbol, &fn, 12040, cudaEnableDefault, &status));
+  C3_CHECK(cudaGetDriverEntryPointByVersion(symbol, &fn, CUDART_VERSION, cudaEnableDefault, &status));
   CONCCL_REQUIRE(fn != nullptr && status == cudaDriverEntryPointSuccess,
-                 std::string("the CUDA driver has no ") + symbol + " (green contexts need CUDA 12.4+)");
+                 std::string("the CUDA driver has no ") + symbol + " (green contexts need a CUDA 12.5+ driver)");
   return reinterpret_cast<Fn*>(fn);
 }
 // decltype only: naming the function's address would make the linker want libcuda.so again.

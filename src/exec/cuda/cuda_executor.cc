@@ -39,6 +39,11 @@
 namespace conccl::exec {
 namespace {
 
+// Programs that copy at most this many bytes run all their ops on the caller's stream (see launch()).
+constexpr size_t kSingleStreamProgramBytes = size_t{256} << 10;
+// Operations per cuStreamBatchMemOp call (the driver bounds the count; 256 is the documented maximum).
+constexpr size_t kMaxBatchMemOps = 128;
+
 std::string describeStream(cudaStream_t s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%p", static_cast<void*>(s));
@@ -61,6 +66,7 @@ struct RankState {
   // Per-launch bookkeeping, kept here so that launch() does not allocate.
   std::vector<int64_t> laneSyncedAt;  // M's op count when the lane last waited on M (-1: not this call)
   std::vector<bool> laneUsed;
+  std::vector<CUstreamBatchMemOpParams> pendingWaits;
 
   std::mutex mutex;  // serialises launch / synchronize / release of this rank
   bool released = false;
@@ -180,6 +186,7 @@ void CudaExecutor::initRank(RankState& s) {
   CUDA_CHECK(cudaStreamSynchronize(init));
   s.laneSyncedAt.assign(static_cast<size_t>(config_.lanes), -1);
   s.laneUsed.assign(static_cast<size_t>(config_.lanes), false);
+  s.pendingWaits.reserve(2 * static_cast<size_t>(slots_ > 0 ? slots_ : 1));  // no allocation in launch()
 }
 
 CudaExecutor::~CudaExecutor() {
@@ -270,6 +277,16 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
     return static_cast<char*>(base) + loc.offset;
   };
 
+  // Small programs run every op on M. Forking a lane off M and joining it back costs two CUDA calls each way
+  // (~2-4 us apiece in our VM, docs/cuda-executor.md), far more than the parallel copy queues gain for a few
+  // KiB. Putting lane ops on M only adds ordering (it is the host executor's sequential order), so it cannot
+  // deadlock where the schedule does not.
+  size_t programBytes = 0;
+  for (const sched::Op& op : schedule.programs[rank].ops) {
+    if (const auto* copy = std::get_if<sched::Copy>(&op)) programBytes += copy->bytes;
+  }
+  const bool onlyMain = programBytes <= kSingleStreamProgramBytes;
+
   // The lane rule of the execution model: a lane op is ordered after every M op that precedes it. Track how
   // many ops M has received; a lane waits on M (through forkEvent) only when M moved since it last did.
   int64_t mainOps = 0;
@@ -277,7 +294,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   std::fill(s.laneSyncedAt.begin(), s.laneSyncedAt.end(), -1);
   std::fill(s.laneUsed.begin(), s.laneUsed.end(), false);
   auto streamFor = [&](int lane) -> cudaStream_t {
-    if (lane == sched::kMainStream) {
+    if (lane == sched::kMainStream || onlyMain) {
       ++mainOps;
       return main;
     }
@@ -297,7 +314,22 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
     return s.lanes[l].get();
   };
 
+  // Consecutive Waits are enqueued together: one cuStreamBatchMemOp with a (wait for 1, write 0) pair per flag,
+  // executed in order. Flushed before any other op, so the ordering rules are unchanged.
+  std::vector<CUstreamBatchMemOpParams>& waits = s.pendingWaits;
+  waits.clear();
+  auto flushWaits = [&] {
+    if (waits.empty()) return;
+    streamFor(sched::kMainStream);
+    for (size_t first = 0; first < waits.size(); first += kMaxBatchMemOps) {
+      const auto count = static_cast<unsigned int>(std::min(kMaxBatchMemOps, waits.size() - first));
+      CU_CHECK(cu.streamBatchMemOp(reinterpret_cast<CUstream>(main), count, waits.data() + first, 0));
+    }
+    waits.clear();
+  };
+
   for (const sched::Op& op : schedule.programs[rank].ops) {
+    if (!std::holds_alternative<sched::Wait>(op)) flushWaits();
     if (const auto* copy = std::get_if<sched::Copy>(&op)) {
       if (copy->bytes == 0) continue;
       char* dst = resolve(copy->dst);
@@ -314,11 +346,20 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
     } else if (const auto* wait = std::get_if<sched::Wait>(&op)) {
       CONCCL_ASSERT(wait->slot >= 0 && wait->slot < slots_);
       auto flag = reinterpret_cast<CUdeviceptr>(flagTable_[rank] + wait->slot);
-      streamFor(sched::kMainStream);
       // Wait for the constant 1 and consume it by writing 0: no sequence numbers, so a captured graph
       // replays correctly any number of times.
-      CU_CHECK(cu.streamWaitValue32(reinterpret_cast<CUstream>(main), flag, 1, CU_STREAM_WAIT_VALUE_GEQ));
-      CU_CHECK(cu.streamWriteValue32(reinterpret_cast<CUstream>(main), flag, 0, CU_STREAM_WRITE_VALUE_DEFAULT));
+      CUstreamBatchMemOpParams w{};
+      w.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+      w.waitValue.address = flag;
+      w.waitValue.value = 1;
+      w.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+      CUstreamBatchMemOpParams z{};
+      z.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+      z.writeValue.address = flag;
+      z.writeValue.value = 0;
+      z.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+      waits.push_back(w);
+      waits.push_back(z);
     } else if (const auto* reduce = std::get_if<sched::Reduce>(&op)) {
       if (reduce->count == 0) continue;
       ReduceArgs args;
@@ -336,6 +377,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
     }
   }
 
+  flushWaits();
   // Program end: M continues only after every lane used in this call has finished.
   for (size_t l = 0; l < s.laneUsed.size(); ++l) {
     if (!s.laneUsed[l]) continue;

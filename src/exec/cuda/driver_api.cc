@@ -38,6 +38,7 @@ const DriverApi& driverApi() {
     DriverApi a;
     resolve("cuStreamWaitValue32", a.streamWaitValue32);
     resolve("cuStreamWriteValue32", a.streamWriteValue32);
+    resolve("cuStreamBatchMemOp", a.streamBatchMemOp);
     resolve("cuMemGetAddressRange", a.memGetAddressRange);
     resolve("cuGetErrorName", a.getErrorName);
     resolve("cuGetErrorString", a.getErrorString);

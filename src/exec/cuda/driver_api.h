@@ -12,6 +12,8 @@ struct DriverApi {
   // v2 semantics (CUDA 11.7+): the stream memory operations the runtime itself uses.
   PFN_cuStreamWaitValue32_v11070 streamWaitValue32 = nullptr;
   PFN_cuStreamWriteValue32_v11070 streamWriteValue32 = nullptr;
+  // Several waits (and their resets) in one call: a rank waiting for 7 peers issues 1 call instead of 14.
+  PFN_cuStreamBatchMemOp_v11070 streamBatchMemOp = nullptr;
   PFN_cuMemGetAddressRange_v3020 memGetAddressRange = nullptr;
   PFN_cuGetErrorName_v6000 getErrorName = nullptr;
   PFN_cuGetErrorString_v6000 getErrorString = nullptr;
