@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/types.h"
 #include "sched/builder_util.h"
 
 namespace conccl::sched {
@@ -131,37 +132,12 @@ int maxSlots(int nranks, const BuildOptions& options) {
 
 namespace detail {
 
-size_t typeSize(concclDataType_t dtype) {
-  switch (dtype) {
-    case concclInt8:
-    case concclUint8:
-    case concclFloat8e4m3:
-    case concclFloat8e5m2:
-      return 1;
-    case concclFloat16:
-    case concclBfloat16:
-      return 2;
-    case concclInt32:
-    case concclUint32:
-    case concclFloat32:
-      return 4;
-    case concclInt64:
-    case concclUint64:
-    case concclFloat64:
-      return 8;
-    default:
-      return 0;
-  }
-}
+// One table of type sizes for the whole library (core/types.cc).
+size_t typeSize(concclDataType_t dtype) { return ::conccl::typeSize(dtype); }
 
 bool isFp8(concclDataType_t dtype) { return dtype == concclFloat8e4m3 || dtype == concclFloat8e5m2; }
 
-const char* dtypeName(concclDataType_t dtype) {
-  static const char* const kNames[] = {"int8",    "uint8",    "int32",   "uint32",  "int64",      "uint64",
-                                       "float16", "bfloat16", "float32", "float64", "float8e4m3", "float8e5m2"};
-  const int i = static_cast<int>(dtype);
-  return i >= 0 && i < concclNumTypes ? kNames[i] : "invalid";
-}
+const char* dtypeName(concclDataType_t dtype) { return ::conccl::typeName(dtype); }
 
 const char* opName(concclRedOp_t op) {
   static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
