@@ -13,6 +13,11 @@
 namespace conccl::bench {
 namespace {
 
+// memcpy with a NULL pointer is undefined even for 0 bytes (UBSan stops on it), and empty buffers may be NULL.
+void copyBytes(void* dst, const void* src, size_t n) {
+  if (n > 0) std::memcpy(dst, src, n);
+}
+
 class FakeBackend : public Backend {
  public:
   explicit FakeBackend(int nranks, bool faulty = false) : nranks_(nranks), faulty_(faulty) {}
@@ -23,8 +28,8 @@ class FakeBackend : public Backend {
   SmUsage Sms(CollKind) const override { return {0, false, false, "fake"}; }
   void* Alloc(int, size_t bytes) override { return new unsigned char[bytes]; }
   void Free(int, void* p) override { delete[] static_cast<unsigned char*>(p); }
-  void CopyIn(int, void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
-  void CopyOut(int, void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void CopyIn(int, void* dst, const void* src, size_t n) override { copyBytes(dst, src, n); }
+  void CopyOut(int, void* dst, const void* src, size_t n) override { copyBytes(dst, src, n); }
   void GroupStart() override { ops_.clear(); }
   void GroupEnd() override {
     // Snapshot all sends first, so that in-place operations read their inputs before anything is written.
@@ -108,11 +113,11 @@ class FakeBackend : public Backend {
     auto* out = static_cast<unsigned char*>(me.recv);
     switch (me.kind) {
       case CollKind::kAllGather:
-        for (int p = 0; p < nranks_; ++p) std::memcpy(out + p * chunk, Of(me.kind, p).in.data(), chunk);
+        for (int p = 0; p < nranks_; ++p) copyBytes(out + p * chunk, Of(me.kind, p).in.data(), chunk);
         break;
       case CollKind::kAllToAll:
         for (int p = 0; p < nranks_; ++p)
-          std::memcpy(out + p * chunk, Of(me.kind, p).in.data() + me.rank * chunk, chunk);
+          copyBytes(out + p * chunk, Of(me.kind, p).in.data() + me.rank * chunk, chunk);
         break;
       case CollKind::kReduceScatter:
         Reduce(me, me.rank * n, n, out);
@@ -124,17 +129,17 @@ class FakeBackend : public Backend {
         if (me.rank == me.root) Reduce(me, 0, n, out);
         break;
       case CollKind::kBroadcast:
-        std::memcpy(out, Of(me.kind, me.root).in.data(), chunk);
+        copyBytes(out, Of(me.kind, me.root).in.data(), chunk);
         break;
       case CollKind::kGather:
         if (me.rank != me.root) break;
-        for (int p = 0; p < nranks_; ++p) std::memcpy(out + p * chunk, Of(me.kind, p).in.data(), chunk);
+        for (int p = 0; p < nranks_; ++p) copyBytes(out + p * chunk, Of(me.kind, p).in.data(), chunk);
         break;
       case CollKind::kScatter:
-        std::memcpy(out, Of(me.kind, me.root).in.data() + me.rank * chunk, chunk);
+        copyBytes(out, Of(me.kind, me.root).in.data() + me.rank * chunk, chunk);
         break;
       case CollKind::kSendRecv:
-        if (me.recv_only) std::memcpy(out, Of(me.kind, me.root, true).in.data(), chunk);  // root = peer
+        if (me.recv_only) copyBytes(out, Of(me.kind, me.root, true).in.data(), chunk);  // root = peer
         break;
     }
     if (faulty_ && out && n > 1 && (me.kind != CollKind::kSendRecv || me.recv_only) &&
