@@ -106,4 +106,25 @@ class DeviceBuffer : public UniqueHandle<void*, cudaFree> {
   size_t bytes_ = 0;
 };
 
+// Page-locked host memory mapped into every device's address space (cudaHostAllocMapped | Portable), freed
+// with cudaFreeHost. The executor keeps its flags here: see the comment at RankState::flags.
+class PinnedBuffer : public UniqueHandle<void*, cudaFreeHost> {
+ public:
+  PinnedBuffer() = default;
+  static PinnedBuffer allocate(size_t bytes) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    return PinnedBuffer(p, bytes);
+  }
+  size_t bytes() const { return bytes_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(get());
+  }
+
+ private:
+  PinnedBuffer(void* p, size_t bytes) : UniqueHandle(p), bytes_(bytes) {}
+  size_t bytes_ = 0;
+};
+
 }  // namespace conccl::exec
