@@ -105,8 +105,9 @@ typedef enum { concclSum = 0, concclProd = 1, concclMax = 2, concclMin = 3, conc
 
 typedef enum { concclBackendHost = 0, concclBackendCuda = 1 } concclBackend_t;
 
-/* How data moves on the CUDA backend. Auto: copy engines, except for messages below the calibrated
- * small-message threshold where the engine issue cost dominates. Copy: copy engines always. */
+/* How data moves on the CUDA backend. Copy: copy engines always. Auto: the library's choice; today that is
+ * copy engines for every size (a faster small-message path is planned). Sm (SM copy kernels) is reserved and
+ * refused with concclNotSupported by this version rather than silently replaced. */
 typedef enum { concclEngineAuto = 0, concclEngineCopy = 1, concclEngineSm = 2 } concclEngine_t;
 
 /* Value of an integer config field that is left to the environment variable or the default. */

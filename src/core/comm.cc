@@ -53,6 +53,11 @@ std::vector<concclComm*> createClique(int ndev, const int* devlist, const conccl
                      "devlist[" + std::to_string(r) + "] = " + std::to_string(devices[r]) +
                          " is not a CUDA device (this process sees " + std::to_string(count) + ")");
     }
+    // Refused rather than silently run on copy engines: a user who asks for SM data movement measures something else.
+    if (config.engine == concclEngineSm) {
+      CONCCL_THROW(concclNotSupported, "engine = sm (SM copy kernels) is not implemented in this version of conccl; "
+                                       "use auto or copy");
+    }
     executor = exec::makeCudaExecutor(devices, config);
   } else {
     executor = exec::makeHostExecutor(ndev, config);
