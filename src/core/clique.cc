@@ -69,7 +69,7 @@ void Clique::fail(concclResult_t code, const std::string& reason) {
     if (!error_) error_ = Error(code, reason);
   }
   cv_.notify_all();
-  executor_->abort();
+  executor_->cancel();
 }
 
 std::shared_ptr<CallTicket> Clique::post(int rank, RankArgs args) {

@@ -43,7 +43,7 @@ class Executor {
   virtual void synchronize(int rank) = 0;
 
   // Makes every current and future wait fail promptly (concclCommAbort, or a peer's fatal error).
-  virtual void abort() = 0;
+  virtual void cancel() = 0;
 
   // Frees `rank`'s resources (called by destroy/abort of that rank; the executor itself goes with the
   // last rank).

@@ -276,7 +276,7 @@ TEST(Executor, AbortReleasesAStuckWait) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(cudaStreamQuery(t.streams[0]), cudaErrorNotReady);
   const auto start = std::chrono::steady_clock::now();
-  t.ex->abort();
+  t.ex->cancel();
   t.ex->synchronize(0);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   EXPECT_EQ(cudaStreamQuery(t.streams[0]), cudaSuccess);
@@ -306,7 +306,7 @@ TEST(Executor, SynchronizeTimesOut) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), concclTimeout);
   }
-  t.ex->abort();
+  t.ex->cancel();
   t.ex->releaseRank(0);
   t.ex->releaseRank(1);
   EXPECT_EQ(cudaStreamQuery(t.streams[0]), cudaSuccess);

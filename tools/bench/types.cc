@@ -1,6 +1,7 @@
 #include "types.h"
 
-#include <bit>
+#include "exec/host/host_reduce.h"
+
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -64,42 +65,12 @@ const char* RedOpName(concclRedOp_t op) {
   return "?";
 }
 
-uint16_t FloatToHalf(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: infinity
-  if (abs < 0x38800000u) {
-    // Subnormal half (or zero): value = mantissa * 2^-24. Round the float to a multiple of 2^-24.
-    const float scaled = std::bit_cast<float>(abs) * 16777216.0f;  // exact: power-of-two scaling
-    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(scaled)));
-  }
-  // Normal: drop 13 mantissa bits with round to nearest even.
-  const uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
-  return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
-}
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    const float v = static_cast<float>(mant) / 16777216.0f;  // mant * 2^-24
-    return sign ? -v : v;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
-  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-
-uint16_t FloatToBf16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
-  const uint32_t rounded = x + 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(rounded >> 16);
-}
-
-float Bf16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+// The conversions are the library's own (exec/host/host_reduce.h: round to nearest even, NaN kept quiet), so that
+// the bench's reference rounds exactly like conccl's host backend and the GPU tests' reference.
+uint16_t FloatToHalf(float f) { return exec::floatToHalf(f); }
+float HalfToFloat(uint16_t h) { return exec::halfToFloat(h); }
+uint16_t FloatToBf16(float f) { return exec::floatToBf16(f); }
+float Bf16ToFloat(uint16_t b) { return exec::bf16ToFloat(b); }
 
 double UnitRoundoff(concclDataType_t type) {
   switch (type) {

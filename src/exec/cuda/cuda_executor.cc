@@ -86,7 +86,7 @@ class CudaExecutor final : public Executor {
   void checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const override;
   void launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) override;
   void synchronize(int rank) override;
-  void abort() override;
+  void cancel() override;
   void releaseRank(int rank) override;
 
  private:
@@ -105,7 +105,7 @@ class CudaExecutor final : public Executor {
   std::vector<uint32_t*> flagTable_;     // [rank] -> flags (host address), fixed at init
   std::vector<CUdeviceptr> devFlagTable_;  // [rank] -> the same flags as the GPUs address them
   std::atomic<bool> aborted_{false};
-  std::mutex lifetimeMutex_;  // abort() vs releaseRank(): flags stay allocated while abort writes them
+  std::mutex lifetimeMutex_;  // cancel() vs releaseRank(): flags stay allocated while cancel writes them
 };
 
 CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config) : config_(config), devices_(devices) {
@@ -450,7 +450,7 @@ void CudaExecutor::writeAllFlagsLocked() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-void CudaExecutor::abort() {
+void CudaExecutor::cancel() {
   aborted_.store(true, std::memory_order_release);
   std::lock_guard<std::mutex> lifetime(lifetimeMutex_);
   writeAllFlagsLocked();

@@ -67,7 +67,7 @@ class HostExecutor final : public Executor {
 
   void synchronize(int) override {}
 
-  void abort() override {
+  void cancel() override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       aborted_ = true;
