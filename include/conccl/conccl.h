@@ -148,6 +148,14 @@ typedef struct {
 
 typedef struct concclComm* concclComm_t;
 
+/* Opaque id of a communicator whose ranks live in several processes of one node (concclCommInitRank).
+ * Plain bytes: copy it to the other processes any way you like (MPI_Bcast, a torch.distributed store, a
+ * file, an environment variable as hex). */
+#define CONCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[CONCCL_UNIQUE_ID_BYTES];
+} concclUniqueId;
+
 /* ---------------------------------------------------------------------------------------------- */
 /* Version and errors                                                                              */
 
@@ -174,6 +182,44 @@ CONCCL_API const char* concclGetLastError(concclComm_t comm);
  * CUDA devices. On failure nothing is allocated and comms is left untouched. */
 CONCCL_API concclResult_t concclCommInitAll(concclComm_t* comms, int ndev, const int* devlist,
                                             const concclConfig_t* config);
+
+/* Creates a new unique id. Call it in one process (by convention the one that will be rank 0), send the
+ * bytes to every process, then call concclCommInitRank there. An id names one communicator: use a fresh
+ * id for each concclCommInitRank round. */
+CONCCL_API concclResult_t concclGetUniqueId(concclUniqueId* uniqueId);
+
+/* Creates rank `rank` of an nranks-rank communicator whose ranks are in several processes (or threads) of
+ * this node, on the calling thread's current CUDA device (cudaSetDevice first). Blocks until every rank has
+ * called it with the same id and nranks, or config.timeoutMs has passed. Collective: every rank must call
+ * it. Outside concclGroupStart/End only (it blocks for its peers).
+ *   Errors, all after at most the timeout, never a hang: a rank that never arrives (concclTimeout on the
+ *   others, naming it), a rank that arrives twice or disagrees on nranks (concclInvalidUsage on everyone
+ *   who arrived), an id that is not one (concclInvalidArgument), no CUDA device (concclNotSupported: the
+ *   host backend is single-process only).
+ * Buffers passed to its collectives are made visible to the other processes with CUDA IPC: the first time
+ * a peer sees an allocation (cudaMalloc'd memory; the allocation containing the pointer) it maps it, which
+ * costs milliseconds, and keeps the mapping in a cache keyed by the allocation's unique id. Rule: memory may
+ * be freed and reallocated freely (a new allocation at the same address is a new id, never confused with
+ * the old one); a mapping of freed memory is dropped when its address is reused or at destroy; use
+ * concclCommDeregister to drop it earlier. Memory from cudaMallocAsync pools or the VMM API cannot be
+ * shared this way and is refused with concclInvalidArgument. Send/Recv across processes is not supported
+ * yet (concclNotSupported). */
+CONCCL_API concclResult_t concclCommInitRank(concclComm_t* comm, int nranks, concclUniqueId commId, int rank);
+CONCCL_API concclResult_t concclCommInitRankConfig(concclComm_t* comm, int nranks, concclUniqueId commId, int rank,
+                                                   const concclConfig_t* config);
+
+/* Registration: tells the communicator ahead of time that [buff, buff+size) will be used in its collectives,
+ * so that the work of exporting the allocation happens now, not in the first collective that uses it. Local
+ * (not collective). *handle identifies the registration for concclCommDeregister, which drops the
+ * allocation from this rank's export cache and tells the peers, at this rank's next collective, to unmap it.
+ * On single-process communicators both calls only validate their arguments (nothing needs mapping). */
+CONCCL_API concclResult_t concclCommRegister(concclComm_t comm, void* buff, size_t size, void** handle);
+CONCCL_API concclResult_t concclCommDeregister(concclComm_t comm, void* handle);
+
+/* Device memory suited to collectives across processes (exportable with CUDA IPC) on the current device,
+ * aligned to 256 bytes. Free with concclMemFree. */
+CONCCL_API concclResult_t concclMemAlloc(void** ptr, size_t size);
+CONCCL_API concclResult_t concclMemFree(void* ptr);
 
 /* Frees the communicator after all its enqueued work has completed (CUDA: waits for its streams).
  * Every rank must be destroyed; the shared state goes with the last one. The handle is invalid after. */

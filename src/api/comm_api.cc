@@ -1,7 +1,9 @@
 // Communicator lifetime, queries, errors, groups, version.
 #include <cstring>
+#include <memory>
 
 #include "api/api_guard.h"
+#include "core/bootstrap.h"
 #include "core/group.h"
 #include "core/logging.h"
 
@@ -74,6 +76,84 @@ concclResult_t concclCommInitAll(concclComm_t* comms, int ndev, const int* devli
   });
 }
 
+concclResult_t concclGetUniqueId(concclUniqueId* uniqueId) {
+  return apiCall(nullptr, "concclGetUniqueId", [&] {
+    CONCCL_REQUIRE(uniqueId != nullptr, "uniqueId is NULL");
+    conccl::storeUniqueId(conccl::makeUniqueId(), uniqueId);
+  });
+}
+
+concclResult_t concclCommInitRankConfig(concclComm_t* comm, int nranks, concclUniqueId commId, int rank,
+                                        const concclConfig_t* config) {
+  return apiCall(nullptr, "concclCommInitRank", [&] {
+    CONCCL_REQUIRE(comm != nullptr, "comm is NULL");
+    // It blocks for the peers: inside a group one thread could never create two ranks of one communicator.
+    if (conccl::inGroup()) {
+      CONCCL_THROW(concclInvalidUsage, "concclCommInitRank cannot be called between concclGroupStart and "
+                                       "concclGroupEnd (it waits for its peers); create each rank on its own thread");
+    }
+    *comm = conccl::createProcessComm(nranks, commId, rank, config);
+  });
+}
+
+concclResult_t concclCommInitRank(concclComm_t* comm, int nranks, concclUniqueId commId, int rank) {
+  return concclCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+}
+
+concclResult_t concclCommRegister(concclComm_t comm, void* buff, size_t size, void** handle) {
+  return apiCall(comm, "concclCommRegister", [&] {
+    requireLiveComm(comm, "concclCommRegister");
+    CONCCL_REQUIRE(buff != nullptr, "buff is NULL");
+    CONCCL_REQUIRE(size > 0, "size is 0");
+    CONCCL_REQUIRE(handle != nullptr, "handle is NULL");
+    conccl::exec::Executor& executor = comm->clique->executor();
+    if (comm->clique->config().backend == concclBackendCuda) {
+      executor.checkBuffer(comm->rank, buff, size, "buff");
+      if (comm->multiProcess) executor.exportBuffer(comm->rank, buff);  // the IPC handle now, not in a collective
+    }
+    // The handle is a fresh heap address (never dereferenced): distinct per registration, checked on Deregister.
+    auto token = std::make_unique<char>();
+    std::lock_guard<std::mutex> lock(comm->registrationMutex);
+    comm->registrations[token.get()] = buff;
+    *handle = token.release();
+  });
+}
+
+concclResult_t concclCommDeregister(concclComm_t comm, void* handle) {
+  return apiCall(comm, "concclCommDeregister", [&] {
+    requireLiveComm(comm, "concclCommDeregister");
+    CONCCL_REQUIRE(handle != nullptr, "handle is NULL");
+    void* buff = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(comm->registrationMutex);
+      auto it = comm->registrations.find(handle);
+      if (it == comm->registrations.end()) {
+        CONCCL_THROW(concclInvalidArgument, "handle was not returned by concclCommRegister on this communicator, or "
+                                            "was already deregistered");
+      }
+      buff = it->second;
+      comm->registrations.erase(it);
+    }
+    std::unique_ptr<char> token(static_cast<char*>(handle));
+    if (comm->multiProcess) comm->clique->executor().retireExport(comm->rank, buff);
+  });
+}
+
+concclResult_t concclMemAlloc(void** ptr, size_t size) {
+  return apiCall(nullptr, "concclMemAlloc", [&] {
+    CONCCL_REQUIRE(ptr != nullptr, "ptr is NULL");
+    CONCCL_REQUIRE(size > 0, "size is 0");
+    *ptr = conccl::exec::cudaAllocate(size);
+  });
+}
+
+concclResult_t concclMemFree(void* ptr) {
+  return apiCall(nullptr, "concclMemFree", [&] {
+    if (ptr == nullptr) return;  // like free(NULL)
+    conccl::exec::cudaRelease(ptr);
+  });
+}
+
 static concclResult_t releaseComm(concclComm_t comm, bool graceful, const char* api) {
   return apiCall(nullptr, api, [&] {
     requireLiveComm(comm, api);
@@ -86,6 +166,12 @@ static concclResult_t releaseComm(concclComm_t comm, bool graceful, const char* 
     }
     conccl::unregisterComm(comm);
     std::unique_ptr<concclComm> owned(comm);
+    {
+      // Registration handles die with the communicator.
+      std::lock_guard<std::mutex> lock(owned->registrationMutex);
+      for (auto& [token, buff] : owned->registrations) delete static_cast<char*>(token);
+      owned->registrations.clear();
+    }
     if (!graceful) {
       owned->clique->fail(concclInvalidUsage, "rank " + std::to_string(owned->rank) + " aborted the communicator");
     }

@@ -1,10 +1,8 @@
+// What both clique implementations share: assembling a call from its ranks' arguments and validating it.
 #include "core/clique.h"
 
-#include <chrono>
-#include <set>
-#include <sstream>
+#include <string>
 
-#include "core/logging.h"
 #include "core/types.h"
 
 namespace conccl {
@@ -41,296 +39,71 @@ void checkAgreement(const RankArgs& a0, const RankArgs& ar, int r) {
 
 }  // namespace
 
-Clique::Clique(Config config, std::vector<int> devices, std::unique_ptr<exec::Executor> executor)
-    : config_(config), devices_(std::move(devices)), executor_(std::move(executor)) {
-  nextSeq_.assign(devices_.size(), 0);
-  pendingP2P_.resize(devices_.size());
-  pendingP2PArgs_.resize(devices_.size());
-  departed_.assign(devices_.size(), false);
-}
-
-Clique::~Clique() = default;
-
-void Clique::checkHealthyLocked() const {
-  if (error_) {
-    CONCCL_THROW(concclInvalidUsage, "the communicator is out of service after an earlier error (abort or destroy "
-                                     "it): " + error_->message());
-  }
-}
-
-std::optional<Error> Clique::asyncError() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return error_;
-}
-
-void Clique::fail(concclResult_t code, const std::string& reason) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!error_) error_ = Error(code, reason);
-  }
-  cv_.notify_all();
-  executor_->cancel();
-}
-
-std::shared_ptr<CallTicket> Clique::post(int rank, RankArgs args) {
-  auto ticket = std::make_shared<CallTicket>();
-  ticket->rank = rank;
-  std::unique_lock<std::mutex> lock(mutex_);
-  checkHealthyLocked();
-
-  if (args.kind == sched::CollKind::kSendRecv) {
-    CONCCL_ASSERT(!pendingP2P_[rank]);  // a rank's thread posts its next group only after launching the last
-    ticket->what = std::string(args.apiName) + " group";
-    pendingP2P_[rank] = ticket;
-    pendingP2PArgs_[rank] = std::move(args);
-    tryCloseP2PLocked(rank);
-    lock.unlock();
-    cv_.notify_all();
-    return ticket;
-  }
-
-  uint64_t seq = nextSeq_[rank]++;
-  auto& slot = collectives_[seq];
-  if (!slot) {
-    slot = std::make_shared<PendingCall>();
-    slot->seq = seq;
-    slot->args.resize(devices_.size());
-  }
-  ticket->call = slot;
-  ticket->what = std::string(args.apiName) + " #" + std::to_string(seq);
-  slot->args[rank] = std::move(args);
-  if (++slot->posted == nranks()) finalizeLocked(*slot);
-  lock.unlock();
-  cv_.notify_all();
-  return ticket;
-}
-
-// A Send/Recv group closes when every rank named by an op of the groups collected so far has posted a group.
-void Clique::tryCloseP2PLocked(int rank) {
-  std::set<int> members{rank};
-  std::vector<int> todo{rank};
-  while (!todo.empty()) {
-    int m = todo.back();
-    todo.pop_back();
-    for (const auto& op : pendingP2PArgs_[m].p2p) {
-      if (members.count(op.peer)) continue;
-      if (!pendingP2P_[op.peer]) return;  // a partner has not posted yet
-      members.insert(op.peer);
-      todo.push_back(op.peer);
+void assembleCall(PendingCall& pending, int n) {
+  sched::CollectiveCall& call = pending.call;
+  call.nranks = n;
+  int first = -1;
+  for (int r = 0; r < n; ++r) {
+    if (pending.args[r]) {
+      first = r;
+      break;
     }
   }
-  auto call = std::make_shared<PendingCall>();
-  call->seq = nextP2PSeq_++;
-  call->args.resize(devices_.size());
-  for (int m : members) {
-    call->args[m] = std::move(pendingP2PArgs_[m]);
-    pendingP2PArgs_[m] = RankArgs{};
-    pendingP2P_[m]->call = call;
-    pendingP2P_[m].reset();
-    ++call->posted;
-  }
-  finalizeLocked(*call);
-}
-
-// All participants posted: validate agreement, build the schedule and the binding. Errors are stored in the
-// call so that every participating rank reports the same one.
-void Clique::finalizeLocked(PendingCall& pending) {
-  const int n = nranks();
-  try {
-    sched::CollectiveCall& call = pending.call;
-    call.nranks = n;
-    int first = -1;
-    for (int r = 0; r < n; ++r) {
-      if (pending.args[r]) {
-        first = r;
-        break;
-      }
-    }
-    CONCCL_ASSERT(first >= 0);
-    const RankArgs& a0 = *pending.args[first];
-    call.kind = a0.kind;
-    call.dtype = a0.dtype;
-    call.op = a0.op;
-    call.root = a0.root;
-    call.count = a0.count;
-    call.inPlace.assign(n, false);
-    pending.binding.buffers.assign(n, {});
-    pending.binding.streams.assign(n, nullptr);
-    if (call.kind == sched::CollKind::kSendRecv) {
-      call.p2p.assign(n, {});
-      for (int r = 0; r < n; ++r) {
-        if (!pending.args[r]) continue;
-        call.p2p[r] = pending.args[r]->p2p;
-        pending.binding.buffers[r] = pending.args[r]->p2pBuffers;
-        pending.binding.streams[r] = pending.args[r]->stream;
-      }
-    } else {
-      for (int r = 0; r < n; ++r) {
-        const RankArgs& ar = *pending.args[r];
-        checkAgreement(a0, ar, r);
-        call.inPlace[r] = ar.inPlace;
-        pending.binding.buffers[r] = {const_cast<void*>(ar.sendbuff), ar.recvbuff};
-        pending.binding.streams[r] = ar.stream;
-      }
-      if (call.kind == sched::CollKind::kAllToAllv) {
-        for (int r = 0; r < n; ++r) {
-          const RankArgs& ar = *pending.args[r];
-          call.sendCounts.push_back(ar.sendCounts);
-          call.sendDispls.push_back(ar.sendDispls);
-          call.recvCounts.push_back(ar.recvCounts);
-          call.recvDispls.push_back(ar.recvDispls);
-        }
-      }
-    }
-    // Every buffer the schedule will touch must be usable by the backend and large enough.
+  CONCCL_ASSERT(first >= 0);
+  const RankArgs& a0 = *pending.args[first];
+  call.kind = a0.kind;
+  call.dtype = a0.dtype;
+  call.op = a0.op;
+  call.root = a0.root;
+  call.count = a0.count;
+  call.inPlace.assign(n, false);
+  pending.binding.buffers.assign(n, {});
+  pending.binding.streams.assign(n, nullptr);
+  if (call.kind == sched::CollKind::kSendRecv) {
+    call.p2p.assign(n, {});
     for (int r = 0; r < n; ++r) {
       if (!pending.args[r]) continue;
-      std::vector<size_t> bytes = sched::bufferBytes(call, r);
-      for (size_t b = 0; b < bytes.size(); ++b) {
-        if (bytes[b] == 0) continue;
-        // An in-place rank's two pointers alias; only the one its program references is bound and checked.
-        if (call.kind != sched::CollKind::kSendRecv && call.inPlace[r] &&
-            static_cast<int>(b) != sched::inPlaceBuffer(call.kind)) {
-          continue;
-        }
-        void* ptr = pending.binding.buffers[r][b];
-        std::string what = "rank " + std::to_string(r) + " " +
-                           (call.kind == sched::CollKind::kSendRecv ? "buffer of p2p op " + std::to_string(b)
-                                                                    : std::string(b == 0 ? "sendbuff" : "recvbuff"));
-        CONCCL_REQUIRE(ptr != nullptr, what + " is NULL but " + std::to_string(bytes[b]) + " bytes are needed");
-        executor_->checkBuffer(r, ptr, bytes[b], what.c_str());
-      }
-    }
-    pending.schedule = sched::buildSchedule(call, executor_->buildOptions());
-    CONCCL_TRACE(-1, -1, std::string(sched::collKindName(call.kind)) + " seq " + std::to_string(pending.seq) +
-                             ": " + pending.schedule.algorithm);
-  } catch (const Error& e) {
-    pending.error = e;
-  } catch (const std::exception& e) {
-    pending.error = Error(concclInternalError, e.what());
-  }
-  pending.ready = true;
-}
-
-int Clique::departedPeerLocked(const CallTicket& ticket) const {
-  if (ticket.call) {
-    if (ticket.call->ready) return -1;
-    for (int r = 0; r < nranks(); ++r) {
-      if (departed_[r] && !ticket.call->args[r]) return r;  // a collective needs every rank
-    }
-    return -1;
-  }
-  // An open Send/Recv group: every rank its closure names must still be able to post.
-  std::set<int> seen{ticket.rank};
-  std::vector<int> todo{ticket.rank};
-  while (!todo.empty()) {
-    int m = todo.back();
-    todo.pop_back();
-    for (const auto& op : pendingP2PArgs_[m].p2p) {
-      if (!seen.insert(op.peer).second) continue;
-      if (departed_[op.peer]) return op.peer;
-      if (pendingP2P_[op.peer]) todo.push_back(op.peer);
-    }
-  }
-  return -1;
-}
-
-void Clique::waitAndLaunch(CallTicket& ticket) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.timeoutMs);
-  int departed = -1;
-  bool ok = cv_.wait_until(lock, deadline, [&] {
-    if (error_ || (ticket.call && ticket.call->ready)) return true;
-    departed = departedPeerLocked(ticket);
-    return departed >= 0;
-  });
-  if (!ok) {
-    // Name the ranks that never arrived: the most useful line of a hang report.
-    std::string missing;
-    if (ticket.call) {
-      for (int r = 0; r < nranks(); ++r) {
-        if (!ticket.call->args[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
-      }
-    } else {
-      missing = "the partners of its Send/Recv ops";
-    }
-    std::string reason = "rank " + std::to_string(ticket.rank) + " waited " + std::to_string(config_.timeoutMs) +
-                         " ms in " + ticket.what + " for rank(s) " + missing + " to call it";
-    lock.unlock();
-    fail(concclTimeout, reason);
-    CONCCL_THROW(concclTimeout, reason);
-  }
-  if (error_ && !(ticket.call && ticket.call->ready)) {
-    // Woken by the clique's failure while waiting for peers: this call is a victim of that failure, so it
-    // reports the same code (conccl.h: a rank that never arrives makes *the others* fail with concclTimeout;
-    // an abort makes waiting calls fail with concclInvalidUsage, which is the abort's code). Throwing
-    // concclInvalidUsage here made the result depend on which waiter's deadline expired first.
-    throw Error(error_->code(), "rank " + std::to_string(ticket.rank) + " stopped waiting in " + ticket.what +
-                                    ": " + error_->message());
-  }
-  if (departed >= 0 && !(ticket.call && ticket.call->ready)) {
-    // A peer this call needs was destroyed or aborted: it can never complete. Only this call fails (other ranks
-    // may still exchange Send/Recv); an open Send/Recv group is withdrawn so that the rank can post again.
-    if (!ticket.call && pendingP2P_[ticket.rank].get() == &ticket) {
-      pendingP2P_[ticket.rank].reset();
-      pendingP2PArgs_[ticket.rank] = RankArgs{};
-    }
-    CONCCL_THROW(concclInvalidUsage, ticket.what + " on rank " + std::to_string(ticket.rank) + ": rank " +
-                                         std::to_string(departed) +
-                                         " was destroyed or aborted before it made this call");
-  }
-  std::shared_ptr<PendingCall> call = ticket.call;
-  if (++call->launched == call->posted && call->call.kind != sched::CollKind::kSendRecv) collectives_.erase(call->seq);
-  if (call->error) throw Error(*call->error).addContext(ticket.what);
-  checkHealthyLocked();
-  lock.unlock();
-
-  try {
-    executor_->launch(call->schedule, call->binding, ticket.rank);
-  } catch (Error& e) {
-    e.addContext(ticket.what + " on rank " + std::to_string(ticket.rank));
-    // A rank that could not run its part would leave its peers waiting for its signals: take the clique out of
-    // service so that they fail instead of hanging.
-    fail(e.code(), e.message());
-    throw;
-  } catch (const std::bad_alloc&) {
-    // Same for failures that are not conccl::Error (e.g. scratch that does not fit in host memory): without
-    // this the peers would wait for this rank's signals until the timeout.
-    std::string reason = ticket.what + " on rank " + std::to_string(ticket.rank) + ": out of host memory";
-    fail(concclSystemError, reason);
-    CONCCL_THROW(concclSystemError, reason);
-  } catch (const std::exception& e) {
-    std::string reason = ticket.what + " on rank " + std::to_string(ticket.rank) + ": " + e.what();
-    fail(concclInternalError, reason);
-    CONCCL_THROW(concclInternalError, reason);
-  }
-}
-
-void Clique::abandon(CallTicket& ticket) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!ticket.call) {
-    if (pendingP2P_[ticket.rank].get() == &ticket) {
-      pendingP2P_[ticket.rank].reset();
-      pendingP2PArgs_[ticket.rank] = RankArgs{};
+      call.p2p[r] = pending.args[r]->p2p;
+      pending.binding.buffers[r] = pending.args[r]->p2pBuffers;
+      pending.binding.streams[r] = pending.args[r]->stream;
     }
     return;
   }
-  PendingCall& call = *ticket.call;
-  if (call.ready && ++call.launched == call.posted && call.call.kind != sched::CollKind::kSendRecv) {
-    collectives_.erase(call.seq);
+  for (int r = 0; r < n; ++r) {
+    const RankArgs& ar = *pending.args[r];
+    checkAgreement(a0, ar, r);
+    call.inPlace[r] = ar.inPlace;
+    pending.binding.buffers[r] = {const_cast<void*>(ar.sendbuff), ar.recvbuff};
+    pending.binding.streams[r] = ar.stream;
+  }
+  if (call.kind == sched::CollKind::kAllToAllv) {
+    for (int r = 0; r < n; ++r) {
+      const RankArgs& ar = *pending.args[r];
+      call.sendCounts.push_back(ar.sendCounts);
+      call.sendDispls.push_back(ar.sendDispls);
+      call.recvCounts.push_back(ar.recvCounts);
+      call.recvDispls.push_back(ar.recvDispls);
+    }
   }
 }
 
-void Clique::releaseRank(int rank, bool graceful) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    departed_[rank] = true;
+void checkRankBuffers(const sched::CollectiveCall& call, const exec::CallBinding& binding, int r,
+                      const exec::Executor& executor) {
+  std::vector<size_t> bytes = sched::bufferBytes(call, r);
+  for (size_t b = 0; b < bytes.size(); ++b) {
+    if (bytes[b] == 0) continue;
+    // An in-place rank's two pointers alias; only the one its program references is bound and checked.
+    if (call.kind != sched::CollKind::kSendRecv && call.inPlace[r] &&
+        static_cast<int>(b) != sched::inPlaceBuffer(call.kind)) {
+      continue;
+    }
+    void* ptr = binding.buffers[r][b];
+    std::string what = "rank " + std::to_string(r) + " " +
+                       (call.kind == sched::CollKind::kSendRecv ? "buffer of p2p op " + std::to_string(b)
+                                                                : std::string(b == 0 ? "sendbuff" : "recvbuff"));
+    CONCCL_REQUIRE(ptr != nullptr, what + " is NULL but " + std::to_string(bytes[b]) + " bytes are needed");
+    executor.checkBuffer(r, ptr, bytes[b], what.c_str());
   }
-  cv_.notify_all();  // peers waiting for this rank to post fail now (see waitAndLaunch)
-  if (graceful) {
-    executor_->synchronize(rank);
-  }
-  executor_->releaseRank(rank);
 }
 
 }  // namespace conccl

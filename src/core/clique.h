@@ -1,10 +1,12 @@
-// The clique: every rank of one communicator in this process and the state they share.
+// The clique: the set of ranks of one communicator and the state they share, behind one interface with two
+// implementations:
+//   - LocalClique (local_clique.h): every rank in this process (concclCommInitAll, or one thread per rank).
+//   - ProcessClique (process_clique.h): one rank per process (concclCommInitRank), ranks on one node.
 //
-// A collective call is assembled from its ranks' arguments (RankArgs): ranks post them into a PendingCall
-// matched by a per-rank sequence number; when the last rank has posted, the call is validated (counts,
-// types, ops and roots must agree), its schedule is built once, and each rank launches its own program on
-// the executor. Point-to-point calls are matched differently: each rank posts its group of Send/Recv ops,
-// and a call closes when every rank one of its ops names has posted its group too.
+// A collective call is assembled from its ranks' arguments (RankArgs). Every rank posts its arguments, waits
+// until the call is complete (all ranks posted, validated, schedule built), then launches its own program.
+// Both implementations validate the same way (assembleCall below), so a rank gets the same error for the same
+// mistake whether its peers are threads or processes.
 #pragma once
 
 #include <conccl/conccl.h>
@@ -65,54 +67,41 @@ struct CallTicket {
 
 class Clique {
  public:
-  Clique(Config config, std::vector<int> devices, std::unique_ptr<exec::Executor> executor);
-  ~Clique();
+  virtual ~Clique() = default;
 
-  int nranks() const { return static_cast<int>(devices_.size()); }
-  int device(int rank) const { return devices_[rank]; }
-  const Config& config() const { return config_; }
-  exec::Executor& executor() { return *executor_; }
+  virtual int nranks() const = 0;
+  virtual const Config& config() const = 0;
+  virtual exec::Executor& executor() = 0;
 
-  // Posts a rank's arguments; never blocks. Throws if the clique is in error.
-  std::shared_ptr<CallTicket> post(int rank, RankArgs args);
+  // Posts a rank's arguments; never blocks for peers. Throws if the clique is in error.
+  virtual std::shared_ptr<CallTicket> post(int rank, RankArgs args) = 0;
 
   // Waits (bounded by the timeout) until the ticket's call is ready, then launches the rank's program.
-  // A timeout or a launch failure puts the clique in error and aborts the executor, so no peer waits forever.
-  void waitAndLaunch(CallTicket& ticket);
+  // A timeout or a launch failure puts the clique in error and cancels the executor, so no peer waits forever.
+  virtual void waitAndLaunch(CallTicket& ticket) = 0;
 
   // Puts the clique in error with `reason` and wakes every waiter (concclCommAbort, fatal failures).
-  void fail(concclResult_t code, const std::string& reason);
-  // The error that put the clique out of service, if any.
-  std::optional<Error> asyncError() const;
+  virtual void fail(concclResult_t code, const std::string& reason) = 0;
+  // The error that put the clique out of service, if any (also one raised by a peer process).
+  virtual std::optional<Error> asyncError() const = 0;
 
   // A rank gives up a call it posted but will not launch (an earlier call of its group failed). Only forgets
   // the bookkeeping; every rank of such a call fails the same way, so no peer waits for it.
-  void abandon(CallTicket& ticket);
+  virtual void abandon(CallTicket& ticket) = 0;
 
   // Called by each rank's destroy/abort; the executor releases that rank. Calls of other ranks that are still
   // waiting for this rank to post fail at once (concclInvalidUsage) instead of waiting for the timeout.
-  void releaseRank(int rank, bool graceful);
-
- private:
-  void checkHealthyLocked() const;
-  void finalizeLocked(PendingCall& call);
-  void tryCloseP2PLocked(int rank);
-  // The first released rank that the ticket's unfinished call still waits for, or -1.
-  int departedPeerLocked(const CallTicket& ticket) const;
-
-  Config config_;
-  std::vector<int> devices_;
-  std::unique_ptr<exec::Executor> executor_;
-
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  std::vector<uint64_t> nextSeq_;                              // per rank, collectives
-  std::map<uint64_t, std::shared_ptr<PendingCall>> collectives_;  // by seq, until every rank has launched
-  std::vector<std::shared_ptr<CallTicket>> pendingP2P_;        // per rank: an open Send/Recv group
-  std::vector<RankArgs> pendingP2PArgs_;
-  uint64_t nextP2PSeq_ = 0;
-  std::optional<Error> error_;
-  std::vector<bool> departed_;  // per rank: destroyed or aborted (its handle is gone, it will never post again)
+  virtual void releaseRank(int rank, bool graceful) = 0;
 };
+
+// Fills pending.call and pending.binding from the posted arguments (pending.args[r] set for every rank of a
+// collective, or for the members of a Send/Recv group) and checks that the ranks agree (collective, count,
+// type, op, root). Throws concclInvalidArgument naming the first disagreeing rank.
+void assembleCall(PendingCall& pending, int nranks);
+
+// Checks rank r's buffers for `call` (NULL where bytes are needed, and executor.checkBuffer) using only what
+// rank r itself passed: a process can check its own rank before it tells the peers.
+void checkRankBuffers(const sched::CollectiveCall& call, const exec::CallBinding& binding, int r,
+                      const exec::Executor& executor);
 
 }  // namespace conccl

@@ -3,7 +3,10 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/bootstrap.h"
+#include "core/local_clique.h"
 #include "core/logging.h"
+#include "core/process_clique.h"
 
 namespace conccl {
 namespace {
@@ -62,7 +65,7 @@ std::vector<concclComm*> createClique(int ndev, const int* devlist, const conccl
   } else {
     executor = exec::makeHostExecutor(ndev, config);
   }
-  auto clique = std::make_shared<Clique>(config, devices, std::move(executor));
+  auto clique = std::make_shared<LocalClique>(config, devices, std::move(executor));
   // Owned until every handle exists: a bad_alloc half way must not leak the ones already made ("on failure
   // nothing is allocated").
   std::vector<std::unique_ptr<concclComm>> owned;
@@ -90,6 +93,32 @@ std::vector<concclComm*> createClique(int ndev, const int* devlist, const conccl
                           std::to_string(config.lanes) + ", reduceCtas " + std::to_string(config.reduceCtas) +
                           ", scratch " + std::to_string(config.scratchBytes) + " B");
   return comms;
+}
+
+concclComm* createProcessComm(int nranks, const concclUniqueId& id, int rank, const concclConfig_t* userConfig) {
+  const UniqueIdData data = parseUniqueId(id);
+  CONCCL_REQUIRE(nranks >= 1, "nranks = " + std::to_string(nranks) + " must be at least 1");
+  CONCCL_REQUIRE(rank >= 0 && rank < nranks,
+                 "rank = " + std::to_string(rank) + " is not in [0, nranks = " + std::to_string(nranks) + ")");
+  Config config = resolveConfig(userConfig, exec::cudaAvailable());
+  // Every rank sees the same answer here, so all of them fail at once instead of the others timing out.
+  if (config.backend != concclBackendCuda) {
+    CONCCL_THROW(concclNotSupported, "communicators across processes need the CUDA backend (the host backend is "
+                                     "single-process: use concclCommInitAll)");
+  }
+  if (config.engine == concclEngineSm) {
+    CONCCL_THROW(concclNotSupported, "engine = sm (SM copy kernels) is not implemented in this version of conccl; "
+                                     "use auto or copy");
+  }
+  const int device = exec::cudaCurrentDevice();
+  auto clique = std::make_shared<ProcessClique>(config, data, rank, nranks, device);
+  auto comm = std::make_unique<concclComm>();
+  comm->clique = clique;
+  comm->rank = rank;
+  comm->device = device;
+  comm->multiProcess = true;
+  registerComm(comm.get());
+  return comm.release();
 }
 
 }  // namespace conccl

@@ -3,6 +3,7 @@
 
 #include <conccl/conccl.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -13,6 +14,11 @@ struct concclComm {
   std::shared_ptr<conccl::Clique> clique;
   int rank = 0;
   int device = -1;
+  bool multiProcess = false;  // concclCommInitRank: the clique is a ProcessClique
+
+  // concclCommRegister handles of this communicator -> the registered address (checked by Deregister).
+  std::mutex registrationMutex;
+  std::map<void*, void*> registrations;
 
   // Message of the last failure on this communicator (concclGetLastError). Guarded: a comm may be queried
   // from another thread than the one that failed.
@@ -30,5 +36,8 @@ bool isLiveComm(const concclComm* comm);
 
 // Creates ndev communicators of one new clique (concclCommInitAll).
 std::vector<concclComm*> createClique(int ndev, const int* devlist, const concclConfig_t* config);
+
+// Creates rank `rank` of a communicator spread over processes (concclCommInitRank): blocks for the peers.
+concclComm* createProcessComm(int nranks, const concclUniqueId& id, int rank, const concclConfig_t* config);
 
 }  // namespace conccl

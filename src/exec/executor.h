@@ -4,7 +4,10 @@
 
 #include <conccl/conccl.h>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/config.h"
@@ -21,7 +24,20 @@ struct CallBinding {
   std::vector<cudaStream_t> streams;
 };
 
-// One executor serves every rank of a clique (all in this process).
+// How one rank's buffer is described to peer processes: the allocation that contains it (CUDA IPC handle of the
+// allocation base, because IPC handles only exist for whole allocations) and the offset into it. Plain bytes
+// of fixed size, copied through shared memory as they are.
+struct BufferExport {
+  uint64_t allocId = 0;     // unique id of the allocation in its process (never reused; 0 = none)
+  uint64_t base = 0;        // base address of the allocation in the owner's address space
+  uint64_t allocBytes = 0;  // size of the allocation
+  uint64_t offset = 0;      // of the exported pointer from base
+  int64_t pid = 0;          // owner process
+  unsigned char handle[64] = {};  // cudaIpcMemHandle_t of the allocation base
+};
+
+// One executor serves the ranks of a clique that live in this process: every rank (LocalClique), or one rank of
+// a clique spread over processes (ProcessClique), which then addresses its peers' memory through imports.
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -48,6 +64,23 @@ class Executor {
   // Frees `rank`'s resources (called by destroy/abort of that rank; the executor itself goes with the
   // last rank).
   virtual void releaseRank(int rank) = 0;
+
+  // --- Several processes (only executors made by makeCudaProcessExecutor; the others throw NotSupported) ---
+
+  // Describes the allocation containing `ptr` (a buffer of local rank `rank`) for the peers. Cached per
+  // allocation: the IPC handle is created once. Throws concclInvalidArgument for memory that cannot be shared.
+  virtual BufferExport exportBuffer(int rank, const void* ptr);
+  // Forgets the export of the allocation containing `ptr` (concclCommDeregister); its id is then handed out by
+  // takeRetiredExports so that the peers unmap it.
+  virtual void retireExport(int rank, const void* ptr);
+  // Allocation ids whose mappings the peers may drop (replaced at the same address, or deregistered); each id
+  // is returned once.
+  virtual std::vector<uint64_t> takeRetiredExports(int rank);
+  // The address, in this process, of the buffer `owner` exported: maps the allocation the first time (cached
+  // by (owner, allocId)).
+  virtual void* importBuffer(int owner, const BufferExport& buffer);
+  // Drops the mapping of (owner, allocId) if there is one.
+  virtual void closeImport(int owner, uint64_t allocId);
 };
 
 std::unique_ptr<Executor> makeHostExecutor(int nranks, const Config& config);
@@ -58,5 +91,33 @@ bool cudaAvailable();
 int cudaDeviceCount();
 // Throws Error(concclNotSupported) when built without CUDA.
 std::unique_ptr<Executor> makeCudaExecutor(const std::vector<int>& devices, const Config& config);
+
+// A clique spread over processes, as seen from one of them.
+struct ProcessTopology {
+  int localRank = 0;
+  std::vector<int> devices;   // [rank] -> CUDA device (of the rank's own process)
+  std::vector<int64_t> pids;  // [rank] -> process (ranks of this process are reached without IPC)
+  // Flags of every rank in one host memory region shared by the processes: rank r's flags start at
+  // sharedFlags + r * flagStrideBytes. Must stay mapped until the executor is destroyed.
+  void* sharedFlags = nullptr;
+  size_t sharedFlagsBytes = 0;
+  size_t flagStrideBytes = 0;
+  // All-gather of one blob per rank among the processes (the bootstrap), used while constructing only.
+  std::function<std::vector<std::string>(const std::string&)> allGather;
+};
+// The calling thread's current CUDA device. Throws concclNotSupported without CUDA.
+int cudaCurrentDevice();
+// concclMemAlloc / concclMemFree: cudaMalloc'd memory on the current device (exportable with CUDA IPC).
+void* cudaAllocate(size_t bytes);
+void cudaRelease(void* ptr);
+
+// Peer allocations this process has mapped with CUDA IPC right now (all communicators): tests check that
+// destroy and abort leave none behind.
+size_t ipcImportCount();
+
+// Number of flags (uint32) per rank a CUDA executor needs for an n-rank clique with this config.
+int cudaFlagSlots(int nranks, const Config& config);
+// Throws Error(concclNotSupported) when built without CUDA.
+std::unique_ptr<Executor> makeCudaProcessExecutor(const ProcessTopology& topology, const Config& config);
 
 }  // namespace conccl::exec

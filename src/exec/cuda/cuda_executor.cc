@@ -19,10 +19,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unistd.h>
+
 #include <utility>
 #include <variant>
 #include <vector>
@@ -45,16 +48,113 @@ constexpr size_t kSingleStreamProgramBytes = size_t{256} << 10;
 // Operations per cuStreamBatchMemOp call (the driver bounds the count; 256 is the documented maximum).
 constexpr size_t kMaxBatchMemOps = 128;
 
-std::string describeStream(cudaStream_t s) {
+std::string describePointer(const void* p) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%p", static_cast<void*>(s));
+  std::snprintf(buf, sizeof(buf), "%p", p);
   return buf;
 }
+std::string describeStream(cudaStream_t s) { return describePointer(static_cast<void*>(s)); }
 
-// Everything one rank owns. Lives until releaseRank(rank).
+// What the driver knows about a pointer, from one cuPointerGetAttributes call.
+struct PointerInfo {
+  unsigned int memoryType = 0;  // CUmemorytype; 0: not a CUDA pointer (plain host memory)
+  int device = -1;
+  unsigned int managed = 0;
+  CUdeviceptr base = 0;  // allocation range (0 when the driver does not know it, e.g. some pool allocators)
+  size_t size = 0;
+  unsigned long long bufferId = 0;  // unique per allocation for the life of the process
+};
+
+PointerInfo queryPointer(const void* ptr) {
+  PointerInfo info;
+  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                      CU_POINTER_ATTRIBUTE_IS_MANAGED,  CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                      CU_POINTER_ATTRIBUTE_RANGE_SIZE,  CU_POINTER_ATTRIBUTE_BUFFER_ID};
+  void* data[] = {&info.memoryType, &info.device, &info.managed, &info.base, &info.size, &info.bufferId};
+  // Unlike cuPointerGetAttribute, this does not fail for a pointer CUDA does not know: it leaves the values 0.
+  CU_CHECK(driverApi().pointerGetAttributes(static_cast<unsigned int>(std::size(attributes)), attributes, data,
+                                            reinterpret_cast<CUdeviceptr>(ptr)));
+  return info;
+}
+
+// Process-wide table of the peer allocations this process has mapped with cudaIpcOpenMemHandle. Shared by every
+// communicator of the process because CUDA refuses to open one handle twice in a process; reference counted.
+class IpcImportTable {
+ public:
+  static IpcImportTable& instance() {
+    static IpcImportTable* table = new IpcImportTable;  // never destroyed: process exit unmaps everything anyway
+    return *table;
+  }
+  void* acquire(const BufferExport& b, int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Key key{b.pid, b.allocId, device};
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+      ++it->second.refs;
+      return it->second.base;
+    }
+    cudaIpcMemHandle_t handle;
+    static_assert(sizeof(handle) <= sizeof(b.handle));
+    std::memcpy(&handle, b.handle, sizeof(handle));
+    DeviceGuard guard(device);
+    void* base = nullptr;
+    cudaError_t err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      int sameHandle = 0;
+      for (const auto& [k, e] : entries_) sameHandle += std::memcmp(e.handle, b.handle, sizeof(b.handle)) == 0 ? 1 : 0;
+      CONCCL_THROW(concclUnhandledCudaError,
+                   std::string("cudaIpcOpenMemHandle failed: ") + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
+                       ") for allocation " + std::to_string(b.allocId) + " of pid " + std::to_string(b.pid) +
+                       " (base " + describePointer(reinterpret_cast<void*>(b.base)) + ", " +
+                       std::to_string(b.allocBytes) + " B); " + std::to_string(entries_.size()) +
+                       " allocations of this process mapped, " + std::to_string(sameHandle) + " with the same handle");
+    }
+    Entry entry{base, 1, {}};
+    std::memcpy(entry.handle, b.handle, sizeof(b.handle));
+    entries_[key] = entry;
+    return base;
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return entries_.size();
+  }
+  void release(int64_t pid, uint64_t allocId, int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(Key{pid, allocId, device});
+    if (it == entries_.end() || --it->second.refs > 0) return;
+    DeviceGuard guard(device);
+    cudaError_t err = cudaIpcCloseMemHandle(it->second.base);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      CONCCL_WARN(-1, device, std::string("cudaIpcCloseMemHandle failed: ") + cudaGetErrorString(err));
+    }
+    entries_.erase(it);
+  }
+
+ private:
+  struct Key {
+    int64_t pid;
+    uint64_t allocId;
+    int device;
+    auto operator<=>(const Key&) const = default;
+  };
+  struct Entry {
+    void* base;
+    int refs;
+    unsigned char handle[64];
+  };
+  std::mutex mutex_;
+  std::map<Key, Entry> entries_;
+};
+
+// Everything one rank owns. Lives until releaseRank(rank). In a clique spread over processes, the peers' entries
+// are not local: they only hold the addresses of the peer's flags and (mapped) scratch.
 struct RankState {
   int rank = 0;
   int device = 0;
+  bool local = true;
+  void* scratchAddress = nullptr;  // this rank's scratch as this process addresses it (peers: an IPC mapping)
   std::vector<Stream> lanes;
   std::vector<Event> joinEvents;  // one per lane: "lane reached the end of the program"
   Event forkEvent;                // "M reached this point": lanes wait on it before their next op
@@ -66,7 +166,7 @@ struct RankState {
   // Remote cuStreamWriteValue32 into another GPU's memory is not supported from CUDA 13.1; host memory is local to
   // every GPU, so this works for ranks on different GPUs (and, through shared pinned memory, processes) alike.
   PinnedBuffer flags;
-  DeviceBuffer scratch;  // config.scratchBytes (may be empty)
+  DeviceBuffer scratch;  // config.scratchBytes (may be empty; local ranks only)
 
   // Per-launch bookkeeping, kept here so that launch() does not allocate.
   std::vector<int64_t> laneSyncedAt;  // M's op count when the lane last waited on M (-1: not this call)
@@ -80,6 +180,7 @@ struct RankState {
 class CudaExecutor final : public Executor {
  public:
   CudaExecutor(const std::vector<int>& devices, const Config& config);
+  CudaExecutor(const ProcessTopology& topology, const Config& config);
   ~CudaExecutor() override;
 
   sched::BuildOptions buildOptions() const override { return options_; }
@@ -89,8 +190,17 @@ class CudaExecutor final : public Executor {
   void cancel() override;
   void releaseRank(int rank) override;
 
+  BufferExport exportBuffer(int rank, const void* ptr) override;
+  void retireExport(int rank, const void* ptr) override;
+  std::vector<uint64_t> takeRetiredExports(int rank) override;
+  void* importBuffer(int owner, const BufferExport& buffer) override;
+  void closeImport(int owner, uint64_t allocId) override;
+
  private:
+  void initOptions(int nranks);
+  void enablePeerAccess(const std::vector<int>& unique);
   void initRank(RankState& state);
+  void closeAllImports();
   // Blocks until the rank's last launch finished, or the deadline; while aborted it keeps re-opening every
   // flag so that queued Waits drain. Returns false on timeout.
   bool drain(RankState& state, std::chrono::milliseconds limit);
@@ -106,20 +216,42 @@ class CudaExecutor final : public Executor {
   std::vector<CUdeviceptr> devFlagTable_;  // [rank] -> the same flags as the GPUs address them
   std::atomic<bool> aborted_{false};
   std::mutex lifetimeMutex_;  // cancel() vs releaseRank(): flags stay allocated while cancel writes them
+
+  // Several processes only.
+  bool processMode_ = false;
+  int localRank_ = -1;
+  std::vector<int64_t> pids_;
+  void* registeredFlags_ = nullptr;  // the shared flags region, registered with cudaHostRegister
+  std::mutex exportMutex_;
+  std::map<uint64_t, BufferExport> exports_;        // by allocation id
+  std::map<CUdeviceptr, uint64_t> exportedAt_;      // allocation base -> id of the allocation last exported there
+  std::vector<uint64_t> retiredExports_;            // ids the peers may unmap (handed out once)
+  std::mutex importMutex_;
+  std::map<std::pair<int, uint64_t>, void*> imports_;  // (owner rank, allocation id) -> base in this process
 };
 
-CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config) : config_(config), devices_(devices) {
-  CONCCL_REQUIRE(!devices.empty(), "the CUDA executor needs at least one rank");
-  CONCCL_REQUIRE(config.lanes >= 1, "lanes = " + std::to_string(config.lanes) + " must be at least 1");
-  CONCCL_REQUIRE(config.reduceCtas >= 1, "reduceCtas = " + std::to_string(config.reduceCtas) + " must be at least 1");
-  options_.scratchBudget = config.scratchBytes;
-  options_.lanes = config.lanes;
-  options_.pipelineDepth = 2;
-  const int n = static_cast<int>(devices.size());
+sched::BuildOptions cudaBuildOptions(const Config& config) {
+  sched::BuildOptions options;
+  options.scratchBudget = config.scratchBytes;
+  options.lanes = config.lanes;
+  options.pipelineDepth = 2;
+  return options;
+}
+
+void CudaExecutor::initOptions(int n) {
+  CONCCL_REQUIRE(n >= 1, "the CUDA executor needs at least one rank");
+  CONCCL_REQUIRE(config_.lanes >= 1, "lanes = " + std::to_string(config_.lanes) + " must be at least 1");
+  CONCCL_REQUIRE(config_.reduceCtas >= 1,
+                 "reduceCtas = " + std::to_string(config_.reduceCtas) + " must be at least 1");
+  options_ = cudaBuildOptions(config_);
   slots_ = sched::maxSlots(n, options_);
   CONCCL_ASSERT(slots_ >= 0);
   driverApi();  // fail now, not in the middle of a launch, if the driver lacks stream memory operations
+}
 
+CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config) : config_(config), devices_(devices) {
+  initOptions(static_cast<int>(devices.size()));
+  const int n = static_cast<int>(devices.size());
   // Peer access between every pair of distinct devices that supports it. Copies between devices without it
   // still work (the runtime stages them), only slower.
   std::vector<int> unique;
@@ -128,6 +260,83 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
     for (int u : unique) seen = seen || u == d;
     if (!seen) unique.push_back(d);
   }
+  enablePeerAccess(unique);
+
+  for (int d : unique) {
+    DeviceGuard guard(d);
+    // Never let a launch load a module: see preloadReduceKernels (a lazy load can hang a one-thread group).
+    preloadReduceKernels();
+  }
+  warnIfStreamsAlias(unique);
+  for (int r = 0; r < n; ++r) {
+    auto state = std::make_unique<RankState>();
+    state->rank = r;
+    state->device = devices[r];
+    state->flags = PinnedBuffer::allocate(sizeof(uint32_t) * static_cast<size_t>(slots_ > 0 ? slots_ : 1));
+    // Zeroed by the CPU before any peer exists that could signal into them: no GPU work, no synchronisation.
+    std::memset(state->flags.get(), 0, state->flags.bytes());
+    initRank(*state);
+    ranks_.push_back(std::move(state));
+  }
+  for (auto& s : ranks_) {
+    flagTable_.push_back(s->flags.as<uint32_t>());
+    void* dev = nullptr;
+    CUDA_CHECK(cudaHostGetDevicePointer(&dev, s->flags.get(), 0));
+    devFlagTable_.push_back(reinterpret_cast<CUdeviceptr>(dev));
+  }
+}
+
+CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
+    : config_(config), devices_(topo.devices), processMode_(true), localRank_(topo.localRank), pids_(topo.pids) {
+  const int n = static_cast<int>(topo.devices.size());
+  initOptions(n);
+  CONCCL_ASSERT(topo.localRank >= 0 && topo.localRank < n && static_cast<int>(topo.pids.size()) == n);
+  CONCCL_ASSERT(topo.flagStrideBytes >= sizeof(uint32_t) * static_cast<size_t>(slots_));
+  CONCCL_ASSERT(topo.sharedFlagsBytes >= topo.flagStrideBytes * static_cast<size_t>(n) && topo.allGather);
+  const int device = topo.devices[topo.localRank];
+  {
+    DeviceGuard guard(device);
+    preloadReduceKernels();
+    // The flags of every rank live in one shared-memory region (created and zeroed by the process clique);
+    // registering it makes it addressable by this process's GPU, like the pinned flags of a local clique.
+    CUDA_CHECK(cudaHostRegister(topo.sharedFlags, topo.sharedFlagsBytes,
+                                cudaHostRegisterMapped | cudaHostRegisterPortable));
+    registeredFlags_ = topo.sharedFlags;
+  }
+  warnIfStreamsAlias({device});
+  for (int r = 0; r < n; ++r) {
+    auto state = std::make_unique<RankState>();
+    state->rank = r;
+    state->device = topo.devices[r];
+    state->local = r == topo.localRank;
+    if (state->local) initRank(*state);
+    auto* hostFlags = reinterpret_cast<uint32_t*>(static_cast<char*>(topo.sharedFlags) +
+                                                  topo.flagStrideBytes * static_cast<size_t>(r));
+    flagTable_.push_back(hostFlags);
+    void* dev = nullptr;
+    CUDA_CHECK(cudaHostGetDevicePointer(&dev, hostFlags, 0));
+    devFlagTable_.push_back(reinterpret_cast<CUdeviceptr>(dev));
+    ranks_.push_back(std::move(state));
+  }
+  // Scratch: every rank exports its own, every process maps the others' (once, for the communicator's life).
+  RankState& self = *ranks_[static_cast<size_t>(localRank_)];
+  std::string mine(sizeof(BufferExport), '\0');
+  if (self.scratch) {
+    BufferExport e = exportBuffer(localRank_, self.scratch.get());
+    std::memcpy(mine.data(), &e, sizeof(e));
+  }
+  std::vector<std::string> all = topo.allGather(mine);
+  CONCCL_ASSERT(static_cast<int>(all.size()) == n);
+  for (int r = 0; r < n; ++r) {
+    if (r == localRank_) continue;
+    BufferExport e;
+    CONCCL_ASSERT(all[static_cast<size_t>(r)].size() == sizeof(e));
+    std::memcpy(&e, all[static_cast<size_t>(r)].data(), sizeof(e));
+    if (e.allocId != 0) ranks_[static_cast<size_t>(r)]->scratchAddress = importBuffer(r, e);
+  }
+}
+
+void CudaExecutor::enablePeerAccess(const std::vector<int>& unique) {
   for (int a : unique) {
     DeviceGuard guard(a);
     for (int b : unique) {
@@ -148,26 +357,6 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
       }
     }
   }
-
-  for (int d : unique) {
-    DeviceGuard guard(d);
-    // Never let a launch load a module: see preloadReduceKernels (a lazy load can hang a one-thread group).
-    preloadReduceKernels();
-  }
-  warnIfStreamsAlias(unique);
-  for (int r = 0; r < n; ++r) {
-    auto state = std::make_unique<RankState>();
-    state->rank = r;
-    state->device = devices[r];
-    initRank(*state);
-    ranks_.push_back(std::move(state));
-  }
-  for (auto& s : ranks_) {
-    flagTable_.push_back(s->flags.as<uint32_t>());
-    void* dev = nullptr;
-    CUDA_CHECK(cudaHostGetDevicePointer(&dev, s->flags.get(), 0));
-    devFlagTable_.push_back(reinterpret_cast<CUdeviceptr>(dev));
-  }
 }
 
 void CudaExecutor::initRank(RankState& s) {
@@ -178,10 +367,8 @@ void CudaExecutor::initRank(RankState& s) {
   }
   s.forkEvent = Event::createForOrdering();
   s.doneEvent = Event::createForOrdering();
-  s.flags = PinnedBuffer::allocate(sizeof(uint32_t) * static_cast<size_t>(slots_ > 0 ? slots_ : 1));
-  // Zeroed by the CPU before any peer exists that could signal into them: no GPU work, no synchronisation.
-  std::memset(s.flags.get(), 0, s.flags.bytes());
   if (config_.scratchBytes > 0) s.scratch = DeviceBuffer::allocate(config_.scratchBytes);
+  s.scratchAddress = s.scratch.get();
   s.laneSyncedAt.assign(static_cast<size_t>(config_.lanes), -1);
   s.laneUsed.assign(static_cast<size_t>(config_.lanes), false);
   s.pendingWaits.reserve(3 * static_cast<size_t>(slots_ > 0 ? slots_ : 1));  // no allocation in launch()
@@ -195,44 +382,157 @@ CudaExecutor::~CudaExecutor() {
       CONCCL_WARN(r, devices_[r], std::string("releasing the rank failed: ") + e.what());
     }
   }
+  if (!processMode_) return;
+  try {
+    closeAllImports();
+    if (registeredFlags_ != nullptr) {
+      DeviceGuard guard(devices_[static_cast<size_t>(localRank_)]);
+      if (cudaHostUnregister(registeredFlags_) != cudaSuccess) (void)cudaGetLastError();
+    }
+  } catch (const Error& e) {
+    CONCCL_WARN(localRank_, devices_[static_cast<size_t>(localRank_)], std::string("unmapping peers failed: ") + e.what());
+  }
 }
 
 void CudaExecutor::checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const {
   CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(devices_.size()));
-  cudaPointerAttributes attr{};
-  cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
-  if (err == cudaErrorInvalidValue) {
-    // Older runtimes report unregistered host memory this way; clear the thread's last error.
-    (void)cudaGetLastError();
-    attr.type = cudaMemoryTypeUnregistered;
-  } else {
-    CUDA_CHECK(err);
-  }
   const int device = devices_[rank];
-  if (attr.type == cudaMemoryTypeUnregistered || attr.type == cudaMemoryTypeHost) {
+  DeviceGuard guard(device);
+  // One driver call for everything below (it was three: the enqueue cost of a small collective, issue 3).
+  const PointerInfo info = queryPointer(ptr);
+  if (!info.managed && (info.memoryType == 0 || info.memoryType == CU_MEMORYTYPE_HOST)) {
     CONCCL_THROW(concclInvalidArgument, std::string(what) + " is a host pointer, the CUDA backend needs device memory");
   }
-  if (attr.type == cudaMemoryTypeDevice && attr.device != device) {
-    CONCCL_THROW(concclInvalidArgument, std::string(what) + " is memory of device " + std::to_string(attr.device) +
+  if (!info.managed && info.memoryType == CU_MEMORYTYPE_DEVICE && info.device != device) {
+    CONCCL_THROW(concclInvalidArgument, std::string(what) + " is memory of device " + std::to_string(info.device) +
                                             " but the rank runs on device " + std::to_string(device));
   }
   // The whole range must lie inside one allocation: a copy past its end would fault the GPU (or silently
   // corrupt a neighbouring allocation), long after the call returned.
-  DeviceGuard guard(device);
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  if (driverApi().memGetAddressRange(&base, &size, reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS) {
+  if (info.base == 0 || info.size == 0) {
     // Some allocators' ranges are not known to this query (e.g. stream-ordered pools on older drivers): the
     // pointer is device memory of the right GPU, so accept it without the size check rather than refuse it.
-    CONCCL_TRACE(rank, device, std::string(what) + ": cuMemGetAddressRange failed, size not checked");
+    CONCCL_TRACE(rank, device, std::string(what) + ": allocation range unknown, size not checked");
     return;
   }
-  const size_t offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(base);
-  if (offset > size || bytes > size - offset) {
+  const size_t offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(info.base);
+  if (offset > info.size || bytes > info.size - offset) {
     CONCCL_THROW(concclInvalidArgument, std::string(what) + " is too small: the call needs " + std::to_string(bytes) +
-                                            " bytes but its allocation has " + std::to_string(size - offset) +
+                                            " bytes but its allocation has " + std::to_string(info.size - offset) +
                                             " bytes from that address");
   }
+}
+
+BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_);
+  const int device = devices_[static_cast<size_t>(rank)];
+  DeviceGuard guard(device);
+  const PointerInfo info = queryPointer(ptr);
+  if (info.base == 0 || info.bufferId == 0 || info.managed || info.memoryType != CU_MEMORYTYPE_DEVICE) {
+    CONCCL_THROW(concclInvalidArgument,
+                 "buffer " + describePointer(ptr) +
+                     " cannot be shared with the other processes: it is not a cudaMalloc allocation (CUDA IPC "
+                     "needs one; memory from cudaMallocAsync pools, the VMM API, managed or host memory is not "
+                     "exportable). Allocate it with cudaMalloc or concclMemAlloc");
+  }
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  auto it = exports_.find(info.bufferId);
+  if (it == exports_.end()) {
+    BufferExport e;
+    e.allocId = info.bufferId;
+    e.base = static_cast<uint64_t>(info.base);
+    e.allocBytes = info.size;
+    e.pid = static_cast<int64_t>(::getpid());
+    cudaIpcMemHandle_t handle;
+    cudaError_t err = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(info.base));
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      CONCCL_THROW(concclInvalidArgument, std::string("cudaIpcGetMemHandle refused the allocation of a buffer (") +
+                                              cudaGetErrorString(err) +
+                                              "): only cudaMalloc memory can be shared with other processes");
+    }
+    std::memcpy(e.handle, &handle, sizeof(handle));
+    // A new allocation: sweep the cache for allocations that were freed since (their address no longer carries
+    // their id) and hand their ids to the peers to unmap. This is not only tidiness: a peer maps our small
+    // allocations at our own addresses, so a stale mapping of freed memory would make the mapping of a new
+    // allocation at the same place fail (cudaErrorAlreadyMapped). The peers' work on a freed allocation is
+    // complete: it came before the done signal our stream waited for, and cudaFree waited for our stream.
+    // One driver call per cached allocation, on this path only (a new allocation costs milliseconds anyway).
+    for (auto cached = exports_.begin(); cached != exports_.end();) {
+      const PointerInfo now = queryPointer(reinterpret_cast<void*>(cached->second.base));
+      if (now.bufferId == cached->first) {
+        ++cached;
+        continue;
+      }
+      retiredExports_.push_back(cached->first);
+      auto at = exportedAt_.find(static_cast<CUdeviceptr>(cached->second.base));
+      if (at != exportedAt_.end() && at->second == cached->first) exportedAt_.erase(at);
+      cached = exports_.erase(cached);
+    }
+    exportedAt_[info.base] = info.bufferId;
+    it = exports_.emplace(info.bufferId, e).first;
+  }
+  BufferExport out = it->second;
+  out.offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(info.base);
+  return out;
+}
+
+void CudaExecutor::retireExport(int rank, const void* ptr) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_);
+  DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
+  const PointerInfo info = queryPointer(ptr);
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  if (info.bufferId == 0 || exports_.erase(info.bufferId) == 0) return;
+  exportedAt_.erase(info.base);
+  retiredExports_.push_back(info.bufferId);
+}
+
+std::vector<uint64_t> CudaExecutor::takeRetiredExports(int rank) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_);
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  return std::exchange(retiredExports_, {});
+}
+
+void* CudaExecutor::importBuffer(int owner, const BufferExport& b) {
+  CONCCL_ASSERT(processMode_ && owner >= 0 && owner < static_cast<int>(ranks_.size()) && owner != localRank_);
+  std::lock_guard<std::mutex> lock(importMutex_);
+  auto key = std::make_pair(owner, b.allocId);
+  auto it = imports_.find(key);
+  if (it == imports_.end()) {
+    void* base = nullptr;
+    if (b.pid == static_cast<int64_t>(::getpid())) {
+      base = reinterpret_cast<void*>(b.base);  // a peer rank in this very process: same address space
+    } else {
+      // The expensive step (milliseconds): once per allocation and peer, thanks to this cache.
+      base = IpcImportTable::instance().acquire(b, devices_[static_cast<size_t>(localRank_)]);
+    }
+    it = imports_.emplace(key, base).first;
+    CONCCL_TRACE(localRank_, devices_[static_cast<size_t>(localRank_)],
+                 "mapped allocation " + std::to_string(b.allocId) + " of rank " + std::to_string(owner) + " (" +
+                     std::to_string(b.allocBytes) + " B)");
+  }
+  return static_cast<char*>(it->second) + b.offset;
+}
+
+void CudaExecutor::closeImport(int owner, uint64_t allocId) {
+  CONCCL_ASSERT(processMode_);
+  std::lock_guard<std::mutex> lock(importMutex_);
+  auto it = imports_.find(std::make_pair(owner, allocId));
+  if (it == imports_.end()) return;
+  const int64_t pid = pids_[static_cast<size_t>(owner)];
+  if (pid != static_cast<int64_t>(::getpid())) {
+    IpcImportTable::instance().release(pid, allocId, devices_[static_cast<size_t>(localRank_)]);
+  }
+  imports_.erase(it);
+}
+
+void CudaExecutor::closeAllImports() {
+  std::vector<std::pair<int, uint64_t>> keys;
+  {
+    std::lock_guard<std::mutex> lock(importMutex_);
+    for (const auto& [key, base] : imports_) keys.push_back(key);
+  }
+  for (const auto& [owner, allocId] : keys) closeImport(owner, allocId);
 }
 
 void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) {
@@ -241,6 +541,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   }
   CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(ranks_.size()));
   RankState& s = *ranks_[rank];
+  CONCCL_ASSERT(s.local);
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.released) CONCCL_THROW(concclInvalidUsage, "rank " + std::to_string(rank) + " was already released");
   CONCCL_ASSERT(schedule.nranks == static_cast<int>(ranks_.size()));
@@ -250,7 +551,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   // Two ranks on one stream deadlock on the first handshake (each waits for a signal queued behind its own
   // wait): refuse instead of hanging.
   for (int p = 0; p < schedule.nranks; ++p) {
-    if (p != rank && binding.streams[p] == main && schedule.nranks > 1) {
+    if (p != rank && ranks_[p]->local && binding.streams[p] == main && schedule.nranks > 1) {
       CONCCL_THROW(concclInvalidUsage, "ranks " + std::to_string(rank) + " and " + std::to_string(p) +
                                            " were called with the same stream " + describeStream(main) +
                                            "; every rank needs its own stream");
@@ -265,7 +566,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   auto resolve = [&](const sched::Location& loc) -> char* {
     void* base = nullptr;
     if (loc.buffer == sched::kScratch) {
-      base = ranks_[loc.rank]->scratch.get();
+      base = ranks_[loc.rank]->scratchAddress;
     } else {
       const std::vector<void*>& bufs = loc.rank == rank ? myBuffers : binding.buffers[loc.rank];
       CONCCL_ASSERT(loc.buffer >= 0 && loc.buffer < static_cast<int>(bufs.size()));
@@ -428,7 +729,7 @@ void CudaExecutor::synchronize(int rank) {
   CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(ranks_.size()));
   RankState& s = *ranks_[rank];
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.released) return;
+  if (s.released || !s.local) return;
   DeviceGuard guard(s.device);
   if (!drain(s, std::chrono::milliseconds(config_.timeoutMs))) {
     CONCCL_THROW(concclTimeout, "rank " + std::to_string(rank) + " (device " + std::to_string(s.device) +
@@ -441,11 +742,12 @@ void CudaExecutor::writeAllFlagsLocked() {
   // The flags are host memory: plain CPU stores open every one of them, without queueing behind a stuck Wait and
   // without any CUDA call that could fail or block on a failure path. Volatile, so that the stores happen even
   // though the CPU never reads them; the fence publishes them before a later drain poll.
-  for (auto& state : ranks_) {
-    if (!state || state->released) continue;
-    auto* flags = static_cast<volatile uint32_t*>(state->flags.as<uint32_t>());
-    const size_t n = state->flags.bytes() / sizeof(uint32_t);
-    for (size_t i = 0; i < n; ++i) flags[i] = 1;
+  // Across processes this opens the peers' flags too (they are in the shared region): a peer whose GPU waits for
+  // this rank then drains instead of hanging, and learns of the failure from the shared error word.
+  for (size_t r = 0; r < ranks_.size() && r < flagTable_.size(); ++r) {
+    if (!ranks_[r] || (ranks_[r]->local && ranks_[r]->released && !processMode_)) continue;
+    auto* flags = static_cast<volatile uint32_t*>(flagTable_[r]);
+    for (int i = 0; i < slots_; ++i) flags[i] = 1;
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
@@ -463,6 +765,7 @@ void CudaExecutor::warnIfStreamsAlias(const std::vector<int>& unique) const {
   for (int d : unique) {
     int ranksHere = 0;
     for (int dev : devices_) ranksHere += dev == d ? 1 : 0;
+    if (processMode_) ranksHere = 1;  // other processes have their own hardware queues
     if (ranksHere < 2) continue;
     int connections = 8;
     if (const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) connections = std::atoi(env);
@@ -483,6 +786,10 @@ void CudaExecutor::releaseRank(int rank) {
   RankState& s = *ranks_[rank];
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.released) return;
+  if (!s.local) {
+    s.released = true;
+    return;
+  }
   DeviceGuard guard(s.device);
   // cudaFree synchronises the device: freeing while a Wait of this rank still blocks its stream would hang
   // here. Drain first (re-opening flags if aborted); if that fails, leak rather than hang.
@@ -527,6 +834,14 @@ int cudaDeviceCount() {
 
 std::unique_ptr<Executor> makeCudaExecutor(const std::vector<int>& devices, const Config& config) {
   return std::make_unique<CudaExecutor>(devices, config);
+}
+
+size_t ipcImportCount() { return IpcImportTable::instance().size(); }
+
+int cudaFlagSlots(int nranks, const Config& config) { return sched::maxSlots(nranks, cudaBuildOptions(config)); }
+
+std::unique_ptr<Executor> makeCudaProcessExecutor(const ProcessTopology& topology, const Config& config) {
+  return std::make_unique<CudaExecutor>(topology, config);
 }
 
 }  // namespace conccl::exec

@@ -40,6 +40,7 @@ const DriverApi& driverApi() {
     resolve("cuStreamWriteValue32", a.streamWriteValue32);
     resolve("cuStreamBatchMemOp", a.streamBatchMemOp);
     resolve("cuMemGetAddressRange", a.memGetAddressRange);
+    resolve("cuPointerGetAttributes", a.pointerGetAttributes);
     resolve("cuGetErrorName", a.getErrorName);
     resolve("cuGetErrorString", a.getErrorString);
     api = a;

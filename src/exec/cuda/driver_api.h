@@ -15,6 +15,9 @@ struct DriverApi {
   // Several waits (and their resets) in one call: a rank waiting for 7 peers issues 1 call instead of 14.
   PFN_cuStreamBatchMemOp_v11070 streamBatchMemOp = nullptr;
   PFN_cuMemGetAddressRange_v3020 memGetAddressRange = nullptr;
+  // Several attributes of a pointer in one call (type, device, allocation range, allocation id): checking and
+  // exporting a buffer costs one driver call.
+  PFN_cuPointerGetAttributes_v7000 pointerGetAttributes = nullptr;
   PFN_cuGetErrorName_v6000 getErrorName = nullptr;
   PFN_cuGetErrorString_v6000 getErrorString = nullptr;
 };

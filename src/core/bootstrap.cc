@@ -1,0 +1,793 @@
+#include "core/bootstrap.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "core/logging.h"
+
+namespace conccl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Every message on a bootstrap socket is a WireHeader followed by `length` bytes. Both ends run on the same
+// node with the same conccl, so the header is sent as it is laid out in memory (fixed-width fields, no padding).
+struct WireHeader {
+  uint32_t magic;
+  uint32_t type;
+  int32_t rank;    // the sender
+  int32_t nranks;  // the sender's nranks
+  int64_t pid;     // the sender's pid
+  uint64_t length;
+};
+static_assert(sizeof(WireHeader) == 32);
+
+// Differs from the id's magic on purpose; bump the digit when the wire format changes.
+constexpr uint32_t kWireMagic = 0x31424343u;  // "CCB1"
+
+enum MsgType : uint32_t {
+  kHello = 1,     // rank r -> rank 0: its payload
+  kTable = 2,     // rank 0 -> rank r: every rank's pid and payload
+  kError = 3,     // rank 0 -> rank r: u32 result code + text; the bootstrap failed, throw the same error
+  kGather = 4,    // rank r -> rank 0: its all-gather blob
+  kGathered = 5,  // rank 0 -> rank r: every rank's blob
+};
+
+constexpr uint64_t kMaxHelloPayload = 64ull << 10;
+constexpr uint64_t kMaxBlob = 64ull << 20;
+constexpr uint64_t kMaxErrorText = 64ull << 10;
+constexpr int kListenBacklog = 128;
+// Best-effort delivery of an ERROR message once the operation's own deadline is spent.
+constexpr std::chrono::milliseconds kErrorSendBudget{200};
+// How long past its own deadline a non-root rank waits for rank 0's verdict (the table, the all-gather result,
+// or an ERROR): timeout / 2, at most this. Ranks start at slightly different times, and only rank 0 knows which
+// ranks are missing: without it a rank that started before rank 0 would always give up first and report less
+// than rank 0 can tell it.
+constexpr std::chrono::milliseconds kMaxVerdictGrace{1000};
+
+Clock::duration verdictGrace(std::chrono::milliseconds timeout) {
+  return std::min<Clock::duration>(timeout / 2, kMaxVerdictGrace);
+}
+
+std::string errnoText(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
+
+void closeFd(int& fd) {
+  // Linux releases the descriptor even when close() reports EINTR, so it is never retried.
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+// Owns a descriptor that is not (yet) stored in a Bootstrap.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { closeFd(fd_); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1) {
+    closeFd(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// poll() timeout for the time left until `deadline`, rounded up so that a wait never ends just before it
+// (which would spin).
+int pollTimeoutMs(Clock::time_point deadline) {
+  auto left = deadline - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return static_cast<int>(std::min<long long>(ms, INT_MAX));
+}
+
+std::string socketName(const std::string& tag) { return "conccl-boot-" + tag; }
+
+// Abstract namespace: sun_path[0] == '\0' and the name is the following bytes, with no terminator, so the
+// address length must be exactly the same on bind and connect.
+socklen_t socketAddress(const std::string& tag, sockaddr_un* addr) {
+  std::string name = socketName(tag);
+  std::memset(addr, 0, sizeof(*addr));
+  addr->sun_family = AF_UNIX;
+  CONCCL_ASSERT(name.size() + 1 <= sizeof(addr->sun_path));
+  std::memcpy(addr->sun_path + 1, name.data(), name.size());
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+}
+
+enum class Io { kOk, kPending, kClosed, kTimeout, kFailed, kMalformed };
+
+// Waits until `fd` is ready for `events` or the deadline passes. kOk does not promise the next call succeeds:
+// the caller retries and sees the error or end of stream there.
+Io waitFor(int fd, short events, Clock::time_point deadline, int* err) {
+  for (;;) {
+    if (Clock::now() >= deadline) return Io::kTimeout;
+    pollfd p{fd, events, 0};
+    int k = ::poll(&p, 1, pollTimeoutMs(deadline));
+    if (k > 0) return Io::kOk;
+    if (k < 0 && errno != EINTR) {
+      *err = errno;
+      return Io::kFailed;
+    }
+  }
+}
+
+// Sockets are non-blocking: every wait goes through poll() with the time left, so nothing blocks past the
+// deadline; MSG_NOSIGNAL turns a closed peer into EPIPE instead of SIGPIPE.
+Io sendAll(int fd, const void* data, size_t n, Clock::time_point deadline, int* err) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k > 0) {
+      p += k;
+      n -= static_cast<size_t>(k);
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      Io w = waitFor(fd, POLLOUT, deadline, err);
+      if (w != Io::kOk) return w;
+      continue;
+    }
+    if (k == 0 || errno == EPIPE || errno == ECONNRESET) return Io::kClosed;
+    *err = errno;
+    return Io::kFailed;
+  }
+  return Io::kOk;
+}
+
+Io sendMessage(int fd, MsgType type, int rank, int nranks, const std::string& body, Clock::time_point deadline,
+               int* err) {
+  WireHeader h{kWireMagic, type, rank, nranks, static_cast<int64_t>(::getpid()), body.size()};
+  Io st = sendAll(fd, &h, sizeof(h), deadline, err);
+  if (st != Io::kOk) return st;
+  return sendAll(fd, body.data(), body.size(), deadline, err);
+}
+
+void appendU64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+
+// Reads fixed-width fields and byte strings out of a message body; false when the body is too short.
+class BodyReader {
+ public:
+  explicit BodyReader(const std::string& body) : body_(body) {}
+  bool u64(uint64_t* v) {
+    if (body_.size() - pos_ < sizeof(*v)) return false;
+    std::memcpy(v, body_.data() + pos_, sizeof(*v));
+    pos_ += sizeof(*v);
+    return true;
+  }
+  bool bytes(uint64_t n, std::string* out) {
+    if (body_.size() - pos_ < n) return false;
+    out->assign(body_, pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool atEnd() const { return pos_ == body_.size(); }
+
+ private:
+  const std::string& body_;
+  size_t pos_ = 0;
+};
+
+std::string errorBody(concclResult_t code, const std::string& text) {
+  std::string body;
+  uint32_t c = static_cast<uint32_t>(code);
+  body.append(reinterpret_cast<const char*>(&c), sizeof(c));
+  body.append(text, 0, std::min<size_t>(text.size(), kMaxErrorText));
+  return body;
+}
+
+// The error rank 0 reported in an ERROR message, thrown on this rank with the same code and text.
+[[noreturn]] void throwReported(const std::string& body) {
+  uint32_t c = 0;
+  if (body.size() < sizeof(c)) CONCCL_THROW(concclSystemError, "rank 0 sent a malformed bootstrap error message");
+  std::memcpy(&c, body.data(), sizeof(c));
+  concclResult_t code = static_cast<concclResult_t>(c);
+  if (c == concclSuccess || c >= concclNumResults) code = concclSystemError;
+  CONCCL_THROW(code, body.substr(sizeof(c)));
+}
+
+// One message being received without blocking, a piece at a time (rank 0 reads from every rank at once).
+struct Incoming {
+  WireHeader hdr{};
+  size_t hdrGot = 0;
+  std::string body;
+  size_t bodyGot = 0;
+  bool complete = false;
+  std::string why;  // kMalformed / kFailed: what was wrong
+
+  // Reads what the socket has. kOk: the message is complete; kPending: more is to come. `maxLength` bounds
+  // the body of any type but kError (which has its own bound), checked before anything is allocated.
+  Io pump(int fd, uint64_t maxLength) {
+    while (!complete) {
+      char* dst;
+      size_t want;
+      if (hdrGot < sizeof(hdr)) {
+        dst = reinterpret_cast<char*>(&hdr) + hdrGot;
+        want = sizeof(hdr) - hdrGot;
+      } else {
+        dst = body.data() + bodyGot;
+        want = body.size() - bodyGot;
+      }
+      ssize_t k = ::recv(fd, dst, want, MSG_DONTWAIT);
+      if (k == 0) return Io::kClosed;
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return Io::kPending;
+        // A peer that closed with data of ours unread makes Linux report ECONNRESET instead of end of stream.
+        if (errno == ECONNRESET) return Io::kClosed;
+        why = "recv failed: " + errnoText(errno);
+        return Io::kFailed;
+      }
+      if (hdrGot < sizeof(hdr)) {
+        hdrGot += static_cast<size_t>(k);
+        if (hdrGot < sizeof(hdr)) continue;
+        if (hdr.magic != kWireMagic) {
+          why = "bad magic (not a conccl bootstrap message of this version)";
+          return Io::kMalformed;
+        }
+        uint64_t limit = hdr.type == kError ? sizeof(uint32_t) + kMaxErrorText : maxLength;
+        if (hdr.length > limit) {
+          why = "message of type " + std::to_string(hdr.type) + " has " + std::to_string(hdr.length) +
+                " bytes, more than the limit of " + std::to_string(limit);
+          return Io::kMalformed;
+        }
+        try {
+          body.resize(hdr.length);
+        } catch (const std::bad_alloc&) {
+          why = "out of memory for a message of " + std::to_string(hdr.length) + " bytes";
+          return Io::kFailed;
+        }
+      } else {
+        bodyGot += static_cast<size_t>(k);
+      }
+      if (hdrGot == sizeof(hdr) && bodyGot == body.size()) complete = true;
+    }
+    return Io::kOk;
+  }
+};
+
+// Receives one whole message from `fd` before the deadline.
+Io recvMessage(int fd, uint64_t maxLength, Clock::time_point deadline, Incoming* in, int* err) {
+  for (;;) {
+    Io st = in->pump(fd, maxLength);
+    if (st != Io::kPending) return st;
+    st = waitFor(fd, POLLIN, deadline, err);
+    if (st != Io::kOk) return st;
+  }
+}
+
+// Non-root ranks: rank 0 may have sent an ERROR just before closing; it is still in our receive queue even when
+// our send failed with EPIPE. Throws it if it is there, otherwise that rank 0 closed the connection.
+[[noreturn]] void throwRootClosed(int fd, int rank, const std::string& when) {
+  Incoming in;
+  if (in.pump(fd, 0) == Io::kOk && in.hdr.type == kError) throwReported(in.body);
+  CONCCL_THROW(concclSystemError, "rank " + std::to_string(rank) + ": rank 0 closed its bootstrap connection " +
+                                      when + " (did its process exit?)");
+}
+
+// Rank 0: tells every given peer (best effort, within a short budget of its own) why the bootstrap failed, so
+// that they fail with the same error now instead of at their own timeout.
+void broadcastError(const std::vector<int>& fds, concclResult_t code, const std::string& text) {
+  std::string body = errorBody(code, text);
+  auto deadline = Clock::now() + kErrorSendBudget;
+  for (int fd : fds) {
+    if (fd < 0) continue;
+    int err = 0;
+    sendMessage(fd, kError, 0, 0, body, deadline, &err);
+  }
+}
+
+// Rank 0: true when a rank that already said hello has gone (it sends nothing more until the table arrives,
+// so anything readable on its socket is end of stream, a reset, or a protocol violation).
+bool peerGone(int fd) {
+  char c;
+  for (;;) {
+    ssize_t k = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (k < 0 && errno == EINTR) continue;
+    return !(k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+  }
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+std::string pidText(int64_t pid) { return std::to_string(pid); }
+
+// Rank 0's side of connect(): listens, collects one hello from each rank 1..n-1, sends everyone the table.
+// `fds`, `payloads`, `pids` are the Bootstrap's members (its destructor closes whatever is left on a throw).
+void rootConnect(const std::string& tag, int nranks, std::chrono::milliseconds timeout, Clock::time_point deadline,
+                 int& listenFd, std::vector<int>& fds, std::vector<std::string>& payloads,
+                 std::vector<int64_t>& pids) {
+  sockaddr_un addr;
+  socklen_t addrLen = socketAddress(tag, &addr);
+  listenFd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listenFd < 0) CONCCL_THROW(concclSystemError, "rank 0: socket(AF_UNIX) failed: " + errnoText(errno));
+  if (::bind(listenFd, reinterpret_cast<const sockaddr*>(&addr), addrLen) != 0) {
+    int e = errno;
+    closeFd(listenFd);
+    if (e == EADDRINUSE) {
+      CONCCL_THROW(concclInvalidUsage,
+                   "rank 0 of this unique id already exists (rank 0 called concclCommInitRank twice, or the id was "
+                   "reused while its first communicator was still initialising)");
+    }
+    CONCCL_THROW(concclSystemError, "rank 0: bind of the bootstrap socket failed: " + errnoText(e));
+  }
+  if (::listen(listenFd, kListenBacklog) != 0) {
+    CONCCL_THROW(concclSystemError, "rank 0: listen on the bootstrap socket failed: " + errnoText(errno));
+  }
+  CONCCL_INFO(0, -1, "bootstrap " + tag + ": rank 0 listening for " + std::to_string(nranks - 1) + " rank(s)");
+
+  fds.assign(nranks, -1);
+  auto fail = [&](concclResult_t code, const std::string& text, int extraFd) {
+    std::vector<int> tell = fds;
+    tell.push_back(extraFd);
+    broadcastError(tell, code, text);
+    CONCCL_THROW(code, text);
+  };
+  std::vector<bool> left(nranks, false);  // arrived, then left, and not back (yet)
+  auto forget = [&](int r, const std::string& why) {
+    left[r] = true;
+    CONCCL_WARN(0, -1, "bootstrap " + tag + ": rank " + std::to_string(r) + " (pid " + pidText(pids[r]) + ") " +
+                           why + "; waiting for it to arrive again");
+    closeFd(fds[r]);
+    payloads[r].clear();
+    pids[r] = 0;
+  };
+
+  auto start = Clock::now();
+  int arrived = 0;
+  while (arrived < nranks - 1) {
+    if (Clock::now() >= deadline) {
+      std::vector<int> missing, gone;
+      for (int r = 1; r < nranks; ++r) {
+        if (fds[r] < 0) (left[r] ? gone : missing).push_back(r);
+      }
+      std::string text = "rank 0 timed out after " + std::to_string(timeout.count()) + " ms waiting for ";
+      if (!missing.empty()) text += "rank(s) " + rankList(missing) + " to call concclCommInitRank";
+      if (!missing.empty() && !gone.empty()) text += "; and for ";
+      if (!gone.empty()) {
+        text += "rank(s) " + rankList(gone) + ", which arrived but left again (gave up or exited) before every "
+                "rank had arrived";
+      }
+      fail(concclTimeout, text, -1);
+    }
+    std::vector<pollfd> pfds{{listenFd, POLLIN, 0}};
+    std::vector<int> who{-1};
+    for (int r = 1; r < nranks; ++r) {
+      if (fds[r] < 0) continue;
+      pfds.push_back({fds[r], POLLIN, 0});
+      who.push_back(r);
+    }
+    int k = ::poll(pfds.data(), pfds.size(), pollTimeoutMs(deadline));
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      fail(concclSystemError, "rank 0: poll on the bootstrap sockets failed: " + errnoText(errno), -1);
+    }
+    if (k == 0) continue;
+    // A rank that leaves before the table is sent is forgotten: its slot is free for a retry.
+    for (size_t i = 1; i < pfds.size(); ++i) {
+      if (pfds[i].revents != 0 && peerGone(fds[who[i]])) {
+        forget(who[i], "closed its bootstrap connection before every rank had arrived");
+        --arrived;
+      }
+    }
+    if (!(pfds[0].revents & POLLIN)) continue;
+    while (arrived < nranks - 1) {
+      int c = ::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (c < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        fail(concclSystemError, "rank 0: accept on the bootstrap socket failed: " + errnoText(errno), -1);
+      }
+      Fd conn(c);
+      // Ranks send their hello right after connecting, so waiting for it here does not hold up the others.
+      Incoming in;
+      int err = 0;
+      Io st = recvMessage(conn.get(), kMaxHelloPayload, deadline, &in, &err);
+      if (st == Io::kTimeout) break;  // the loop reports the timeout
+      if (st != Io::kOk || in.hdr.type != kHello) {
+        std::string why = st == Io::kClosed ? "it closed the connection first"
+                          : st == Io::kOk   ? "message type " + std::to_string(in.hdr.type)
+                          : !in.why.empty() ? in.why
+                                            : errnoText(err);
+        CONCCL_WARN(0, -1, "bootstrap " + tag + ": dropped a connection that did not send a valid hello: " + why);
+        continue;
+      }
+      const int r = in.hdr.rank;
+      const std::string sender = "rank " + std::to_string(r) + " (pid " + pidText(in.hdr.pid) + ")";
+      if (in.hdr.nranks != nranks) {
+        fail(concclInvalidUsage,
+             sender + " says nranks = " + std::to_string(in.hdr.nranks) + " but rank 0 has nranks = " +
+                 std::to_string(nranks),
+             conn.get());
+      }
+      if (r < 1 || r >= nranks) {
+        fail(concclInvalidUsage,
+             "a process (pid " + pidText(in.hdr.pid) + ") says it is rank " + std::to_string(r) +
+                 ", which is out of range for nranks = " + std::to_string(nranks) +
+                 (r == 0 ? " (rank 0 is already here)" : ""),
+             conn.get());
+      }
+      if (fds[r] >= 0 && peerGone(fds[r])) {
+        forget(r, "closed its bootstrap connection before every rank had arrived");
+        --arrived;
+      }
+      if (fds[r] >= 0) {
+        fail(concclInvalidUsage,
+             "rank " + std::to_string(r) + " arrived twice (pids " + pidText(pids[r]) + " and " +
+                 pidText(in.hdr.pid) + ")",
+             conn.get());
+      }
+      fds[r] = conn.release();
+      left[r] = false;
+      pids[r] = in.hdr.pid;
+      payloads[r] = std::move(in.body);
+      ++arrived;
+    }
+  }
+  // Release the abstract name at once: the id may be reused as soon as connect() returns, and a late
+  // duplicate is refused by the kernel instead of waiting in the backlog.
+  closeFd(listenFd);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  CONCCL_INFO(0, -1, "bootstrap " + tag + ": all " + std::to_string(nranks) + " ranks arrived in " +
+                         std::to_string(ms) + " ms");
+
+  std::string table;
+  for (int r = 0; r < nranks; ++r) {
+    appendU64(table, static_cast<uint64_t>(pids[r]));
+    appendU64(table, payloads[r].size());
+    table += payloads[r];
+  }
+  // The ranks wait for the table until their deadline plus the verdict grace; so may this send (the last rank
+  // may have arrived just before the deadline).
+  const auto sendDeadline = deadline + verdictGrace(timeout);
+  for (int r = 1; r < nranks; ++r) {
+    int err = 0;
+    Io st = sendMessage(fds[r], kTable, 0, nranks, table, sendDeadline, &err);
+    if (st == Io::kOk) continue;
+    const std::string who = "rank " + std::to_string(r);
+    std::string text;
+    concclResult_t code = concclSystemError;
+    if (st == Io::kClosed) {
+      text = who + " closed its bootstrap connection (did its process exit?)";
+    } else if (st == Io::kTimeout) {
+      code = concclTimeout;
+      text = who + " did not take the table of ranks within " + std::to_string(timeout.count()) + " ms";
+    } else {
+      text = "rank 0: sending the table of ranks to " + who + " failed: " + errnoText(err);
+    }
+    // Those already served have the table and will notice at their next bootstrap operation.
+    broadcastError(std::vector<int>(fds.begin() + r + 1, fds.end()), code, text);
+    CONCCL_THROW(code, text);
+  }
+}
+
+// A non-root rank's side of connect(): connects to rank 0 (retrying until it listens), says hello, waits for
+// the table. Returns the connected socket.
+int peerConnect(const std::string& tag, int rank, int nranks, const std::string& payload,
+                std::chrono::milliseconds timeout, Clock::time_point deadline, std::vector<std::string>& payloads,
+                std::vector<int64_t>& pids) {
+  const std::string me = "rank " + std::to_string(rank);
+  sockaddr_un addr;
+  socklen_t addrLen = socketAddress(tag, &addr);
+  Fd sock;
+  auto backoff = std::chrono::milliseconds(1);
+  for (;;) {
+    int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0) CONCCL_THROW(concclSystemError, me + ": socket(AF_UNIX) failed: " + errnoText(errno));
+    sock.reset(s);
+    int e = 0;
+    if (::connect(s, reinterpret_cast<const sockaddr*>(&addr), addrLen) == 0) break;
+    e = errno;
+    if (e == EINPROGRESS) {
+      int err = 0;
+      if (waitFor(s, POLLOUT, deadline, &err) == Io::kOk) {
+        socklen_t len = sizeof(e);
+        if (::getsockopt(s, SOL_SOCKET, SO_ERROR, &e, &len) != 0) e = errno;
+        if (e == 0) break;
+      } else {
+        e = err ? err : ECONNREFUSED;
+      }
+    }
+    sock.reset();
+    // ECONNREFUSED: nobody listens on the name yet (rank 0 has not arrived); EAGAIN: its backlog is full.
+    if (e != ECONNREFUSED && e != ENOENT && e != EAGAIN && e != EINTR) {
+      CONCCL_THROW(concclSystemError, me + ": connecting to rank 0's bootstrap socket failed: " + errnoText(e));
+    }
+    auto now = Clock::now();
+    if (now >= deadline) {
+      CONCCL_THROW(concclTimeout, me + " could not reach rank 0 of this id within " +
+                                      std::to_string(timeout.count()) + " ms");
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(10));
+  }
+
+  int err = 0;
+  const auto verdictDeadline = deadline + verdictGrace(timeout);
+  Io st = sendMessage(sock.get(), kHello, rank, nranks, payload, verdictDeadline, &err);
+  if (st == Io::kClosed) throwRootClosed(sock.get(), rank, "before this rank's hello was sent");
+  if (st == Io::kTimeout) {
+    CONCCL_THROW(concclTimeout, me + " timed out after " + std::to_string(timeout.count()) +
+                                    " ms sending its hello to rank 0");
+  }
+  if (st == Io::kFailed) {
+    CONCCL_THROW(concclSystemError, me + ": sending the hello to rank 0 failed: " + errnoText(err));
+  }
+
+  Incoming in;
+  st = recvMessage(sock.get(), static_cast<uint64_t>(nranks) * (16 + kMaxHelloPayload), verdictDeadline, &in, &err);
+  switch (st) {
+    case Io::kOk: break;
+    case Io::kTimeout:
+      CONCCL_THROW(concclTimeout, me + " timed out after " + std::to_string(timeout.count()) +
+                                      " ms waiting for rank 0 to report that all " + std::to_string(nranks) +
+                                      " ranks have arrived (rank 0 did not say which are missing)");
+    case Io::kClosed:
+      CONCCL_THROW(concclSystemError,
+                   me + ": rank 0 closed its bootstrap connection before every rank had arrived (did its process "
+                        "exit, or did this rank arrive after the communicator was complete?)");
+    default:
+      CONCCL_THROW(concclSystemError, me + ": receiving the table of ranks from rank 0 failed: " +
+                                          (in.why.empty() ? errnoText(err) : in.why));
+  }
+  if (in.hdr.type == kError) throwReported(in.body);
+  if (in.hdr.type != kTable || in.hdr.nranks != nranks) {
+    CONCCL_THROW(concclSystemError, me + ": rank 0 sent an unexpected bootstrap message (type " +
+                                        std::to_string(in.hdr.type) + ") instead of the table of ranks");
+  }
+  BodyReader rd(in.body);
+  for (int r = 0; r < nranks; ++r) {
+    uint64_t pid = 0, len = 0;
+    if (!rd.u64(&pid) || !rd.u64(&len) || len > kMaxHelloPayload || !rd.bytes(len, &payloads[r])) {
+      CONCCL_THROW(concclSystemError, me + ": rank 0 sent a malformed table of ranks");
+    }
+    pids[r] = static_cast<int64_t>(pid);
+  }
+  if (!rd.atEnd()) CONCCL_THROW(concclSystemError, me + ": rank 0 sent a malformed table of ranks");
+  return sock.release();
+}
+
+}  // namespace
+
+UniqueIdData makeUniqueId() {
+  UniqueIdData data;
+  try {
+    std::random_device rd;
+    for (uint64_t& w : data.nonce) {
+      // random_device yields 32-bit values: two per word.
+      uint64_t hi = rd(), lo = rd();
+      w = (hi << 32) | (lo & 0xffffffffull);
+    }
+  } catch (const std::exception& e) {
+    CONCCL_THROW(concclSystemError, std::string("no entropy for a unique id: std::random_device failed: ") + e.what());
+  }
+  return data;
+}
+
+UniqueIdData parseUniqueId(const concclUniqueId& id) {
+  UniqueIdData data;
+  std::memcpy(&data, id.internal, sizeof(data));
+  if (data.magic != UniqueIdData::kMagic) {
+    CONCCL_THROW(concclInvalidArgument,
+                 "not a conccl unique id (bad magic): was it initialised with concclGetUniqueId?");
+  }
+  if (data.version != UniqueIdData::kVersion) {
+    CONCCL_THROW(concclInvalidArgument, "the unique id has version " + std::to_string(data.version) +
+                                            " but this conccl uses version " +
+                                            std::to_string(UniqueIdData::kVersion) +
+                                            " (the id was made by another conccl build)");
+  }
+  return data;
+}
+
+void storeUniqueId(const UniqueIdData& data, concclUniqueId* id) {
+  CONCCL_REQUIRE(id != nullptr, "the unique id pointer is NULL");
+  std::memset(id->internal, 0, sizeof(id->internal));
+  std::memcpy(id->internal, &data, sizeof(data));
+}
+
+std::string uniqueIdTag(const UniqueIdData& data) {
+  char buf[33];
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(data.nonce[0]),
+                static_cast<unsigned long long>(data.nonce[1]));
+  return buf;
+}
+
+std::unique_ptr<Bootstrap> Bootstrap::connect(const UniqueIdData& id, int rank, int nranks,
+                                              const std::string& payload, std::chrono::milliseconds timeout) {
+  CONCCL_REQUIRE(nranks >= 1, "nranks must be at least 1, got " + std::to_string(nranks));
+  CONCCL_REQUIRE(rank >= 0 && rank < nranks,
+                 "rank " + std::to_string(rank) + " is out of range for nranks = " + std::to_string(nranks));
+  CONCCL_REQUIRE(payload.size() <= kMaxHelloPayload, "bootstrap payload of " + std::to_string(payload.size()) +
+                                                         " bytes exceeds the limit of " +
+                                                         std::to_string(kMaxHelloPayload));
+  CONCCL_REQUIRE(timeout.count() > 0, "the bootstrap timeout must be positive, got " +
+                                          std::to_string(timeout.count()) + " ms");
+  std::unique_ptr<Bootstrap> b(new Bootstrap());
+  b->rank_ = rank;
+  b->nranks_ = nranks;
+  b->timeout_ = timeout;
+  b->tag_ = uniqueIdTag(id);
+  b->payloads_.assign(nranks, std::string());
+  b->pids_.assign(nranks, 0);
+  b->payloads_[rank] = payload;
+  b->pids_[rank] = static_cast<int64_t>(::getpid());
+  if (nranks == 1) return b;
+
+  auto deadline = Clock::now() + timeout;
+  if (rank == 0) {
+    rootConnect(b->tag_, nranks, timeout, deadline, b->listenFd_, b->peerFds_, b->payloads_, b->pids_);
+  } else {
+    b->peerFds_.assign(1, -1);
+    b->peerFds_[0] = peerConnect(b->tag_, rank, nranks, payload, timeout, deadline, b->payloads_, b->pids_);
+  }
+  return b;
+}
+
+Bootstrap::~Bootstrap() { close(); }
+
+void Bootstrap::close() {
+  closeFd(listenFd_);
+  for (int& fd : peerFds_) closeFd(fd);
+  peerFds_.clear();
+}
+
+void Bootstrap::barrier() { allGather(std::string()); }
+
+std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
+  const std::string me = "rank " + std::to_string(rank_);
+  CONCCL_REQUIRE(mine.size() <= kMaxBlob, me + ": bootstrap all-gather blob of " + std::to_string(mine.size()) +
+                                              " bytes exceeds the limit of " + std::to_string(kMaxBlob));
+  if (nranks_ == 1) return {mine};
+  if (peerFds_.empty()) {
+    CONCCL_THROW(concclInvalidUsage, me + ": the bootstrap is closed (close() was called, or an earlier bootstrap "
+                                          "operation failed)");
+  }
+  const auto deadline = Clock::now() + timeout_;
+  const std::string ms = std::to_string(timeout_.count());
+  const uint64_t gatheredLimit = static_cast<uint64_t>(nranks_) * (8 + kMaxBlob);
+  std::vector<std::string> out(nranks_);
+  // After a failure the streams are in an unknown state (a message may be half sent): close everything, so a
+  // later call reports that instead of misreading bytes.
+  try {
+    int err = 0;
+    if (rank_ != 0) {
+      // Everything here waits on rank 0, whose verdict may come a little after our own deadline.
+      const auto peerDeadline = deadline + verdictGrace(timeout_);
+      const int fd = peerFds_[0];
+      Io st = sendMessage(fd, kGather, rank_, nranks_, mine, peerDeadline, &err);
+      if (st == Io::kClosed) throwRootClosed(fd, rank_, "during a bootstrap all-gather");
+      if (st == Io::kTimeout) {
+        CONCCL_THROW(concclTimeout, me + " timed out after " + ms + " ms sending its all-gather blob to rank 0");
+      }
+      if (st == Io::kFailed) CONCCL_THROW(concclSystemError, me + ": bootstrap send failed: " + errnoText(err));
+      Incoming in;
+      st = recvMessage(fd, gatheredLimit, peerDeadline, &in, &err);
+      if (st == Io::kClosed) throwRootClosed(fd, rank_, "during a bootstrap all-gather");
+      if (st == Io::kTimeout) {
+        CONCCL_THROW(concclTimeout,
+                     me + " timed out after " + ms + " ms waiting for rank 0 to complete a bootstrap all-gather");
+      }
+      if (st != Io::kOk) {
+        CONCCL_THROW(concclSystemError, me + ": bootstrap receive from rank 0 failed: " +
+                                            (in.why.empty() ? errnoText(err) : in.why));
+      }
+      if (in.hdr.type == kError) throwReported(in.body);
+      if (in.hdr.type != kGathered) {
+        CONCCL_THROW(concclSystemError, me + ": rank 0 sent an unexpected bootstrap message (type " +
+                                            std::to_string(in.hdr.type) + ") during an all-gather");
+      }
+      BodyReader rd(in.body);
+      for (int r = 0; r < nranks_; ++r) {
+        uint64_t len = 0;
+        if (!rd.u64(&len) || len > kMaxBlob || !rd.bytes(len, &out[r])) {
+          CONCCL_THROW(concclSystemError, me + ": rank 0 sent a malformed all-gather result");
+        }
+      }
+      if (!rd.atEnd()) CONCCL_THROW(concclSystemError, me + ": rank 0 sent a malformed all-gather result");
+      return out;
+    }
+
+    // Rank 0: read every rank's blob as it comes (any order), then send everyone the whole vector.
+    auto fail = [&](concclResult_t code, const std::string& text) {
+      broadcastError(peerFds_, code, text);
+      CONCCL_THROW(code, text);
+    };
+    out[0] = mine;
+    std::vector<Incoming> in(nranks_);
+    int pending = nranks_ - 1;
+    while (pending > 0) {
+      std::vector<pollfd> pfds;
+      std::vector<int> who;
+      for (int r = 1; r < nranks_; ++r) {
+        if (in[r].complete) continue;
+        pfds.push_back({peerFds_[r], POLLIN, 0});
+        who.push_back(r);
+      }
+      if (Clock::now() >= deadline) {
+        fail(concclTimeout, "rank 0 timed out after " + ms + " ms in a bootstrap all-gather waiting for rank(s) " +
+                                rankList(who));
+      }
+      int k = ::poll(pfds.data(), pfds.size(), pollTimeoutMs(deadline));
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        fail(concclSystemError, "rank 0: poll on the bootstrap sockets failed: " + errnoText(errno));
+      }
+      for (size_t i = 0; i < pfds.size(); ++i) {
+        if (pfds[i].revents == 0) continue;
+        const int r = who[i];
+        Io st = in[r].pump(peerFds_[r], kMaxBlob);
+        if (st == Io::kPending) continue;
+        if (st == Io::kClosed) {
+          fail(concclSystemError,
+               "rank " + std::to_string(r) + " closed its bootstrap connection (did its process exit?)");
+        }
+        if (st != Io::kOk) {
+          fail(concclSystemError, "rank 0: bootstrap receive from rank " + std::to_string(r) + " failed: " + in[r].why);
+        }
+        if (in[r].hdr.type != kGather || in[r].hdr.rank != r) {
+          fail(concclSystemError, "rank " + std::to_string(r) + " sent an unexpected bootstrap message (type " +
+                                      std::to_string(in[r].hdr.type) + ") during an all-gather");
+        }
+        out[r] = std::move(in[r].body);
+        --pending;
+      }
+    }
+    std::string body;
+    for (const std::string& blob : out) {
+      appendU64(body, blob.size());
+      body += blob;
+    }
+    // The ranks wait for the result until their deadline plus the verdict grace; so may this send.
+    const auto sendDeadline = deadline + verdictGrace(timeout_);
+    for (int r = 1; r < nranks_; ++r) {
+      Io st = sendMessage(peerFds_[r], kGathered, 0, nranks_, body, sendDeadline, &err);
+      if (st == Io::kOk) continue;
+      const std::string who = "rank " + std::to_string(r);
+      std::string text;
+      concclResult_t code = concclSystemError;
+      if (st == Io::kClosed) {
+        text = who + " closed its bootstrap connection (did its process exit?)";
+      } else if (st == Io::kTimeout) {
+        code = concclTimeout;
+        text = who + " did not take the bootstrap all-gather result within " + ms + " ms";
+      } else {
+        text = "rank 0: bootstrap send to " + who + " failed: " + errnoText(err);
+      }
+      // Those already served have the result and will notice at their next bootstrap operation.
+      broadcastError(std::vector<int>(peerFds_.begin() + r + 1, peerFds_.end()), code, text);
+      CONCCL_THROW(code, text);
+    }
+    return out;
+  } catch (...) {
+    close();
+    throw;
+  }
+}
+
+}  // namespace conccl

@@ -1,0 +1,60 @@
+// LocalClique: every rank of the communicator lives in this process (concclCommInitAll; one thread driving all
+// ranks inside a group, or one thread per rank).
+//
+// Ranks post their arguments into a PendingCall matched by a per-rank sequence number; when the last rank has
+// posted, the call is validated, its schedule is built once, and each rank launches its own program on the
+// shared executor. Point-to-point calls are matched differently: each rank posts its group of Send/Recv ops,
+// and a call closes when every rank one of its ops names has posted its group too.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/clique.h"
+
+namespace conccl {
+
+class LocalClique final : public Clique {
+ public:
+  LocalClique(Config config, std::vector<int> devices, std::unique_ptr<exec::Executor> executor);
+  ~LocalClique() override;
+
+  int nranks() const override { return static_cast<int>(devices_.size()); }
+  const Config& config() const override { return config_; }
+  exec::Executor& executor() override { return *executor_; }
+
+  std::shared_ptr<CallTicket> post(int rank, RankArgs args) override;
+  void waitAndLaunch(CallTicket& ticket) override;
+  void fail(concclResult_t code, const std::string& reason) override;
+  std::optional<Error> asyncError() const override;
+  void abandon(CallTicket& ticket) override;
+  void releaseRank(int rank, bool graceful) override;
+
+ private:
+  void checkHealthyLocked() const;
+  void finalizeLocked(PendingCall& call);
+  void tryCloseP2PLocked(int rank);
+  // The first released rank that the ticket's unfinished call still waits for, or -1.
+  int departedPeerLocked(const CallTicket& ticket) const;
+
+  Config config_;
+  std::vector<int> devices_;
+  std::unique_ptr<exec::Executor> executor_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<uint64_t> nextSeq_;                                 // per rank, collectives
+  std::map<uint64_t, std::shared_ptr<PendingCall>> collectives_;  // by seq, until every rank has launched
+  std::vector<std::shared_ptr<CallTicket>> pendingP2P_;           // per rank: an open Send/Recv group
+  std::vector<RankArgs> pendingP2PArgs_;
+  uint64_t nextP2PSeq_ = 0;
+  std::optional<Error> error_;
+  std::vector<bool> departed_;  // per rank: destroyed or aborted (its handle is gone, it will never post again)
+};
+
+}  // namespace conccl

@@ -1,0 +1,492 @@
+#include "core/process_clique.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <thread>
+#include <variant>
+
+#include "core/logging.h"
+#include "core/types.h"
+
+namespace conccl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Calls in flight per rank before a rank waits for its slowest peer to catch up. Calls are read as soon as
+// a peer reaches them, so a small ring only throttles a rank that is many calls ahead of a peer.
+constexpr uint32_t kRingEntries = 16;
+// Ids of unmapped allocations one entry can carry; more wait for the next call.
+constexpr uint32_t kMaxRetired = 8;
+constexpr size_t kMessageBytes = 768;
+constexpr uint64_t kSegmentMagic = 0x636f6e63636c5347ull;  // "concclSG"
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free &&
+                  std::atomic<int64_t>::is_always_lock_free,
+              "shared-memory synchronisation needs address-free (lock-free) atomics");
+
+struct SegmentHeader {
+  uint64_t magic;
+  uint32_t nranks;
+  uint32_t ringEntries;
+  std::atomic<uint32_t> errorState;  // 0 healthy, 1 being written, 2 written
+  int32_t errorCode;
+  int32_t errorRank;
+  char errorMessage[kMessageBytes];
+};
+
+struct alignas(64) RankShared {
+  std::atomic<int64_t> pid;
+  std::atomic<uint32_t> departed;
+  std::atomic<uint64_t> consumed;  // calls (seq + 1) this rank has read from every mailbox, or abandoned
+};
+
+struct MailboxEntry {
+  std::atomic<uint64_t> published;  // seq + 1 once the entry is complete
+  int32_t kind, dtype, op, root;
+  uint64_t count;
+  uint32_t inPlace;
+  int32_t errorCode;  // concclSuccess, or the error this rank found in its own arguments
+  char error[kMessageBytes];
+  exec::BufferExport buffers[2];
+  uint32_t retiredCount;
+  uint64_t retired[kMaxRetired];
+  // followed by AllToAllv: sendCounts, sendDispls, recvCounts, recvDispls (nranks uint64 each)
+};
+
+size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+const char* apiNameOf(sched::CollKind kind) {
+  using K = sched::CollKind;
+  switch (kind) {
+    case K::kAllGather: return "concclAllGather";
+    case K::kReduceScatter: return "concclReduceScatter";
+    case K::kAllReduce: return "concclAllReduce";
+    case K::kBroadcast: return "concclBroadcast";
+    case K::kReduce: return "concclReduce";
+    case K::kAllToAll: return "concclAllToAll";
+    case K::kAllToAllv: return "concclAllToAllv";
+    case K::kGather: return "concclGather";
+    case K::kScatter: return "concclScatter";
+    case K::kSendRecv: return "concclSend/concclRecv";
+  }
+  return "conccl?";
+}
+
+void copyMessage(char (&dst)[kMessageBytes], const std::string& text) {
+  const size_t n = std::min(text.size(), kMessageBytes - 1);
+  std::memcpy(dst, text.data(), n);
+  dst[n] = '\0';
+}
+
+// False once the process is gone: no such pid, or a zombie waiting for its parent to reap it.
+bool processAlive(int64_t pid) {
+  if (pid <= 0) return true;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;  // no /proc: trust kill()
+  auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z';
+}
+
+// What each rank tells the others at bootstrap: the rest of the communicator is built from this.
+struct HelloPayload {
+  int32_t device;
+  int32_t lanes;
+  uint64_t scratchBytes;
+  int32_t pipelineSlots;  // flags per rank the executor needs: derived from the config, must agree
+  int32_t reserved;
+};
+
+}  // namespace
+
+struct ProcessClique::Layout {
+  char* base = nullptr;
+  int nranks = 0;
+  size_t rankSharedOffset = 0, flagsOffset = 0, flagStride = 0, flagsBytes = 0, mailboxOffset = 0, entryStride = 0;
+  size_t totalBytes = 0;
+
+  Layout(int n, int slots) : nranks(n) {
+    const size_t page = 4096;
+    rankSharedOffset = roundUp(sizeof(SegmentHeader), 64);
+    flagsOffset = roundUp(rankSharedOffset + sizeof(RankShared) * static_cast<size_t>(n), page);
+    flagStride = roundUp(sizeof(uint32_t) * static_cast<size_t>(std::max(slots, 1)), 128);
+    flagsBytes = roundUp(flagStride * static_cast<size_t>(n), page);
+    mailboxOffset = flagsOffset + flagsBytes;
+    entryStride = roundUp(sizeof(MailboxEntry) + 4 * sizeof(uint64_t) * static_cast<size_t>(n), 64);
+    totalBytes = mailboxOffset + entryStride * kRingEntries * static_cast<size_t>(n);
+  }
+  SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base); }
+  RankShared& rank(int r) const {
+    return reinterpret_cast<RankShared*>(base + rankSharedOffset)[r];
+  }
+  MailboxEntry& entry(int r, uint64_t seq) const {
+    return *reinterpret_cast<MailboxEntry*>(base + mailboxOffset +
+                                            entryStride * (static_cast<size_t>(r) * kRingEntries + seq % kRingEntries));
+  }
+  uint64_t* vectors(MailboxEntry& e) const { return reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&e) + sizeof(MailboxEntry)); }
+};
+
+ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int rank, int nranks, int device)
+    : config_(config), rank_(rank), nranks_(nranks), device_(device), tag_(uniqueIdTag(id)) {
+  CONCCL_REQUIRE(nranks >= 1, "nranks = " + std::to_string(nranks) + " must be at least 1");
+  CONCCL_REQUIRE(rank >= 0 && rank < nranks,
+                 "rank = " + std::to_string(rank) + " is not in [0, nranks = " + std::to_string(nranks) + ")");
+  const auto timeout = std::chrono::milliseconds(config.timeoutMs);
+  const int slots = exec::cudaFlagSlots(nranks, config);
+  layout_ = std::make_unique<Layout>(nranks, slots);
+  const std::string shmName = "/conccl-" + tag_;
+
+  HelloPayload hello{device, config.lanes, config.scratchBytes, slots, 0};
+  std::string payload(sizeof(hello), '\0');
+  std::memcpy(payload.data(), &hello, sizeof(hello));
+  auto boot = Bootstrap::connect(id, rank, nranks, payload, timeout);
+  pids_ = boot->pids();
+
+  // Every process builds every schedule from the same arguments: the options that shape schedules must agree.
+  std::vector<int> devices(static_cast<size_t>(nranks));
+  for (int r = 0; r < nranks; ++r) {
+    HelloPayload h{};
+    CONCCL_ASSERT(boot->payloads()[static_cast<size_t>(r)].size() == sizeof(h));
+    std::memcpy(&h, boot->payloads()[static_cast<size_t>(r)].data(), sizeof(h));
+    devices[static_cast<size_t>(r)] = h.device;
+    if (h.lanes != hello.lanes || h.scratchBytes != hello.scratchBytes || h.pipelineSlots != hello.pipelineSlots) {
+      CONCCL_THROW(concclInvalidUsage,
+                   "ranks disagree on the configuration: rank " + std::to_string(rank) + " has lanes " +
+                       std::to_string(hello.lanes) + ", scratchBytes " + std::to_string(hello.scratchBytes) +
+                       ", rank " + std::to_string(r) + " has lanes " + std::to_string(h.lanes) + ", scratchBytes " +
+                       std::to_string(h.scratchBytes) + " (set CONCCL_LANES / CONCCL_SCRATCH_BYTES alike everywhere)");
+    }
+  }
+
+  // Rank 0 creates the segment once the bootstrap has proven it is the only rank 0 (a second one fails there with
+  // a clear message), the others open it after the barrier.
+  if (rank == 0) {
+    segment_ = SharedSegment::create(shmName, layout_->totalBytes);
+    SegmentHeader& h = *reinterpret_cast<SegmentHeader*>(segment_.data());
+    h.magic = kSegmentMagic;
+    h.nranks = static_cast<uint32_t>(nranks);
+    h.ringEntries = kRingEntries;
+  }
+  boot->barrier();
+  if (rank != 0) segment_ = SharedSegment::open(shmName, layout_->totalBytes);
+  layout_->base = static_cast<char*>(segment_.data());
+  if (layout_->header().magic != kSegmentMagic || layout_->header().nranks != static_cast<uint32_t>(nranks)) {
+    CONCCL_THROW(concclInternalError, "shared segment " + shmName + " does not belong to this communicator");
+  }
+  layout_->rank(rank).pid.store(static_cast<int64_t>(::getpid()), std::memory_order_release);
+
+  exec::ProcessTopology topo;
+  topo.localRank = rank;
+  topo.devices = devices;
+  topo.pids = pids_;
+  topo.sharedFlags = layout_->base + layout_->flagsOffset;
+  topo.sharedFlagsBytes = layout_->flagsBytes;
+  topo.flagStrideBytes = layout_->flagStride;
+  topo.allGather = [&boot](const std::string& mine) { return boot->allGather(mine); };
+  executor_ = exec::makeCudaProcessExecutor(topo, config);
+
+  // The executor's all-gather above happened after every rank had mapped the segment: its name can go now, and
+  // after the barrier (every rank has mapped the peers' scratch) the sockets too.
+  if (rank == 0) segment_.unlink();
+  boot->barrier();
+  boot->close();
+  CONCCL_INFO(rank, device, "rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " (pid " +
+                                std::to_string(::getpid()) + ") joined communicator " + tag_ + ": " +
+                                std::to_string(layout_->totalBytes) + " B of shared memory");
+}
+
+ProcessClique::~ProcessClique() {
+  // The executor first: it unregisters the flag area that lives in the segment (destroyed after it).
+  executor_.reset();
+}
+
+void ProcessClique::checkHealthy() const {
+  if (auto e = asyncError()) {
+    CONCCL_THROW(concclInvalidUsage, "the communicator is out of service after an earlier error (abort or destroy "
+                                     "it): " + e->message());
+  }
+}
+
+std::optional<Error> ProcessClique::asyncError() const {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (error_) return error_;
+  }
+  const SegmentHeader& h = layout_->header();
+  if (h.errorState.load(std::memory_order_acquire) == 2) {
+    return Error(static_cast<concclResult_t>(h.errorCode),
+                 "rank " + std::to_string(h.errorRank) + " failed: " + std::string(h.errorMessage));
+  }
+  return std::nullopt;
+}
+
+void ProcessClique::fail(concclResult_t code, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_) error_ = Error(code, reason);
+  }
+  // Tell the other processes: the first failure wins, later ones keep theirs local.
+  SegmentHeader& h = layout_->header();
+  uint32_t expected = 0;
+  if (h.errorState.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    h.errorCode = static_cast<int32_t>(code);
+    h.errorRank = rank_;
+    copyMessage(h.errorMessage, reason);
+    h.errorState.store(2, std::memory_order_release);
+  }
+  executor_->cancel();
+}
+
+std::shared_ptr<CallTicket> ProcessClique::post(int rank, RankArgs args) {
+  CONCCL_ASSERT(rank == rank_);
+  checkHealthy();
+  if (args.kind == sched::CollKind::kSendRecv) {
+    CONCCL_THROW(concclNotSupported, "Send/Recv on a communicator spread over processes (concclCommInitRank) is "
+                                     "not supported yet; use AllToAllv, or concclCommInitAll within one process");
+  }
+  auto ticket = std::make_shared<CallTicket>();
+  ticket->rank = rank;
+  ticket->call = std::make_shared<PendingCall>();
+  ticket->call->seq = nextSeq_++;
+  ticket->call->args.resize(static_cast<size_t>(nranks_));
+  ticket->what = std::string(args.apiName) + " #" + std::to_string(ticket->call->seq);
+  ticket->call->args[static_cast<size_t>(rank)] = std::move(args);
+  return ticket;
+}
+
+template <typename Ready>
+void ProcessClique::waitFor(Ready ready, int peer, const std::string& what, bool peerMustCall) {
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::milliseconds(config_.timeoutMs);
+  auto nap = std::chrono::microseconds(2);
+  auto nextLivenessCheck = start + std::chrono::milliseconds(20);
+  for (int spins = 0;; ++spins) {
+    if (ready()) return;
+    if (auto e = asyncError()) {
+      throw Error(e->code(), "rank " + std::to_string(rank_) + " stopped waiting in " + what + ": " + e->message());
+    }
+    const RankShared& p = layout_->rank(peer);
+    if (peerMustCall && p.departed.load(std::memory_order_acquire) != 0) {
+      CONCCL_THROW(concclInvalidUsage, what + " on rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
+                                           " was destroyed or aborted before it made this call");
+    }
+    const auto now = Clock::now();
+    if (now >= nextLivenessCheck) {
+      nextLivenessCheck = now + std::chrono::milliseconds(20);
+      const int64_t pid = pids_[static_cast<size_t>(peer)];
+      if (!processAlive(pid)) {
+        std::string reason = "rank " + std::to_string(peer) + " (pid " + std::to_string(pid) +
+                             ") exited while rank " + std::to_string(rank_) + " waited for it in " + what;
+        fail(concclSystemError, reason);
+        CONCCL_THROW(concclSystemError, reason);
+      }
+    }
+    if (now >= deadline) {
+      std::string reason = "rank " + std::to_string(rank_) + " waited " + std::to_string(config_.timeoutMs) +
+                           " ms in " + what + " for rank(s) " + std::to_string(peer) + " to call it";
+      fail(concclTimeout, reason);
+      CONCCL_THROW(concclTimeout, reason);
+    }
+    // Spin briefly (peers usually arrive within microseconds), then back off to keep a waiting rank off the CPU.
+    if (spins < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(nap);
+      if (nap < std::chrono::microseconds(500)) nap *= 2;
+    }
+  }
+}
+
+void ProcessClique::waitAndLaunch(CallTicket& ticket) {
+  checkHealthy();
+  PendingCall& pending = *ticket.call;
+  const uint64_t seq = pending.seq;
+  const int n = nranks_;
+  RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
+  MailboxEntry& out = layout_->entry(rank_, seq);
+
+  // The ring slot is free once every peer has consumed the call that used it last.
+  if (seq >= kRingEntries) {
+    for (int p = 0; p < n; ++p) {
+      if (p == rank_) continue;
+      waitFor([&] { return layout_->rank(p).consumed.load(std::memory_order_acquire) > seq - kRingEntries; }, p,
+              ticket.what + " (waiting for a free mailbox slot)", false);
+    }
+  }
+
+  // 1. This rank's own checks and exports, before the peers hear of the call: an error is published instead.
+  exec::BufferExport exports[2]{};
+  std::optional<Error> ownError;
+  try {
+    sched::CollectiveCall solo;
+    solo.nranks = n;
+    solo.kind = mine.kind;
+    solo.dtype = mine.dtype;
+    solo.op = mine.op;
+    solo.root = mine.root;
+    solo.count = mine.count;
+    solo.inPlace.assign(static_cast<size_t>(n), false);
+    solo.inPlace[static_cast<size_t>(rank_)] = mine.inPlace;
+    if (mine.kind == sched::CollKind::kAllToAllv) {
+      solo.sendCounts.assign(static_cast<size_t>(n), {});
+      solo.sendDispls.assign(static_cast<size_t>(n), {});
+      solo.recvCounts.assign(static_cast<size_t>(n), {});
+      solo.recvDispls.assign(static_cast<size_t>(n), {});
+      solo.sendCounts[static_cast<size_t>(rank_)] = mine.sendCounts;
+      solo.sendDispls[static_cast<size_t>(rank_)] = mine.sendDispls;
+      solo.recvCounts[static_cast<size_t>(rank_)] = mine.recvCounts;
+      solo.recvDispls[static_cast<size_t>(rank_)] = mine.recvDispls;
+    }
+    exec::CallBinding soloBinding;
+    soloBinding.buffers.assign(static_cast<size_t>(n), {});
+    soloBinding.buffers[static_cast<size_t>(rank_)] = {const_cast<void*>(mine.sendbuff), mine.recvbuff};
+    checkRankBuffers(solo, soloBinding, rank_, *executor_);
+    const std::vector<size_t> bytes = sched::bufferBytes(solo, rank_);
+    for (size_t b = 0; b < 2 && b < bytes.size(); ++b) {
+      if (bytes[b] == 0 || (mine.inPlace && static_cast<int>(b) != sched::inPlaceBuffer(mine.kind))) continue;
+      exports[b] = executor_->exportBuffer(rank_, soloBinding.buffers[static_cast<size_t>(rank_)][b]);
+    }
+  } catch (const Error& e) {
+    ownError = e;
+  }
+
+  // 2. Publish.
+  out.kind = static_cast<int32_t>(mine.kind);
+  out.dtype = static_cast<int32_t>(mine.dtype);
+  out.op = static_cast<int32_t>(mine.op);
+  out.root = mine.root;
+  out.count = mine.count;
+  out.inPlace = mine.inPlace ? 1 : 0;
+  out.errorCode = ownError ? static_cast<int32_t>(ownError->code()) : 0;
+  copyMessage(out.error, ownError ? ownError->message() : std::string());
+  out.buffers[0] = exports[0];
+  out.buffers[1] = exports[1];
+  std::vector<uint64_t> retired = ownError ? std::vector<uint64_t>{} : executor_->takeRetiredExports(rank_);
+  out.retiredCount = static_cast<uint32_t>(std::min<size_t>(retired.size(), kMaxRetired));
+  for (uint32_t i = 0; i < out.retiredCount; ++i) out.retired[i] = retired[i];
+  if (retired.size() > kMaxRetired) {
+    // Not lost: handed out again with the next call.
+    for (size_t i = kMaxRetired; i < retired.size(); ++i) {
+      CONCCL_TRACE(rank_, device_, "deferring unmap hint for allocation " + std::to_string(retired[i]));
+    }
+  }
+  uint64_t* vec = layout_->vectors(out);
+  if (mine.kind == sched::CollKind::kAllToAllv && !ownError) {
+    const std::vector<size_t>* parts[4] = {&mine.sendCounts, &mine.sendDispls, &mine.recvCounts, &mine.recvDispls};
+    for (int v = 0; v < 4; ++v) {
+      for (int r = 0; r < n; ++r) {
+        vec[static_cast<size_t>(v * n + r)] =
+            static_cast<size_t>(r) < parts[v]->size() ? (*parts[v])[static_cast<size_t>(r)] : 0;
+      }
+    }
+  }
+  out.published.store(seq + 1, std::memory_order_release);
+
+  // 3. Wait for every peer's entry, then read them.
+  for (int p = 0; p < n; ++p) {
+    if (p == rank_) continue;
+    MailboxEntry& e = layout_->entry(p, seq);
+    waitFor([&] { return e.published.load(std::memory_order_acquire) == seq + 1; }, p, ticket.what, true);
+  }
+  std::optional<Error> firstError;
+  std::vector<exec::BufferExport> peerExports(static_cast<size_t>(2 * n));
+  for (int p = 0; p < n; ++p) {
+    MailboxEntry& e = layout_->entry(p, seq);
+    if (e.errorCode != 0 && !firstError) {
+      firstError = Error(static_cast<concclResult_t>(e.errorCode), std::string(e.error));
+    }
+    if (p == rank_) continue;
+    RankArgs a;
+    a.kind = static_cast<sched::CollKind>(e.kind);
+    a.dtype = static_cast<concclDataType_t>(e.dtype);
+    a.op = static_cast<concclRedOp_t>(e.op);
+    a.root = e.root;
+    a.count = e.count;
+    a.inPlace = e.inPlace != 0;
+    a.apiName = apiNameOf(a.kind);
+    if (a.kind == sched::CollKind::kAllToAllv) {
+      const uint64_t* v = layout_->vectors(e);
+      std::vector<size_t>* parts[4] = {&a.sendCounts, &a.sendDispls, &a.recvCounts, &a.recvDispls};
+      for (int k = 0; k < 4; ++k) parts[k]->assign(v + k * n, v + (k + 1) * n);
+    }
+    peerExports[static_cast<size_t>(2 * p)] = e.buffers[0];
+    peerExports[static_cast<size_t>(2 * p + 1)] = e.buffers[1];
+    for (uint32_t i = 0; i < e.retiredCount && i < kMaxRetired; ++i) executor_->closeImport(p, e.retired[i]);
+    pending.args[static_cast<size_t>(p)] = std::move(a);
+  }
+  // Read everything this call needs: the peers may reuse the slots from here on.
+  layout_->rank(rank_).consumed.store(seq + 1, std::memory_order_release);
+  if (firstError) throw Error(*firstError).addContext(ticket.what);
+
+  // 4. Validate and build, identically in every process (the same inputs give every rank the same error).
+  try {
+    assembleCall(pending, n);
+    pending.schedule = sched::buildSchedule(pending.call, executor_->buildOptions());
+    // Map only the peer buffers this rank's program touches. A peer whose buffer this program does not touch
+    // does not wait for this rank either, so it may already have finished the call and freed that buffer.
+    for (int p = 0; p < n; ++p) {
+      if (p == rank_) continue;
+      pending.binding.buffers[static_cast<size_t>(p)].assign(2, nullptr);
+      pending.binding.streams[static_cast<size_t>(p)] = nullptr;
+    }
+    auto bind = [&](const sched::Location& loc) {
+      if (loc.rank == rank_ || loc.buffer == sched::kScratch) return;
+      CONCCL_ASSERT(loc.buffer >= 0 && loc.buffer < 2);
+      void*& slot = pending.binding.buffers[static_cast<size_t>(loc.rank)][static_cast<size_t>(loc.buffer)];
+      if (slot != nullptr) return;
+      const exec::BufferExport& e = peerExports[static_cast<size_t>(2 * loc.rank + loc.buffer)];
+      if (e.allocId == 0) {
+        CONCCL_THROW(concclInternalError, "the schedule uses buffer " + std::to_string(loc.buffer) + " of rank " +
+                                              std::to_string(loc.rank) + ", which that rank did not export");
+      }
+      slot = executor_->importBuffer(loc.rank, e);
+    };
+    for (const sched::Op& op : pending.schedule.programs[static_cast<size_t>(rank_)].ops) {
+      if (const auto* copy = std::get_if<sched::Copy>(&op)) {
+        if (copy->bytes == 0) continue;
+        bind(copy->src);
+        bind(copy->dst);
+      }
+    }
+  } catch (Error& e) {
+    // Mapping a peer's buffer can fail here only (CUDA): then this rank cannot run its part, so the others must
+    // not wait for it. Agreement errors are identical on every rank and leave the communicator usable.
+    if (e.code() == concclUnhandledCudaError) {
+      e.addContext(ticket.what + " on rank " + std::to_string(rank_));
+      fail(e.code(), e.message());
+      throw;
+    }
+    throw e.addContext(ticket.what);
+  }
+
+  // 5. Launch.
+  try {
+    executor_->launch(pending.schedule, pending.binding, rank_);
+  } catch (Error& e) {
+    e.addContext(ticket.what + " on rank " + std::to_string(rank_));
+    fail(e.code(), e.message());
+    throw;
+  }
+}
+
+void ProcessClique::abandon(CallTicket& ticket) {
+  // Every rank abandons the same calls (see Clique::abandon): keep the ring moving past this one.
+  if (ticket.call) layout_->rank(rank_).consumed.store(ticket.call->seq + 1, std::memory_order_release);
+}
+
+void ProcessClique::releaseRank(int rank, bool graceful) {
+  CONCCL_ASSERT(rank == rank_);
+  layout_->rank(rank_).departed.store(1, std::memory_order_release);
+  if (graceful) executor_->synchronize(rank_);
+  executor_->releaseRank(rank_);
+}
+
+}  // namespace conccl

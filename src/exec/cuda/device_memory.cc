@@ -1,0 +1,30 @@
+// Device queries and allocations the API needs outside an executor (concclCommInitRank, concclMemAlloc).
+#include <cuda_runtime_api.h>
+
+#include "core/error.h"
+#include "exec/cuda/cuda_check.h"
+#include "exec/executor.h"
+
+namespace conccl::exec {
+
+int cudaCurrentDevice() {
+  if (cudaDeviceCount() == 0) {
+    CONCCL_THROW(concclNotSupported, "no CUDA device is visible to this process");
+  }
+  int device = -1;
+  CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+void* cudaAllocate(size_t bytes) {
+  cudaCurrentDevice();  // a clear error without a device
+  void* p = nullptr;
+  // cudaMalloc, not a stream-ordered pool: only whole cudaMalloc allocations can be exported with CUDA IPC, and
+  // the allocation is 256-byte aligned, which the copy engines and the reduction kernel like.
+  CUDA_CHECK(cudaMalloc(&p, bytes));
+  return p;
+}
+
+void cudaRelease(void* ptr) { CUDA_CHECK(cudaFree(ptr)); }
+
+}  // namespace conccl::exec

@@ -1,0 +1,19 @@
+// Defaults of the multi-process part of the Executor interface: only the CUDA process executor implements it.
+#include "exec/executor.h"
+
+#include "core/error.h"
+
+namespace conccl::exec {
+namespace {
+[[noreturn]] void singleProcessOnly(const char* what) {
+  CONCCL_THROW(concclInternalError, std::string(what) + " called on an executor of a single-process communicator");
+}
+}  // namespace
+
+BufferExport Executor::exportBuffer(int, const void*) { singleProcessOnly("exportBuffer"); }
+void Executor::retireExport(int, const void*) { singleProcessOnly("retireExport"); }
+std::vector<uint64_t> Executor::takeRetiredExports(int) { return {}; }
+void* Executor::importBuffer(int, const BufferExport&) { singleProcessOnly("importBuffer"); }
+void Executor::closeImport(int, uint64_t) {}
+
+}  // namespace conccl::exec

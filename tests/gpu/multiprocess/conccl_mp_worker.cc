@@ -1,0 +1,423 @@
+// One rank of a multi-process test: started N times by tests/gpu/test_gpu_multiprocess.cc (never by hand, though
+// it can be: `conccl_mp_worker SCENARIO NRANKS RANK ID_HEX [TIMEOUT_MS]`). Exit status 0 = the scenario held,
+// 1 = it did not (the reason on stderr), 2 = bad command line. Every rank checks its own results against a
+// reference computed on the host from every rank's inputs (regenerated here from shared seeds).
+//
+// Scenarios:
+//   collectives  every collective x dtypes x counts x in/out of place, fresh buffers per case (allocation churn:
+//                new IPC mappings, retired ones), then 300 calls on the same buffers (the cached fast path), then
+//                a CUDA graph of AllGather + AllReduce replayed 20 times with fresh inputs.
+//   errors       mismatched counts and a host pointer on one rank: every rank gets the same error and the
+//                communicator stays usable; Send across processes is refused; register/deregister.
+//   dead-peer    the last rank exits right after init; the others must fail promptly, abort, and leave nothing.
+//   hung-peer    the last rank sleeps; the others time out, abort; the sleeper then fails too and aborts.
+#include <conccl/conccl.h>
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/host_driver.h"  // callCollective, inPlaceLayout (header-only; pulls in gtest headers)
+#include "common/reference.h"
+#include "core/bootstrap.h"
+#include "exec/executor.h"
+
+namespace {
+
+using conccl::test::Bytes;
+using conccl::test::Coll;
+namespace t = conccl::test;
+
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string gTag;  // the id's tag: names the bootstrap socket and the shared-memory segment
+int gRank = 0;
+int gNranks = 0;
+concclComm_t gComm = nullptr;
+
+#define CHECK(cond, msg)                                                              \
+  do {                                                                                \
+    if (!(cond)) throw Failure(std::string(msg) + " [" #cond "] line " + std::to_string(__LINE__)); \
+  } while (0)
+
+void cudaOk(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Failure(std::string(what) + ": " + cudaGetErrorString(e));
+}
+void ok(concclResult_t r, const char* what) {
+  if (r != concclSuccess) {
+    throw Failure(std::string(what) + " -> " + concclGetErrorString(r) + ": " + concclGetLastError(gComm));
+  }
+}
+
+// Bounded wait for the stream (a hang must fail the test, not stall it).
+void syncStream(cudaStream_t s, int seconds = 60) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) cudaOk(e, "cudaStreamQuery");
+    if (std::chrono::steady_clock::now() > deadline) throw Failure("stream did not finish within the bound");
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes) { cudaOk(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc"); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  char* c() const { return static_cast<char*>(p); }
+};
+
+std::vector<Bytes> inputsFor(Coll c, size_t count, concclDataType_t dt, int root, uint64_t seed) {
+  std::vector<Bytes> send(static_cast<size_t>(gNranks));
+  for (int r = 0; r < gNranks; ++r) {
+    std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(r));
+    send[static_cast<size_t>(r)] = t::randomData(t::sendElems(c, count, gNranks, r, root), dt, rng);
+  }
+  return send;
+}
+
+// Runs one collective case on this rank and checks the result. Returns the number of wrong elements.
+size_t runCase(Coll c, concclDataType_t dt, concclRedOp_t op, size_t count, bool inPlace, int root, uint64_t seed,
+               cudaStream_t stream) {
+  const size_t es = t::esize(dt);
+  std::vector<Bytes> send = inputsFor(c, count, dt, root, seed);
+  std::vector<Bytes> want = t::reference(c, send, count, dt, op, root);
+  const Bytes& mine = send[static_cast<size_t>(gRank)];
+  const size_t recvElems = t::recvElems(c, count, gNranks, gRank, root);
+  Bytes got;
+  if (inPlace) {
+    t::InPlaceLayout L = t::inPlaceLayout(c, count, gNranks, gRank, root);
+    DevBuf buf(L.bufferElems * es);
+    // Junk everywhere, then the input where the API expects it: the output must overwrite the junk.
+    cudaOk(cudaMemsetAsync(buf.p, 0x5a, L.bufferElems * es, stream), "memset");
+    if (!mine.empty()) cudaOk(cudaMemcpyAsync(buf.c() + L.sendAt * es, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
+    ok(t::callCollective(c, buf.c() + L.sendAt * es, buf.c() + L.recvAt * es, count, dt, op, root, gComm, stream),
+       t::collName(c));
+    got.resize(recvElems * es);
+    if (!got.empty()) cudaOk(cudaMemcpyAsync(got.data(), buf.c() + L.recvAt * es, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+    syncStream(stream);
+  } else {
+    DevBuf sbuf(mine.size()), rbuf(recvElems * es);
+    cudaOk(cudaMemsetAsync(rbuf.p, 0x5a, recvElems * es == 0 ? 1 : recvElems * es, stream), "memset");
+    if (!mine.empty()) cudaOk(cudaMemcpyAsync(sbuf.p, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
+    ok(t::callCollective(c, sbuf.p, rbuf.p, count, dt, op, root, gComm, stream), t::collName(c));
+    got.resize(recvElems * es);
+    if (!got.empty()) cudaOk(cudaMemcpyAsync(got.data(), rbuf.p, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+    syncStream(stream);
+  }
+  return t::countWrong(got, want[static_cast<size_t>(gRank)], dt, t::isReduction(c), gNranks);
+}
+
+// AllToAllv with uneven, rank-pair-dependent counts.
+size_t runAllToAllv(uint64_t seed, cudaStream_t stream) {
+  const int n = gNranks;
+  auto countOf = [&](int from, int to) { return static_cast<size_t>((from * 7 + to * 3 + static_cast<int>(seed)) % 11) * 97; };
+  const concclDataType_t dt = concclFloat32;
+  const size_t es = 4;
+  std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+  size_t sTotal = 0, rTotal = 0;
+  for (int p = 0; p < n; ++p) {
+    sc[p] = countOf(gRank, p);
+    sd[p] = sTotal;
+    sTotal += sc[p] + 5;  // gaps: displacements are honoured
+    rc[p] = countOf(p, gRank);
+    rd[p] = rTotal;
+    rTotal += rc[p] + 3;
+  }
+  // Every rank's send data, regenerated from seeds: rank p's block for rank q.
+  auto block = [&](int p, int q) {
+    std::mt19937_64 rng(seed * 7919 + static_cast<uint64_t>(p * 131 + q));
+    return t::randomData(countOf(p, q), dt, rng);
+  };
+  Bytes sendHost(sTotal * es, 0);
+  for (int p = 0; p < n; ++p) {
+    Bytes b = block(gRank, p);
+    if (!b.empty()) std::memcpy(sendHost.data() + sd[p] * es, b.data(), b.size());
+  }
+  DevBuf sbuf(sTotal * es), rbuf(rTotal * es);
+  cudaOk(cudaMemcpyAsync(sbuf.p, sendHost.data(), sendHost.size(), cudaMemcpyHostToDevice, stream), "h2d");
+  cudaOk(cudaMemsetAsync(rbuf.p, 0, rTotal * es, stream), "memset");
+  ok(concclAllToAllv(sbuf.p, sc.data(), sd.data(), rbuf.p, rc.data(), rd.data(), dt, gComm, stream), "AllToAllv");
+  Bytes got(rTotal * es);
+  cudaOk(cudaMemcpyAsync(got.data(), rbuf.p, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+  syncStream(stream);
+  size_t wrong = 0;
+  for (int p = 0; p < n; ++p) {
+    Bytes want = block(p, gRank);
+    Bytes part(got.begin() + static_cast<long>(rd[p] * es), got.begin() + static_cast<long>((rd[p] + rc[p]) * es));
+    wrong += t::countWrong(part, want, dt, false, n);
+  }
+  return wrong;
+}
+
+void scenarioCollectives(cudaStream_t stream) {
+  const Coll colls[] = {Coll::kAllGather, Coll::kReduceScatter, Coll::kAllReduce, Coll::kBroadcast,
+                        Coll::kReduce,    Coll::kAllToAll,      Coll::kGather,    Coll::kScatter};
+  const concclDataType_t types[] = {concclFloat32, concclBfloat16, concclInt32};
+  const size_t counts[] = {1, 4099, 262144};
+  uint64_t seed = 1;
+  int cases = 0;
+  for (Coll c : colls) {
+    for (concclDataType_t dt : types) {
+      for (size_t count : counts) {
+        for (int ip = 0; ip < (t::hasInPlace(c) ? 2 : 1); ++ip) {
+          const int root = static_cast<int>(seed % static_cast<uint64_t>(gNranks));
+          // Sum everywhere; max and avg on some cases (avg only for floats).
+          concclRedOp_t op = concclSum;
+          if (t::isReduction(c) && seed % 3 == 1) op = concclMax;
+          if (t::isReduction(c) && seed % 3 == 2 && dt != concclInt32) op = concclAvg;
+          size_t wrong = runCase(c, dt, op, count, ip == 1, root, seed, stream);
+          if (wrong != 0) {
+            throw Failure(std::string(t::collName(c)) + " dtype " + std::to_string(dt) + " count " +
+                          std::to_string(count) + (ip ? " in-place" : " out-of-place") + " root " +
+                          std::to_string(root) + ": " + std::to_string(wrong) + " wrong elements");
+          }
+          ++seed;
+          ++cases;
+        }
+      }
+    }
+  }
+  for (int i = 0; i < 4; ++i, ++seed, ++cases) {
+    size_t wrong = runAllToAllv(seed, stream);
+    CHECK(wrong == 0, "AllToAllv: " + std::to_string(wrong) + " wrong elements");
+  }
+
+  // The hot path: the same buffers call after call (IPC mappings cached), fresh data every 50 calls.
+  const size_t count = 2048;
+  DevBuf a(count * 4), b(count * 4);
+  double enqueueUs = 0;
+  const int calls = 300;
+  for (int i = 0; i < calls; ++i) {
+    std::vector<Bytes> send = inputsFor(Coll::kAllReduce, count, concclFloat32, 0, 100000 + static_cast<uint64_t>(i / 50));
+    if (i % 50 == 0) cudaOk(cudaMemcpyAsync(a.p, send[static_cast<size_t>(gRank)].data(), count * 4, cudaMemcpyHostToDevice, stream), "h2d");
+    auto t0 = std::chrono::steady_clock::now();
+    ok(concclAllGather(a.p, b.p, count / static_cast<size_t>(gNranks), concclFloat32, gComm, stream), "AllGather (hot)");
+    enqueueUs += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    if (i % 50 == 49) {
+      Bytes got(count / static_cast<size_t>(gNranks) * static_cast<size_t>(gNranks) * 4);
+      cudaOk(cudaMemcpyAsync(got.data(), b.p, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+      syncStream(stream);
+      for (int p = 0; p < gNranks; ++p) {
+        const size_t cb = count / static_cast<size_t>(gNranks) * 4;
+        CHECK(std::memcmp(got.data() + static_cast<size_t>(p) * cb, send[static_cast<size_t>(p)].data(), cb) == 0,
+              "hot-path AllGather block " + std::to_string(p) + " wrong at call " + std::to_string(i));
+      }
+    }
+  }
+  syncStream(stream);
+  std::fprintf(stderr, "rank %d: hot path AllGather %zu B per rank: %.1f us host time per call (enqueue)\n", gRank,
+               count / static_cast<size_t>(gNranks) * 4, enqueueUs / calls);
+
+  // CUDA graph: capture AllGather + AllReduce once, replay with fresh inputs.
+  const size_t gcount = 4096;
+  DevBuf gin(gcount * 4), gout(gcount * 4 * static_cast<size_t>(gNranks)), rin(gcount * 4), rout(gcount * 4);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaOk(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  ok(concclAllGather(gin.p, gout.p, gcount, concclFloat32, gComm, stream), "AllGather (capture)");
+  ok(concclAllReduce(rin.p, rout.p, gcount, concclFloat32, concclSum, gComm, stream), "AllReduce (capture)");
+  cudaOk(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaOk(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  for (int rep = 0; rep < 20; ++rep) {
+    const uint64_t s = 500000 + static_cast<uint64_t>(rep);
+    std::vector<Bytes> ag = inputsFor(Coll::kAllGather, gcount, concclFloat32, 0, s);
+    std::vector<Bytes> ar = inputsFor(Coll::kAllReduce, gcount, concclFloat32, 0, s + 77);
+    cudaOk(cudaMemcpyAsync(gin.p, ag[static_cast<size_t>(gRank)].data(), gcount * 4, cudaMemcpyHostToDevice, stream), "h2d");
+    cudaOk(cudaMemcpyAsync(rin.p, ar[static_cast<size_t>(gRank)].data(), gcount * 4, cudaMemcpyHostToDevice, stream), "h2d");
+    cudaOk(cudaGraphLaunch(exec, stream), "graph launch");
+    Bytes g1(gcount * 4 * static_cast<size_t>(gNranks)), g2(gcount * 4);
+    cudaOk(cudaMemcpyAsync(g1.data(), gout.p, g1.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+    cudaOk(cudaMemcpyAsync(g2.data(), rout.p, g2.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+    syncStream(stream);
+    auto w1 = t::reference(Coll::kAllGather, ag, gcount, concclFloat32, concclSum, 0);
+    auto w2 = t::reference(Coll::kAllReduce, ar, gcount, concclFloat32, concclSum, 0);
+    CHECK(t::countWrong(g1, w1[static_cast<size_t>(gRank)], concclFloat32, false, gNranks) == 0,
+          "graph replay " + std::to_string(rep) + ": AllGather wrong");
+    CHECK(t::countWrong(g2, w2[static_cast<size_t>(gRank)], concclFloat32, true, gNranks) == 0,
+          "graph replay " + std::to_string(rep) + ": AllReduce wrong");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::fprintf(stderr, "rank %d: %d collective cases, %d hot calls, 20 graph replays OK\n", gRank, cases, calls);
+}
+
+// Nothing of the communicator may be visible in the file system or the socket table once it is initialised.
+void checkNothingNamedLeft(const char* when) {
+  const std::string shm = "/dev/shm/conccl-" + gTag;
+  CHECK(access(shm.c_str(), F_OK) != 0, std::string(when) + ": " + shm + " still exists");
+  FILE* f = std::fopen("/proc/net/unix", "r");
+  if (f == nullptr) return;
+  char line[512];
+  bool found = false;
+  while (std::fgets(line, sizeof(line), f) != nullptr) found = found || std::strstr(line, ("conccl-boot-" + gTag).c_str()) != nullptr;
+  std::fclose(f);
+  CHECK(!found, std::string(when) + ": the bootstrap socket is still open");
+}
+
+void checkNoMappingsLeft(const char* when) {
+  CHECK(conccl::exec::ipcImportCount() == 0,
+        std::string(when) + ": " + std::to_string(conccl::exec::ipcImportCount()) + " IPC mappings left");
+}
+
+void expectError(concclResult_t got, concclResult_t want, const char* what, const char* mustContain) {
+  if (got != want) {
+    throw Failure(std::string(what) + ": expected " + concclGetErrorString(want) + ", got " +
+                  concclGetErrorString(got) + ": " + concclGetLastError(gComm));
+  }
+  if (mustContain != nullptr && std::strstr(concclGetLastError(gComm), mustContain) == nullptr) {
+    throw Failure(std::string(what) + ": message lacks \"" + mustContain + "\": " + concclGetLastError(gComm));
+  }
+}
+
+void scenarioErrors(cudaStream_t stream) {
+  const size_t count = 1024;
+  DevBuf a(count * 4 * static_cast<size_t>(gNranks)), b(count * 4 * static_cast<size_t>(gNranks));
+  // Mismatched counts: rank 1 passes a different count; every rank must report the disagreement.
+  size_t myCount = gRank == 1 ? count / 2 : count;
+  expectError(concclAllReduce(a.p, b.p, myCount, concclFloat32, concclSum, gComm, stream), concclInvalidArgument,
+              "mismatched counts", "disagree on the count");
+  // A host pointer on the last rank: every rank fails, with the offender's message.
+  std::vector<float> host(count);
+  const void* send = gRank == gNranks - 1 ? static_cast<const void*>(host.data()) : a.p;
+  expectError(concclAllReduce(send, b.p, count, concclFloat32, concclSum, gComm, stream), concclInvalidArgument,
+              "host pointer", "host pointer");
+  // Still usable.
+  size_t wrong = runCase(Coll::kAllReduce, concclFloat32, concclSum, count, false, 0, 42, stream);
+  CHECK(wrong == 0, "AllReduce after errors: " + std::to_string(wrong) + " wrong");
+  // Send across processes: refused.
+  expectError(concclSend(a.p, 16, concclFloat32, (gRank + 1) % gNranks, gComm, stream), concclNotSupported, "Send",
+              nullptr);
+  // Register / deregister, then a collective on the registered buffers.
+  void* h1 = nullptr;
+  void* h2 = nullptr;
+  ok(concclCommRegister(gComm, a.p, count * 4, &h1), "register a");
+  ok(concclCommRegister(gComm, b.p, count * 4, &h2), "register b");
+  wrong = runCase(Coll::kAllGather, concclFloat32, concclSum, 256, false, 0, 43, stream);
+  CHECK(wrong == 0, "AllGather after register");
+  ok(concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, gComm, stream), "AllReduce on registered");
+  syncStream(stream);
+  ok(concclCommDeregister(gComm, h1), "deregister a");
+  ok(concclCommDeregister(gComm, h2), "deregister b");
+  expectError(concclCommDeregister(gComm, h1), concclInvalidArgument, "deregister twice", nullptr);
+  // The peers drop the mappings at the next call; it must still work.
+  wrong = runCase(Coll::kAllReduce, concclFloat32, concclSum, count, true, 0, 44, stream);
+  CHECK(wrong == 0, "AllReduce after deregister");
+  // concclMemAlloc'd buffers work too.
+  void* m1 = nullptr;
+  void* m2 = nullptr;
+  ok(concclMemAlloc(&m1, count * 4), "concclMemAlloc");
+  ok(concclMemAlloc(&m2, count * 4), "concclMemAlloc");
+  std::vector<float> ones(count, 1.0f);
+  cudaOk(cudaMemcpyAsync(m1, ones.data(), count * 4, cudaMemcpyHostToDevice, stream), "h2d");
+  ok(concclAllReduce(m1, m2, count, concclFloat32, concclSum, gComm, stream), "AllReduce on concclMemAlloc");
+  std::vector<float> out(count);
+  cudaOk(cudaMemcpyAsync(out.data(), m2, count * 4, cudaMemcpyDeviceToHost, stream), "d2h");
+  syncStream(stream);
+  for (float v : out) CHECK(v == static_cast<float>(gNranks), "concclMemAlloc AllReduce value");
+  ok(concclMemFree(m1), "concclMemFree");
+  ok(concclMemFree(m2), "concclMemFree");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: %s SCENARIO NRANKS RANK ID_HEX [TIMEOUT_MS]\n", argv[0]);
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  gNranks = std::atoi(argv[2]);
+  gRank = std::atoi(argv[3]);
+  const std::string hex = argv[4];
+  const int timeoutMs = argc > 5 ? std::atoi(argv[5]) : 60000;
+  concclUniqueId id{};
+  if (hex.size() != 2 * sizeof(id.internal)) {
+    std::fprintf(stderr, "ID_HEX must have %zu hex digits\n", 2 * sizeof(id.internal));
+    return 2;
+  }
+  for (size_t i = 0; i < sizeof(id.internal); ++i) id.internal[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+
+  try {
+    int devices = 0;
+    cudaOk(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    cudaOk(cudaSetDevice(gRank % devices), "cudaSetDevice");
+    concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
+    config.timeoutMs = timeoutMs;
+    gTag = conccl::uniqueIdTag(conccl::parseUniqueId(id));
+    ok(concclCommInitRankConfig(&gComm, gNranks, id, gRank, &config), "concclCommInitRank");
+    // Rank 0 unlinks the segment's name before the last barrier of InitRank: gone on every rank by now. (The
+    // sockets are checked after destroy: rank 0 may still be closing its side when a peer returns.)
+    const std::string shm = "/dev/shm/conccl-" + gTag;
+    CHECK(access(shm.c_str(), F_OK) != 0, "after init: " + shm + " still exists");
+    cudaStream_t stream = nullptr;
+    cudaOk(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+
+    if (scenario == "collectives") {
+      scenarioCollectives(stream);
+    } else if (scenario == "errors") {
+      scenarioErrors(stream);
+    } else if (scenario == "dead-peer" || scenario == "hung-peer") {
+      const bool dead = scenario == "dead-peer";
+      const size_t count = 1024;
+      DevBuf a(count * 4), b(count * 4);
+      // One good call first: the peers' mappings and flags are in use when the rank disappears.
+      ok(concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, gComm, stream), "AllReduce before");
+      syncStream(stream);
+      if (gRank == gNranks - 1) {
+        if (dead) _exit(0);  // vanish without destroy: no clean-up of ours may be needed by the others
+        std::this_thread::sleep_for(std::chrono::milliseconds(3 * timeoutMs));
+      }
+      auto t0 = std::chrono::steady_clock::now();
+      concclResult_t r = concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, gComm, stream);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (gRank == gNranks - 1) {
+        // The sleeper: its peers gave up and aborted; it must learn that, not hang.
+        CHECK(r != concclSuccess, "the hung rank's late call succeeded although its peers aborted");
+      } else if (dead) {
+        expectError(r, concclSystemError, "dead peer", "exited");
+        CHECK(ms < timeoutMs, "a dead peer was detected only after " + std::to_string(ms) + " ms");
+      } else {
+        expectError(r, concclTimeout, "hung peer", "waited");
+        CHECK(ms >= timeoutMs * 0.9 && ms < timeoutMs * 3.0, "timeout after " + std::to_string(ms) + " ms");
+      }
+      concclResult_t async = concclSuccess;
+      ok(concclCommGetAsyncError(gComm, &async), "GetAsyncError");
+      CHECK(async != concclSuccess, "the async error is not reported");
+      ok(concclCommAbort(gComm), "concclCommAbort");
+      gComm = nullptr;
+      checkNoMappingsLeft("after abort");
+      checkNothingNamedLeft("after abort");
+      cudaStreamDestroy(stream);
+      std::fprintf(stderr, "rank %d: %s handled in %.0f ms\n", gRank, scenario.c_str(), ms);
+      return 0;
+    } else {
+      std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
+      return 2;
+    }
+    syncStream(stream);
+    ok(concclCommDestroy(gComm), "concclCommDestroy");
+    gComm = nullptr;
+    checkNoMappingsLeft("after destroy");
+    checkNothingNamedLeft("after destroy");
+    cudaStreamDestroy(stream);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d FAILED: %s\n", gRank, e.what());
+    if (gComm != nullptr) concclCommAbort(gComm);
+    return 1;
+  }
+}

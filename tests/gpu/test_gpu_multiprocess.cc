@@ -1,0 +1,168 @@
+// Multi-process communicators (concclCommInitRank): each test starts N processes of conccl_mp_worker (built
+// next to this binary), all on the one GPU of the test machine when there is only one, and checks that every
+// rank succeeded. The worker does the checking (results against a host reference, errors, what is left
+// behind); this file launches, bounds the time, and reports the workers' stderr.
+#include <conccl/conccl.h>
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/gpu_test_util.h"
+
+extern char** environ;
+
+namespace {
+
+std::string workerPath() {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return "conccl_mp_worker";
+  self[n] = '\0';
+  std::string dir(self);
+  return dir.substr(0, dir.rfind('/')) + "/conccl_mp_worker";
+}
+
+std::string hexId() {
+  concclUniqueId id;
+  EXPECT_EQ(concclGetUniqueId(&id), concclSuccess);
+  std::string hex;
+  char buf[3];
+  for (char c : id.internal) {
+    std::snprintf(buf, sizeof(buf), "%02x", static_cast<unsigned char>(c));
+    hex += buf;
+  }
+  return hex;
+}
+
+struct RankResult {
+  int status = -1;  // exit code, or -signal, or -1000 if killed for overrunning
+  std::string log;
+};
+
+// Starts ranks `launch` of an nranks communicator (default: all) and waits at most `limitS` seconds.
+std::vector<RankResult> runWorkers(const std::string& scenario, int nranks, int timeoutMs, int limitS,
+                                   std::vector<int> launch = {}) {
+  if (launch.empty()) {
+    for (int r = 0; r < nranks; ++r) launch.push_back(r);
+  }
+  const std::string worker = workerPath();
+  const std::string id = hexId();
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  for (int r : launch) {
+    std::string log = "/tmp/conccl_mp_" + std::to_string(getpid()) + "_" + scenario + "_" + std::to_string(r) + ".log";
+    logs.push_back(log);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<std::string> args = {worker, scenario, std::to_string(nranks), std::to_string(r), id,
+                                     std::to_string(timeoutMs)};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    EXPECT_EQ(rc, 0) << "cannot start " << worker;
+    pids.push_back(rc == 0 ? pid : -1);
+  }
+  std::vector<RankResult> results(launch.size());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(limitS);
+  size_t left = launch.size();
+  std::vector<bool> done(launch.size(), false);
+  while (left > 0) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (done[i]) continue;
+      if (pids[i] < 0) {
+        done[i] = true;
+        --left;
+        continue;
+      }
+      int status = 0;
+      if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        results[i].status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        done[i] = true;
+        --left;
+      }
+    }
+    if (left == 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (done[i]) continue;
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], nullptr, 0);
+        results[i].status = -1000;
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (size_t i = 0; i < logs.size(); ++i) {
+    std::ifstream in(logs[i]);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    results[i].log = ss.str();
+    std::remove(logs[i].c_str());
+  }
+  return results;
+}
+
+void expectAllSucceeded(const std::vector<RankResult>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].status, 0) << "rank " << r << (results[r].status == -1000 ? " HUNG (killed)" : "")
+                                    << ", stderr:\n" << results[r].log;
+  }
+}
+
+class MultiProcess : public ::testing::TestWithParam<int> {};
+
+TEST_P(MultiProcess, EveryCollectiveMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  auto results = runWorkers("collectives", GetParam(), 60000, 240);
+  expectAllSucceeded(results);
+  for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, MultiProcess, ::testing::Values(2, 3, 4));
+
+TEST(MultiProcessErrors, BadUsageIsReportedOnEveryRank) {
+  SKIP_WITHOUT_GPU();
+  expectAllSucceeded(runWorkers("errors", 3, 30000, 120));
+}
+
+TEST(MultiProcessErrors, DeadPeerIsDetectedAndEveryoneAborts) {
+  SKIP_WITHOUT_GPU();
+  // A long timeout: the survivors must notice the exit itself, not wait for the timeout.
+  auto results = runWorkers("dead-peer", 3, 30000, 60);
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].status, 0) << "rank " << r << ":\n" << results[r].log;
+  }
+}
+
+TEST(MultiProcessErrors, HungPeerTimesOutAndEveryoneAborts) {
+  SKIP_WITHOUT_GPU();
+  expectAllSucceeded(runWorkers("hung-peer", 2, 1500, 60));
+}
+
+TEST(MultiProcessErrors, RankThatNeverArrivesFailsInitWithATimeout) {
+  SKIP_WITHOUT_GPU();
+  // Ranks 0 and 1 of 3 start; rank 2 never does.
+  auto results = runWorkers("collectives", 3, 1000, 30, {0, 1});
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].status, 1) << results[r].log;
+    EXPECT_NE(results[r].log.find("concclTimeout"), std::string::npos) << results[r].log;
+  }
+}
+
+}  // namespace
