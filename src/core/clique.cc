@@ -106,4 +106,51 @@ void checkRankBuffers(const sched::CollectiveCall& call, const exec::CallBinding
   }
 }
 
+namespace {
+// Everything buildSchedule reads, as bytes: equal keys give equal schedules.
+std::string shapeKey(const sched::CollectiveCall& call) {
+  std::string key;
+  auto put = [&key](auto v) { key.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(static_cast<int>(call.kind));
+  put(call.nranks);
+  put(static_cast<int>(call.dtype));
+  put(static_cast<int>(call.op));
+  put(call.root);
+  put(call.count);
+  for (bool b : call.inPlace) key.push_back(b ? '1' : '0');
+  for (const auto* table : {&call.sendCounts, &call.sendDispls, &call.recvCounts, &call.recvDispls}) {
+    put(table->size());
+    for (const auto& row : *table) {
+      put(row.size());
+      for (size_t v : row) put(v);
+    }
+  }
+  put(call.p2p.size());
+  for (const auto& ops : call.p2p) {
+    put(ops.size());
+    for (const auto& op : ops) {
+      put(op.isSend);
+      put(op.peer);
+      put(op.count);
+      put(op.buffer);
+    }
+  }
+  return key;
+}
+}  // namespace
+
+std::shared_ptr<const sched::Schedule> ScheduleCache::get(const sched::CollectiveCall& call) {
+  std::string key = shapeKey(call);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) return it->second;
+  }
+  auto schedule = std::make_shared<const sched::Schedule>(sched::buildSchedule(call, options_));
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (entries_.size() >= kMaxEntries) entries_.clear();
+  entries_.emplace(std::move(key), schedule);
+  return schedule;
+}
+
 }  // namespace conccl

@@ -53,7 +53,7 @@ struct PendingCall {
   bool ready = false;  // all ranks posted and the schedule is built, or `error` is set
   std::optional<Error> error;
   sched::CollectiveCall call;
-  sched::Schedule schedule;
+  std::shared_ptr<const sched::Schedule> schedule;  // shared with the schedule cache
   exec::CallBinding binding;
   int launched = 0;  // ranks that have taken their program (the call is forgotten when all have)
 };
@@ -98,6 +98,22 @@ class Clique {
 // collective, or for the members of a Send/Recv group) and checks that the ranks agree (collective, count,
 // type, op, root). Throws concclInvalidArgument naming the first disagreeing rank.
 void assembleCall(PendingCall& pending, int nranks);
+
+// Schedules by call shape. A training loop repeats the same few calls (same collective, count, type, in-place
+// flags) thousands of times; building the schedule is ~1 us per rank, a visible share of the enqueue cost.
+// Bounded: when full it starts over (a loop's working set is small; a cache that thrashes costs a rebuild).
+class ScheduleCache {
+ public:
+  explicit ScheduleCache(sched::BuildOptions options) : options_(options) {}
+  // The schedule of `call` (built, or from the cache). Throws what buildSchedule throws (nothing is cached then).
+  std::shared_ptr<const sched::Schedule> get(const sched::CollectiveCall& call);
+
+ private:
+  static constexpr size_t kMaxEntries = 256;
+  sched::BuildOptions options_;
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<const sched::Schedule>> entries_;
+};
 
 // Checks rank r's buffers for `call` (NULL where bytes are needed, and executor.checkBuffer) using only what
 // rank r itself passed: a process can check its own rank before it tells the peers.

@@ -10,7 +10,10 @@
 namespace conccl {
 
 LocalClique::LocalClique(Config config, std::vector<int> devices, std::unique_ptr<exec::Executor> executor)
-    : config_(config), devices_(std::move(devices)), executor_(std::move(executor)) {
+    : config_(config),
+      devices_(std::move(devices)),
+      executor_(std::move(executor)),
+      schedules_(executor_->buildOptions()) {
   nextSeq_.assign(devices_.size(), 0);
   pendingP2P_.resize(devices_.size());
   pendingP2PArgs_.resize(devices_.size());
@@ -110,9 +113,9 @@ void LocalClique::finalizeLocked(PendingCall& pending) {
     for (int r = 0; r < n; ++r) {
       if (pending.args[r]) checkRankBuffers(pending.call, pending.binding, r, *executor_);
     }
-    pending.schedule = sched::buildSchedule(pending.call, executor_->buildOptions());
+    pending.schedule = schedules_.get(pending.call);
     CONCCL_TRACE(-1, -1, std::string(sched::collKindName(pending.call.kind)) + " seq " +
-                             std::to_string(pending.seq) + ": " + pending.schedule.algorithm);
+                             std::to_string(pending.seq) + ": " + pending.schedule->algorithm);
   } catch (const Error& e) {
     pending.error = e;
   } catch (const std::exception& e) {
@@ -195,7 +198,7 @@ void LocalClique::waitAndLaunch(CallTicket& ticket) {
   lock.unlock();
 
   try {
-    executor_->launch(call->schedule, call->binding, ticket.rank);
+    executor_->launch(*call->schedule, call->binding, ticket.rank);
   } catch (Error& e) {
     e.addContext(ticket.what + " on rank " + std::to_string(ticket.rank));
     // A rank that could not run its part would leave its peers waiting for its signals: take the clique out of

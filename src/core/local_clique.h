@@ -45,6 +45,7 @@ class LocalClique final : public Clique {
   Config config_;
   std::vector<int> devices_;
   std::unique_ptr<exec::Executor> executor_;
+  ScheduleCache schedules_;
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;

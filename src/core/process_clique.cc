@@ -192,6 +192,7 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
   topo.flagStrideBytes = layout_->flagStride;
   topo.allGather = [&boot](const std::string& mine) { return boot->allGather(mine); };
   executor_ = exec::makeCudaProcessExecutor(topo, config);
+  schedules_ = std::make_unique<ScheduleCache>(executor_->buildOptions());
 
   // The executor's all-gather above happened after every rank had mapped the segment: its name can go now, and
   // after the barrier (every rank has mapped the peers' scratch) the sockets too.
@@ -373,10 +374,8 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   out.retiredCount = static_cast<uint32_t>(std::min<size_t>(retired.size(), kMaxRetired));
   for (uint32_t i = 0; i < out.retiredCount; ++i) out.retired[i] = retired[i];
   if (retired.size() > kMaxRetired) {
-    // Not lost: handed out again with the next call.
-    for (size_t i = kMaxRetired; i < retired.size(); ++i) {
-      CONCCL_TRACE(rank_, device_, "deferring unmap hint for allocation " + std::to_string(retired[i]));
-    }
+    // Not lost: handed back, they go out with the next call.
+    executor_->requeueRetiredExports(rank_, std::vector<uint64_t>(retired.begin() + kMaxRetired, retired.end()));
   }
   uint64_t* vec = layout_->vectors(out);
   if (mine.kind == sched::CollKind::kAllToAllv && !ownError) {
@@ -429,7 +428,7 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   // 4. Validate and build, identically in every process (the same inputs give every rank the same error).
   try {
     assembleCall(pending, n);
-    pending.schedule = sched::buildSchedule(pending.call, executor_->buildOptions());
+    pending.schedule = schedules_->get(pending.call);
     // Map only the peer buffers this rank's program touches. A peer whose buffer this program does not touch
     // does not wait for this rank either, so it may already have finished the call and freed that buffer.
     for (int p = 0; p < n; ++p) {
@@ -449,7 +448,7 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
       }
       slot = executor_->importBuffer(loc.rank, e);
     };
-    for (const sched::Op& op : pending.schedule.programs[static_cast<size_t>(rank_)].ops) {
+    for (const sched::Op& op : pending.schedule->programs[static_cast<size_t>(rank_)].ops) {
       if (const auto* copy = std::get_if<sched::Copy>(&op)) {
         if (copy->bytes == 0) continue;
         bind(copy->src);
@@ -469,7 +468,7 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
 
   // 5. Launch.
   try {
-    executor_->launch(pending.schedule, pending.binding, rank_);
+    executor_->launch(*pending.schedule, pending.binding, rank_);
   } catch (Error& e) {
     e.addContext(ticket.what + " on rank " + std::to_string(rank_));
     fail(e.code(), e.message());

@@ -68,6 +68,7 @@ class ProcessClique final : public Clique {
   SharedSegment segment_;  // before executor_: the executor's registered flags live in it
   std::unique_ptr<Layout> layout_;
   std::unique_ptr<exec::Executor> executor_;
+  std::unique_ptr<ScheduleCache> schedules_;  // made with the executor's options
   uint64_t nextSeq_ = 0;
   mutable std::mutex mutex_;  // error_
   std::optional<Error> error_;

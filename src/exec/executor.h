@@ -76,6 +76,8 @@ class Executor {
   // Allocation ids whose mappings the peers may drop (replaced at the same address, or deregistered); each id
   // is returned once.
   virtual std::vector<uint64_t> takeRetiredExports(int rank);
+  // Gives back ids taken but not yet sent (they are returned again by the next takeRetiredExports).
+  virtual void requeueRetiredExports(int rank, const std::vector<uint64_t>& ids);
   // The address, in this process, of the buffer `owner` exported: maps the allocation the first time (cached
   // by (owner, allocId)).
   virtual void* importBuffer(int owner, const BufferExport& buffer);

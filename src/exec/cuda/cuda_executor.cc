@@ -158,8 +158,12 @@ struct RankState {
   std::vector<Stream> lanes;
   std::vector<Event> joinEvents;  // one per lane: "lane reached the end of the program"
   Event forkEvent;                // "M reached this point": lanes wait on it before their next op
-  Event doneEvent;                // end of the last non-captured launch, polled by synchronize()
-  bool doneRecorded = false;
+  // Completion marker of eager launches, polled by synchronize(): launch k (counted in `launches`) ends with a
+  // stream write of k into this pinned host word. It rides in the program's last memory-op batch, so it costs no
+  // CUDA call of its own where an event record cost one (~3 us in our VM, docs/cuda-executor.md).
+  PinnedBuffer doneCounter;
+  CUdeviceptr doneCounterDevice = 0;
+  uint32_t launches = 0;  // eager launches so far (wraps; compared with wrap-safe arithmetic)
   // slots x uint32 in pinned, mapped host memory. A Signal is then a stream memory operation (a 32-bit write into
   // host memory, ordered after the stream's earlier work with a memory barrier) instead of a 4-byte copy: it can
   // share one cuStreamBatchMemOp with the waits around it, which halves the CUDA calls of a small collective.
@@ -193,6 +197,7 @@ class CudaExecutor final : public Executor {
   BufferExport exportBuffer(int rank, const void* ptr) override;
   void retireExport(int rank, const void* ptr) override;
   std::vector<uint64_t> takeRetiredExports(int rank) override;
+  void requeueRetiredExports(int rank, const std::vector<uint64_t>& ids) override;
   void* importBuffer(int owner, const BufferExport& buffer) override;
   void closeImport(int owner, uint64_t allocId) override;
 
@@ -366,7 +371,11 @@ void CudaExecutor::initRank(RankState& s) {
     s.joinEvents.push_back(Event::createForOrdering());
   }
   s.forkEvent = Event::createForOrdering();
-  s.doneEvent = Event::createForOrdering();
+  s.doneCounter = PinnedBuffer::allocate(sizeof(uint32_t));
+  std::memset(s.doneCounter.get(), 0, sizeof(uint32_t));
+  void* counterDevice = nullptr;
+  CUDA_CHECK(cudaHostGetDevicePointer(&counterDevice, s.doneCounter.get(), 0));
+  s.doneCounterDevice = reinterpret_cast<CUdeviceptr>(counterDevice);
   if (config_.scratchBytes > 0) s.scratch = DeviceBuffer::allocate(config_.scratchBytes);
   s.scratchAddress = s.scratch.get();
   s.laneSyncedAt.assign(static_cast<size_t>(config_.lanes), -1);
@@ -491,6 +500,12 @@ std::vector<uint64_t> CudaExecutor::takeRetiredExports(int rank) {
   CONCCL_ASSERT(processMode_ && rank == localRank_);
   std::lock_guard<std::mutex> lock(exportMutex_);
   return std::exchange(retiredExports_, {});
+}
+
+void CudaExecutor::requeueRetiredExports(int rank, const std::vector<uint64_t>& ids) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_);
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  retiredExports_.insert(retiredExports_.begin(), ids.begin(), ids.end());
 }
 
 void* CudaExecutor::importBuffer(int owner, const BufferExport& b) {
@@ -687,6 +702,12 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
     }
   }
 
+  // A captured launch must not write the marker: its replays would write a stale count, and the graph's replays
+  // are the caller's to synchronise. Eager launches write it after everything else on M (the write carries a
+  // memory barrier), in the last batch when no lane must be joined first.
+  const bool eager = capture == cudaStreamCaptureStatusNone;
+  const bool lanesUsed = std::find(s.laneUsed.begin(), s.laneUsed.end(), true) != s.laneUsed.end();
+  if (eager && !lanesUsed) batch.push_back(writeOp(s.doneCounterDevice, s.launches + 1));
   flushBatch();
   // Program end: M continues only after every lane used in this call has finished.
   for (size_t l = 0; l < s.laneUsed.size(); ++l) {
@@ -694,23 +715,27 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
     CUDA_CHECK(cudaEventRecord(s.joinEvents[l].get(), s.lanes[l].get()));
     CUDA_CHECK(cudaStreamWaitEvent(main, s.joinEvents[l].get(), 0));
   }
-  // An event recorded inside a capture cannot be polled later, and the graph's replays are the caller's to
-  // synchronise: only eager launches update the "done" marker.
-  if (capture == cudaStreamCaptureStatusNone) {
-    CUDA_CHECK(cudaEventRecord(s.doneEvent.get(), main));
-    s.doneRecorded = true;
+  if (eager && lanesUsed) {
+    CU_CHECK(cu.streamWriteValue32(reinterpret_cast<CUstream>(main), s.doneCounterDevice, s.launches + 1,
+                                   CU_STREAM_WRITE_VALUE_DEFAULT));
   }
+  if (eager) ++s.launches;
 }
 
 bool CudaExecutor::drain(RankState& s, std::chrono::milliseconds limit) {
-  if (!s.doneRecorded) return true;
+  if (s.launches == 0) return true;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   auto nap = std::chrono::microseconds(20);
   auto lastFlagWrite = std::chrono::steady_clock::time_point{};
+  const auto* counter = static_cast<const volatile uint32_t*>(s.doneCounter.as<uint32_t>());
   for (;;) {
-    cudaError_t status = cudaEventQuery(s.doneEvent.get());
-    if (status == cudaSuccess) return true;
-    if (status != cudaErrorNotReady) CUDA_CHECK(status);
+    if (static_cast<int32_t>(*counter - s.launches) >= 0) return true;
+    // A failed context (e.g. a fault in a kernel) never writes the marker: report its error instead of waiting
+    // for the deadline. Querying one of our own lanes returns such sticky errors.
+    if (!s.lanes.empty()) {
+      cudaError_t status = cudaStreamQuery(s.lanes.front().get());
+      if (status != cudaSuccess && status != cudaErrorNotReady) CUDA_CHECK(status);
+    }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return false;
     // After an abort, each Wait that passes consumes its flag again, so a stream with several calls queued
@@ -805,6 +830,7 @@ void CudaExecutor::releaseRank(int rank) {
     CONCCL_WARN(rank, s.device, "GPU work still pending at release; leaking the rank's streams and memory");
     for (auto& l : s.lanes) l.leak();
     s.flags.leak();
+    s.doneCounter.leak();  // the GPU may still write the marker
     s.scratch.leak();
     return;
   }
@@ -813,7 +839,7 @@ void CudaExecutor::releaseRank(int rank) {
   s.lanes.clear();
   s.joinEvents.clear();
   s.forkEvent.reset();
-  s.doneEvent.reset();
+  s.doneCounter.reset();
   s.flags.reset();
   s.scratch.reset();
 }
