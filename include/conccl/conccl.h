@@ -105,9 +105,11 @@ typedef enum { concclSum = 0, concclProd = 1, concclMax = 2, concclMin = 3, conc
 
 typedef enum { concclBackendHost = 0, concclBackendCuda = 1 } concclBackend_t;
 
-/* How data moves on the CUDA backend. Copy: copy engines always. Auto: the library's choice; today that is
- * copy engines for every size (a faster small-message path is planned). Sm (SM copy kernels) is reserved and
- * refused with concclNotSupported by this version rather than silently replaced. */
+/* How data moves on the CUDA backend. Copy: copy engines always. Auto: copy engines, except that a rank
+ * whose part of a call copies at most config.smallMessageBytes runs it as one 1-CTA kernel (one launch instead
+ * of three or more copy-engine operations; not used between processes that share a GPU). Sm (SM copy kernels
+ * at every size) is reserved and refused with concclNotSupported by this version rather than silently
+ * replaced. */
 typedef enum { concclEngineAuto = 0, concclEngineCopy = 1, concclEngineSm = 2 } concclEngine_t;
 
 /* Value of an integer config field that is left to the environment variable or the default. */
@@ -126,6 +128,9 @@ typedef enum { concclEngineAuto = 0, concclEngineCopy = 1, concclEngineSm = 2 } 
  *   lanes         CONCCL_LANES         2      parallel copy queues per rank (1..16)
  *   scratchBytes  CONCCL_SCRATCH_BYTES 64 MiB bound on the scratch memory of one rank (>= 64 KiB)
  *   timeoutMs     CONCCL_TIMEOUT_MS    300000 how long a rank waits for its peers (>= 1)
+ *   smallMessageBytes CONCCL_SMALL_MESSAGE_BYTES 64 KiB  a rank whose part of a call copies at most this many
+ *                 bytes runs it as one small kernel (1 CTA, a few microseconds of one SM) instead of copy-engine
+ *                 operations: one launch instead of three or more. 0 disables it; engine = copy never uses it.
  */
 typedef struct {
   size_t size;           /* sizeof(concclConfig_t) as compiled by the caller */
@@ -137,13 +142,14 @@ typedef struct {
   int lanes;
   size_t scratchBytes;
   int timeoutMs;
+  size_t smallMessageBytes; /* added in 0.1.0 after timeoutMs: structs without it are accepted */
 } concclConfig_t;
 
 #define CONCCL_CONFIG_INITIALIZER                                                                          \
   {                                                                                                        \
     sizeof(concclConfig_t), CONCCL_CONFIG_MAGIC, CONCCL_VERSION_CODE, CONCCL_CONFIG_UNDEF_INT,             \
         CONCCL_CONFIG_UNDEF_INT, CONCCL_CONFIG_UNDEF_INT, CONCCL_CONFIG_UNDEF_INT, CONCCL_CONFIG_UNDEF_SIZE, \
-        CONCCL_CONFIG_UNDEF_INT                                                                            \
+        CONCCL_CONFIG_UNDEF_INT, CONCCL_CONFIG_UNDEF_SIZE                                                  \
   }
 
 typedef struct concclComm* concclComm_t;

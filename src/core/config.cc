@@ -85,6 +85,7 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
     config.scratchBytes = static_cast<size_t>(v);
   }
   if (envInt("CONCCL_TIMEOUT_MS", 1, INT_MAX, &v)) config.timeoutMs = static_cast<int>(v);
+  if (envInt("CONCCL_SMALL_MESSAGE_BYTES", 0, LLONG_MAX, &v)) config.smallMessageBytes = static_cast<size_t>(v);
 
   if (user == nullptr) return config;
 
@@ -125,6 +126,11 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
     requireRange("timeoutMs", user->timeoutMs, 1, INT_MAX);
     config.timeoutMs = user->timeoutMs;
   }
+  // Fields after timeoutMs exist only in structs from headers that have them.
+  if (user->size >= offsetof(concclConfig_t, smallMessageBytes) + sizeof(size_t) &&
+      user->smallMessageBytes != CONCCL_CONFIG_UNDEF_SIZE) {
+    config.smallMessageBytes = user->smallMessageBytes;
+  }
   return config;
 }
 
@@ -136,6 +142,7 @@ void exportConfig(const Config& config, concclConfig_t* out) {
   full.lanes = config.lanes;
   full.scratchBytes = config.scratchBytes;
   full.timeoutMs = config.timeoutMs;
+  full.smallMessageBytes = config.smallMessageBytes;
   // Only as many bytes as the caller's struct has (an older header's struct is a prefix of ours). A size below
   // every known field is not a conccl config (e.g. uninitialised): writing a few bytes of it, size field
   // included, would silently hand back garbage, so refuse it like resolveConfig does.

@@ -15,6 +15,7 @@ struct Config {
   int lanes = 2;
   size_t scratchBytes = size_t{64} << 20;
   int timeoutMs = 300000;
+  size_t smallMessageBytes = size_t{64} << 10;
 };
 
 // Merges `user` (may be null), the CONCCL_* environment variables and the defaults. `cudaAvailable`

@@ -1,5 +1,7 @@
 // Bad input and bad usage: each returns the right code with a message, and nothing crashes or hangs.
 #include <conccl/conccl.h>
+
+#include <cstddef>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -84,6 +86,45 @@ TEST(ApiErrors, EnvironmentOverridesAndBadValues) {
   EXPECT_NE(lastError().find("CONCCL_LANES"), std::string::npos);
   unsetenv("CONCCL_LANES");
   unsetenv("CONCCL_BACKEND");
+}
+
+TEST(ApiErrors, SmallMessageBytesFromFieldEnvironmentAndOlderStructs) {
+  concclComm_t comm = nullptr;
+  concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
+  config.backend = concclBackendHost;
+  concclConfig_t got = CONCCL_CONFIG_INITIALIZER;
+  // Default.
+  ASSERT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclSuccess) << lastError();
+  ASSERT_EQ(concclCommGetConfig(comm, &got), concclSuccess);
+  EXPECT_EQ(got.smallMessageBytes, size_t{64} << 10);
+  EXPECT_EQ(concclCommDestroy(comm), concclSuccess);
+  // The environment, then the field over it.
+  setenv("CONCCL_SMALL_MESSAGE_BYTES", "16K", 1);
+  ASSERT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclSuccess) << lastError();
+  ASSERT_EQ(concclCommGetConfig(comm, &got), concclSuccess);
+  EXPECT_EQ(got.smallMessageBytes, size_t{16} << 10);
+  EXPECT_EQ(concclCommDestroy(comm), concclSuccess);
+  config.smallMessageBytes = 0;
+  ASSERT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclSuccess) << lastError();
+  ASSERT_EQ(concclCommGetConfig(comm, &got), concclSuccess);
+  EXPECT_EQ(got.smallMessageBytes, 0u);
+  EXPECT_EQ(concclCommDestroy(comm), concclSuccess);
+  unsetenv("CONCCL_SMALL_MESSAGE_BYTES");
+  // A struct from a header that ends at timeoutMs: accepted, the new field keeps its default, and GetConfig
+  // writes no byte past the caller's struct.
+  concclConfig_t older = CONCCL_CONFIG_INITIALIZER;
+  older.backend = concclBackendHost;
+  older.size = offsetof(concclConfig_t, smallMessageBytes);
+  older.smallMessageBytes = 12345;  // beyond the struct: must be ignored
+  ASSERT_EQ(concclCommInitAll(&comm, 1, nullptr, &older), concclSuccess) << lastError();
+  concclConfig_t out = CONCCL_CONFIG_INITIALIZER;
+  out.size = offsetof(concclConfig_t, smallMessageBytes);
+  out.smallMessageBytes = 777;
+  ASSERT_EQ(concclCommGetConfig(comm, &out), concclSuccess);
+  EXPECT_EQ(out.smallMessageBytes, 777u);
+  ASSERT_EQ(concclCommGetConfig(comm, &got), concclSuccess);
+  EXPECT_EQ(got.smallMessageBytes, size_t{64} << 10);
+  EXPECT_EQ(concclCommDestroy(comm), concclSuccess);
 }
 
 TEST(ApiErrors, NullAndDeadHandles) {

@@ -45,7 +45,8 @@ class Backend {
   virtual std::vector<std::string> Describe() const = 0;
   // Whether this backend implements the collective / type / op at all (else the row is skipped).
   virtual bool Supports(CollKind kind, concclDataType_t type, int op) const = 0;
-  virtual SmUsage Sms(CollKind kind) const = 0;
+  // `bytes`: the row's size (nccl-tests convention), for backends whose path depends on it.
+  virtual SmUsage Sms(CollKind kind, size_t bytes) const = 0;
 
   // Memory of rank `rank` (device memory on the GPU backends, host memory on the host backend).
   virtual void* Alloc(int rank, size_t bytes) = 0;

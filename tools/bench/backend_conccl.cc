@@ -41,7 +41,21 @@ bool ConcclBackend::Supports(CollKind /*kind*/, concclDataType_t type, int op) c
   return op < 0 || DTypeOf(type).reducible;
 }
 
-SmUsage ConcclBackend::Sms(CollKind kind) const {
+SmUsage ConcclBackend::Sms(CollKind kind, size_t bytes) const {
+  // A rank whose copies fit in smallMessageBytes runs its part as one 1-CTA kernel (CUDA backend). What the busiest
+  // rank copies, estimated from the row's size (nccl-tests convention) and the direct schedules of src/sched.
+  const size_t n = static_cast<size_t>(NumRanks());
+  size_t copied = bytes;
+  switch (kind) {
+    case CollKind::kAllReduce: copied = 2 * bytes; break;                 // reduce-scatter + all-gather phases
+    case CollKind::kReduceScatter: case CollKind::kBroadcast: case CollKind::kScatter: copied = bytes * n; break;
+    default: break;
+  }
+  concclConfig_t used = CONCCL_CONFIG_INITIALIZER;
+  if (!comms_.empty() && concclCommGetConfig(comms_.front(), &used) == concclSuccess &&
+      used.backend == concclBackendCuda && used.engine != concclEngineCopy && copied <= used.smallMessageBytes) {
+    return {1, true, true, "small-message kernel (1 CTA for a few us) below smallMessageBytes, estimated"};
+  }
   const bool reduces = kind == CollKind::kReduceScatter || kind == CollKind::kAllReduce || kind == CollKind::kReduce;
   if (!reduces) return {0, false, false, "copy engines only"};
   const int ctas = config_.reduceCtas == CONCCL_CONFIG_UNDEF_INT ? -1 : config_.reduceCtas;

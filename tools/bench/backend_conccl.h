@@ -22,7 +22,7 @@ class ConcclBackend : public Backend {
 
   int NumRanks() const override { return static_cast<int>(comms_.size()); }
   bool Supports(CollKind kind, concclDataType_t type, int op) const override;
-  SmUsage Sms(CollKind kind) const override;
+  SmUsage Sms(CollKind kind, size_t bytes) const override;
 
   void GroupStart() override;
   void GroupEnd() override;

@@ -21,7 +21,7 @@ class HostBackend final : public ConcclBackend {
     return {"host: conccl host backend, " + std::to_string(NumRanks()) + " ranks as threads, host memory (" +
             ConfigText() + ")"};
   }
-  SmUsage Sms(CollKind /*kind*/) const override { return {0, false, false, "host threads, no GPU"}; }
+  SmUsage Sms(CollKind /*kind*/, size_t /*bytes*/) const override { return {0, false, false, "host threads, no GPU"}; }
 
   void* Alloc(int /*rank*/, size_t bytes) override {
     // 4 KiB alignment, like device allocations, so that alignment-dependent paths behave alike.

@@ -102,7 +102,7 @@ bool NcclBackend::Supports(CollKind /*kind*/, concclDataType_t type, int op) con
   return op < 0 || DTypeOf(type).reducible;  // the reference has no fp8 reductions
 }
 
-SmUsage NcclBackend::Sms(CollKind /*kind*/) const {
+SmUsage NcclBackend::Sms(CollKind /*kind*/, size_t /*bytes*/) const {
   return {NcclMaxCtas(), true, false, "NCCL does not report its channels; configured maximum CTAs"};
 }
 

@@ -34,7 +34,7 @@ class NcclBackend : public Backend {
   int NumRanks() const override { return static_cast<int>(comms_.size()); }
   std::vector<std::string> Describe() const override;
   bool Supports(CollKind kind, concclDataType_t type, int op) const override;
-  SmUsage Sms(CollKind kind) const override;
+  SmUsage Sms(CollKind kind, size_t bytes) const override;
 
   void* Alloc(int rank, size_t bytes) override;
   void Free(int rank, void* ptr) override;

@@ -44,7 +44,7 @@ class NcclCeBackend final : public NcclBackend {
         std::string(driver_ok_ ? "" : " (NOT on this machine: CUDA driver < 12.5)")};
   }
 
-  SmUsage Sms(CollKind kind) const override {
+  SmUsage Sms(CollKind kind, size_t /*bytes*/) const override {
     std::string reason;
     if (!NcclHasCePath(kind)) reason = "NCCL 2.28 has no copy-engine path for this collective";
     if (!driver_ok_) reason = "CUDA driver < 12.5";

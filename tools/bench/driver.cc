@@ -165,7 +165,7 @@ RowResult RunCase(Backend& backend, const BenchOptions& o, const CollDesc& coll,
   }
   row.out_of_place = RunVariant(backend, o, coll, args, false, inputs, expected, scales);
   row.in_place = RunVariant(backend, o, coll, args, true, inputs, expected, scales);
-  row.sms = backend.Sms(coll.kind);  // after the runs: NCCL-CE knows only then whether registration worked
+  row.sms = backend.Sms(coll.kind, bytes);  // after the runs: NCCL-CE knows only then whether registration worked
   return row;
 }
 

@@ -37,6 +37,7 @@
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/raii.h"
 #include "exec/cuda/reduce_kernel.h"
+#include "exec/cuda/small_program_kernel.h"
 #include "exec/executor.h"
 #include "sched/schedule.h"
 
@@ -164,6 +165,11 @@ struct RankState {
   PinnedBuffer doneCounter;
   CUdeviceptr doneCounterDevice = 0;
   uint32_t launches = 0;  // eager launches so far (wraps; compared with wrap-safe arithmetic)
+  // Written 1 by a small-message kernel whose wait timed out (see small_program_kernel.h); checked by launch and
+  // synchronize, which report concclTimeout.
+  PinnedBuffer smallKernelError;
+  uint32_t* smallKernelErrorDevice = nullptr;
+  SmallProgram smallProgram;  // reused by launch() (no allocation on the hot path)
   // slots x uint32 in pinned, mapped host memory. A Signal is then a stream memory operation (a 32-bit write into
   // host memory, ordered after the stream's earlier work with a memory barrier) instead of a 4-byte copy: it can
   // share one cuStreamBatchMemOp with the waits around it, which halves the CUDA calls of a small collective.
@@ -203,12 +209,16 @@ class CudaExecutor final : public Executor {
 
  private:
   void initOptions(int nranks);
+  // Throws concclTimeout if a small-message kernel of the rank gave up waiting (small_program_kernel.h).
+  void checkSmallKernelError(const RankState& s) const;
   void enablePeerAccess(const std::vector<int>& unique);
   void initRank(RankState& state);
   void closeAllImports();
   // Blocks until the rank's last launch finished, or the deadline; while aborted it keeps re-opening every
   // flag so that queued Waits drain. Returns false on timeout.
-  bool drain(RankState& state, std::chrono::milliseconds limit);
+  // With reportKernelTimeout, a small-message kernel that gave up waiting is reported (concclTimeout) even though
+  // its stream finished.
+  bool drain(RankState& state, std::chrono::milliseconds limit, bool reportKernelTimeout);
   void writeAllFlagsLocked();
   void warnIfStreamsAlias(const std::vector<int>& unique) const;
 
@@ -221,6 +231,11 @@ class CudaExecutor final : public Executor {
   std::vector<CUdeviceptr> devFlagTable_;  // [rank] -> the same flags as the GPUs address them
   std::atomic<bool> aborted_{false};
   std::mutex lifetimeMutex_;  // cancel() vs releaseRank(): flags stay allocated while cancel writes them
+
+  // Small-message path: programs copying at most smallBytes_ run as one kernel; 0 = off (see the constructors).
+  size_t smallBytes_ = 0;
+  PinnedBuffer abortWord_;  // set by cancel(): small-message kernels stop waiting
+  const uint32_t* abortWordDevice_ = nullptr;
 
   // Several processes only.
   bool processMode_ = false;
@@ -252,6 +267,11 @@ void CudaExecutor::initOptions(int n) {
   slots_ = sched::maxSlots(n, options_);
   CONCCL_ASSERT(slots_ >= 0);
   driverApi();  // fail now, not in the middle of a launch, if the driver lacks stream memory operations
+  abortWord_ = PinnedBuffer::allocate(sizeof(uint32_t));
+  std::memset(abortWord_.get(), 0, sizeof(uint32_t));
+  void* device = nullptr;
+  CUDA_CHECK(cudaHostGetDevicePointer(&device, abortWord_.get(), 0));
+  abortWordDevice_ = static_cast<const uint32_t*>(device);
 }
 
 CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config) : config_(config), devices_(devices) {
@@ -266,11 +286,21 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
     if (!seen) unique.push_back(d);
   }
   enablePeerAccess(unique);
+  // The small-message kernel dereferences peer pointers: every pair of devices needs peer access.
+  smallBytes_ = config.engine == concclEngineCopy ? 0 : config.smallMessageBytes;
+  for (int a : unique) {
+    for (int b : unique) {
+      int can = 1;
+      if (a != b) CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
+      if (!can) smallBytes_ = 0;
+    }
+  }
 
   for (int d : unique) {
     DeviceGuard guard(d);
     // Never let a launch load a module: see preloadReduceKernels (a lazy load can hang a one-thread group).
     preloadReduceKernels();
+    if (smallBytes_ > 0) preloadSmallProgramKernels();
   }
   warnIfStreamsAlias(unique);
   for (int r = 0; r < n; ++r) {
@@ -299,9 +329,23 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
   CONCCL_ASSERT(topo.flagStrideBytes >= sizeof(uint32_t) * static_cast<size_t>(slots_));
   CONCCL_ASSERT(topo.sharedFlagsBytes >= topo.flagStrideBytes * static_cast<size_t>(n) && topo.allGather);
   const int device = topo.devices[topo.localRank];
+  // Small-message kernels poll flags: never across processes that share a GPU (their contexts time-slice, a
+  // polling kernel would hold the GPU while its peer cannot run), and only with peer access to every GPU.
+  smallBytes_ = config.engine == concclEngineCopy ? 0 : config.smallMessageBytes;
+  for (int r = 0; r < n; ++r) {
+    if (r == topo.localRank) continue;
+    int can = 1;
+    if (topo.devices[r] == device) {
+      can = topo.pids[r] == topo.pids[topo.localRank] ? 1 : 0;
+    } else {
+      CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device, topo.devices[r]));
+    }
+    if (!can) smallBytes_ = 0;
+  }
   {
     DeviceGuard guard(device);
     preloadReduceKernels();
+    if (smallBytes_ > 0) preloadSmallProgramKernels();
     // The flags of every rank live in one shared-memory region (created and zeroed by the process clique);
     // registering it makes it addressable by this process's GPU, like the pinned flags of a local clique.
     CUDA_CHECK(cudaHostRegister(topo.sharedFlags, topo.sharedFlagsBytes,
@@ -371,6 +415,11 @@ void CudaExecutor::initRank(RankState& s) {
     s.joinEvents.push_back(Event::createForOrdering());
   }
   s.forkEvent = Event::createForOrdering();
+  s.smallKernelError = PinnedBuffer::allocate(sizeof(uint32_t));
+  std::memset(s.smallKernelError.get(), 0, sizeof(uint32_t));
+  void* errorDevice = nullptr;
+  CUDA_CHECK(cudaHostGetDevicePointer(&errorDevice, s.smallKernelError.get(), 0));
+  s.smallKernelErrorDevice = static_cast<uint32_t*>(errorDevice);
   s.doneCounter = PinnedBuffer::allocate(sizeof(uint32_t));
   std::memset(s.doneCounter.get(), 0, sizeof(uint32_t));
   void* counterDevice = nullptr;
@@ -601,6 +650,63 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   }
   const bool onlyMain = programBytes <= kSingleStreamProgramBytes;
 
+  // Small-message path: the whole program as one 1-CTA kernel (small_program_kernel.h), when it fits its tables.
+  if (smallBytes_ > 0 && programBytes <= smallBytes_) {
+    checkSmallKernelError(s);
+    SmallProgram& p = s.smallProgram;
+    p.numOps = 0;
+    p.dtype = concclUint8;
+    p.op = concclSum;
+    p.abortWord = abortWordDevice_;
+    p.errorWord = s.smallKernelErrorDevice;
+    p.timeoutNs = static_cast<uint64_t>(config_.timeoutMs) * 1000000ull;
+    const bool eager = capture == cudaStreamCaptureStatusNone;
+    p.doneCounter = eager ? reinterpret_cast<uint32_t*>(s.doneCounterDevice) : nullptr;
+    p.doneValue = s.launches + 1;
+    int pointers = 0;
+    bool fits = true;
+    for (const sched::Op& op : schedule.programs[rank].ops) {
+      if (const auto* copy = std::get_if<sched::Copy>(&op); copy != nullptr && copy->bytes == 0) continue;
+      if (const auto* reduce = std::get_if<sched::Reduce>(&op); reduce != nullptr && reduce->count == 0) continue;
+      if (p.numOps == kSmallMaxOps) {
+        fits = false;
+        break;
+      }
+      SmallOp& out = p.ops[p.numOps++];
+      out = SmallOp{};
+      if (const auto* copy = std::get_if<sched::Copy>(&op)) {
+        out.kind = kSmallCopy;
+        out.src = resolve(copy->src);
+        out.dst = resolve(copy->dst);
+        out.size = copy->bytes;
+      } else if (const auto* signal = std::get_if<sched::Signal>(&op)) {
+        out.kind = kSmallSignal;
+        out.flag = reinterpret_cast<uint32_t*>(devFlagTable_[signal->peer] + sizeof(uint32_t) * signal->slot);
+      } else if (const auto* wait = std::get_if<sched::Wait>(&op)) {
+        out.kind = kSmallWait;
+        out.flag = reinterpret_cast<uint32_t*>(devFlagTable_[rank] + sizeof(uint32_t) * wait->slot);
+      } else if (const auto* reduce = std::get_if<sched::Reduce>(&op)) {
+        if (pointers + static_cast<int>(reduce->inputs.size()) > kSmallMaxPointers || reduce->inputs.size() > 255) {
+          fits = false;
+          break;
+        }
+        out.kind = kSmallReduce;
+        out.inputs = static_cast<uint8_t>(reduce->inputs.size());
+        out.firstInput = static_cast<uint16_t>(pointers);
+        for (const auto& in : reduce->inputs) p.pointers[pointers++] = resolve(in);
+        out.dst = resolve(reduce->output);
+        out.size = reduce->count;
+        p.dtype = reduce->dtype;
+        p.op = reduce->op;
+      }
+    }
+    if (fits) {
+      launchSmallProgram(p, main);
+      if (eager) ++s.launches;
+      return;
+    }
+  }
+
   // The lane rule of the execution model: a lane op is ordered after every M op that precedes it. Track how
   // many ops M has received; a lane waits on M (through forkEvent) only when M moved since it last did.
   int64_t mainOps = 0;
@@ -722,14 +828,25 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   if (eager) ++s.launches;
 }
 
-bool CudaExecutor::drain(RankState& s, std::chrono::milliseconds limit) {
+void CudaExecutor::checkSmallKernelError(const RankState& s) const {
+  if (*static_cast<const volatile uint32_t*>(s.smallKernelError.as<uint32_t>()) == 0) return;
+  CONCCL_THROW(concclTimeout, "rank " + std::to_string(s.rank) + ": a small-message kernel waited more than " +
+                                  std::to_string(config_.timeoutMs) +
+                                  " ms for a peer's signal and gave up (a peer that never made the call?)");
+}
+
+bool CudaExecutor::drain(RankState& s, std::chrono::milliseconds limit, bool reportKernelTimeout) {
+  if (reportKernelTimeout) checkSmallKernelError(s);
   if (s.launches == 0) return true;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   auto nap = std::chrono::microseconds(20);
   auto lastFlagWrite = std::chrono::steady_clock::time_point{};
   const auto* counter = static_cast<const volatile uint32_t*>(s.doneCounter.as<uint32_t>());
   for (;;) {
-    if (static_cast<int32_t>(*counter - s.launches) >= 0) return true;
+    if (static_cast<int32_t>(*counter - s.launches) >= 0) {
+      if (reportKernelTimeout) checkSmallKernelError(s);
+      return true;
+    }
     // A failed context (e.g. a fault in a kernel) never writes the marker: report its error instead of waiting
     // for the deadline. Querying one of our own lanes returns such sticky errors.
     if (!s.lanes.empty()) {
@@ -756,7 +873,7 @@ void CudaExecutor::synchronize(int rank) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.released || !s.local) return;
   DeviceGuard guard(s.device);
-  if (!drain(s, std::chrono::milliseconds(config_.timeoutMs))) {
+  if (!drain(s, std::chrono::milliseconds(config_.timeoutMs), /*reportKernelTimeout=*/true)) {
     CONCCL_THROW(concclTimeout, "rank " + std::to_string(rank) + " (device " + std::to_string(s.device) +
                                     "): its GPU work did not finish within " + std::to_string(config_.timeoutMs) +
                                     " ms (a peer that never signalled? use concclCommAbort)");
@@ -779,6 +896,7 @@ void CudaExecutor::writeAllFlagsLocked() {
 
 void CudaExecutor::cancel() {
   aborted_.store(true, std::memory_order_release);
+  *static_cast<volatile uint32_t*>(abortWord_.as<uint32_t>()) = 1;
   std::lock_guard<std::mutex> lifetime(lifetimeMutex_);
   writeAllFlagsLocked();
 }
@@ -820,7 +938,7 @@ void CudaExecutor::releaseRank(int rank) {
   // here. Drain first (re-opening flags if aborted); if that fails, leak rather than hang.
   bool drained = false;
   try {
-    drained = drain(s, std::chrono::milliseconds(config_.timeoutMs));
+    drained = drain(s, std::chrono::milliseconds(config_.timeoutMs), /*reportKernelTimeout=*/false);
   } catch (const Error& e) {
     CONCCL_WARN(rank, s.device, std::string("while releasing: ") + e.what());
   }
@@ -831,6 +949,7 @@ void CudaExecutor::releaseRank(int rank) {
     for (auto& l : s.lanes) l.leak();
     s.flags.leak();
     s.doneCounter.leak();  // the GPU may still write the marker
+    s.smallKernelError.leak();
     s.scratch.leak();
     return;
   }
@@ -840,6 +959,7 @@ void CudaExecutor::releaseRank(int rank) {
   s.joinEvents.clear();
   s.forkEvent.reset();
   s.doneCounter.reset();
+  s.smallKernelError.reset();
   s.flags.reset();
   s.scratch.reset();
 }

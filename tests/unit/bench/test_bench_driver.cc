@@ -25,7 +25,7 @@ class FakeBackend : public Backend {
   int NumRanks() const override { return nranks_; }
   std::vector<std::string> Describe() const override { return {"fake"}; }
   bool Supports(CollKind, concclDataType_t type, int op) const override { return op < 0 || DTypeOf(type).reducible; }
-  SmUsage Sms(CollKind) const override { return {0, false, false, "fake"}; }
+  SmUsage Sms(CollKind, size_t) const override { return {0, false, false, "fake"}; }
   void* Alloc(int, size_t bytes) override { return new unsigned char[bytes]; }
   void Free(int, void* p) override { delete[] static_cast<unsigned char*>(p); }
   void CopyIn(int, void* dst, const void* src, size_t n) override { copyBytes(dst, src, n); }
