@@ -51,7 +51,15 @@ for t in $TARGETS; do
     missing+=" $t"
   fi
 done
-cp "$root"/scripts/gpu-check.sh "$stage/scripts/"
+cp "$root"/scripts/gpu-check.sh "$root"/scripts/gpu-session.sh "$stage/scripts/"
+# The shared library and the PyTorch snippet of docs/multiprocess.md (run by gpu-session.sh's procs phase).
+so="$(find "$build" -maxdepth 1 -name 'libconccl.so.*.*' -type f | head -1)"
+if [ -n "$so" ]; then
+  mkdir -p "$stage/lib"
+  cp "$so" "$stage/lib/libconccl.so.0"
+  strip --strip-unneeded "$stage/lib/libconccl.so.0" 2>/dev/null || true
+fi
+awk '/^```python/{f=1;next} /^```/{f=0} f' "$root/docs/multiprocess.md" >"$stage/scripts/conccl_allreduce.py"
 [ -f "$root/tools/c3/plot_c3.py" ] && cp "$root/tools/c3/plot_c3.py" "$stage/scripts/"
 
 # Keep the stage out of git without touching the shared .gitignore.

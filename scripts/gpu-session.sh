@@ -4,7 +4,8 @@
 #   1. scripts/gpu-check.sh: GPU tests, compute-sanitizer, reduction-kernel bench and per-call latency;
 #   2. with 2+ GPUs: the copy-engine probe, conccl-bench conccl vs nccl vs nccl-ce across GPUs, conccl-c3.
 # The device tool returns at most 8 files from $OUT: logs go into one tarball, results into a few JSON files.
-# Env: PHASES (default "check multi"), CHECK_BUDGET_S (gpu-check budget), BENCH_MAX (default 512M),
+# Env: PHASES (default "check multi single"; also "procs": multi-process example, PyTorch snippet, copy-engine-only
+#      latency), CHECK_BUDGET_S (gpu-check budget), BENCH_MAX (default 512M),
 #      C3_GRID (default small), LANES_SWEEP (e.g. "1 2 4").
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -29,6 +30,29 @@ run_step() {  # run_step NAME LIMIT_S CMD...: log to $logs/NAME.log, remember th
 if [[ " $phases " == *" check "* ]]; then
   OUT="$logs/check" BUDGET_S="${CHECK_BUDGET_S:-330}" bash "$stage/scripts/gpu-check.sh" >"$logs/gpu-check.txt" 2>&1
   sed -n '/gpu-check summary/,$p' "$logs/gpu-check.txt"
+fi
+
+if [[ " $phases " == *" procs "* ]]; then
+  # One process per rank (concclCommInitRank): the example launcher, the PyTorch snippet of docs/multiprocess.md
+  # (when a Python with torch is on the machine), nothing left in /dev/shm; then the copy-engine-only latency
+  # (small-message kernel off) for comparison with gpu-check's kernel bench, and the one-GPU bench.
+  bin="$stage/bin"
+  run_step example-2procs 60 "$bin/multiprocess_allreduce" 2
+  run_step example-4procs 90 "$bin/multiprocess_allreduce" 4
+  cat "$logs/example-2procs.log" "$logs/example-4procs.log"
+  py=/opt/torch/.venv/bin/python
+  if [ -x "$py" ] && [ -f "$stage/lib/libconccl.so.0" ] && [ -f "$stage/scripts/conccl_allreduce.py" ]; then
+    CONCCL_LIB="$PWD/$stage/lib/libconccl.so.0" run_step torch-2procs 120 "$py" -m torch.distributed.run \
+      --nproc-per-node=2 "$stage/scripts/conccl_allreduce.py"
+    grep -E "OK|rror" "$logs/torch-2procs.log" | head -6
+  fi
+  echo "/dev/shm conccl entries after the runs: $(ls /dev/shm | grep -c conccl)"
+  CONCCL_SMALL_MESSAGE_BYTES=0 run_step kernel-bench-ce-only 120 "$bin/conccl-kernel-bench" -g 2 -n 30
+  cp "$logs/kernel-bench-ce-only.log" "$OUT/kernel-bench-ce-only.txt"
+  run_step bench-1gpu 110 "$bin/conccl-bench" --backend conccl --devices 0,0 -n 20 -w 5 -b 8 -e 256M -f 8 \
+    --coll all_gather,all_to_all,reduce_scatter,all_reduce,broadcast,reduce,gather,scatter,sendrecv \
+    --json "$OUT/bench-1gpu.jsonl"
+  grep -E "Avg bus bandwidth|WARN|wrong" "$logs/bench-1gpu.log" | head -20
 fi
 
 if [[ " $phases " == *" multi "* ]] && [ "$ngpus" -ge 2 ]; then

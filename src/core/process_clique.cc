@@ -269,7 +269,7 @@ void ProcessClique::waitFor(Ready ready, int peer, const std::string& what, bool
   const auto deadline = start + std::chrono::milliseconds(config_.timeoutMs);
   auto nap = std::chrono::microseconds(2);
   auto nextLivenessCheck = start + std::chrono::milliseconds(20);
-  for (int spins = 0;; ++spins) {
+  for (;;) {
     if (ready()) return;
     if (auto e = asyncError()) {
       throw Error(e->code(), "rank " + std::to_string(rank_) + " stopped waiting in " + what + ": " + e->message());
@@ -296,8 +296,9 @@ void ProcessClique::waitFor(Ready ready, int peer, const std::string& what, bool
       fail(concclTimeout, reason);
       CONCCL_THROW(concclTimeout, reason);
     }
-    // Spin briefly (peers usually arrive within microseconds), then back off to keep a waiting rank off the CPU.
-    if (spins < 64) {
+    // Spin (yielding) for up to 200 us: peers of a training step usually arrive within microseconds, and the
+    // shortest sleep costs ~50 us of timer slack. Then back off to keep a waiting rank off the CPU.
+    if (now - start < std::chrono::microseconds(200)) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(nap);
