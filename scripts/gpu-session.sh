@@ -37,6 +37,8 @@ if [[ " $phases " == *" procs "* ]]; then
   # (when a Python with torch is on the machine), nothing left in /dev/shm; then the copy-engine-only latency
   # (small-message kernel off) for comparison with gpu-check's kernel bench, and the one-GPU bench.
   bin="$stage/bin"
+  # The example links the shared library, staged in $stage/lib.
+  export LD_LIBRARY_PATH="$PWD/$stage/lib:$LD_LIBRARY_PATH"
   run_step example-2procs 60 "$bin/multiprocess_allreduce" 2
   run_step example-4procs 90 "$bin/multiprocess_allreduce" 4
   cat "$logs/example-2procs.log" "$logs/example-4procs.log"
