@@ -131,7 +131,9 @@ struct ProcessClique::Layout {
     return *reinterpret_cast<MailboxEntry*>(base + mailboxOffset +
                                             entryStride * (static_cast<size_t>(r) * kRingEntries + seq % kRingEntries));
   }
-  uint64_t* vectors(MailboxEntry& e) const { return reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&e) + sizeof(MailboxEntry)); }
+  uint64_t* vectors(MailboxEntry& e) const {
+    return reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&e) + sizeof(MailboxEntry));
+  }
 };
 
 ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int rank, int nranks, int device)

@@ -336,6 +336,14 @@ std::vector<std::vector<P2PMatch>> matchP2P(const CollectiveCall& call) {
 
 }  // namespace detail
 
+size_t programCopyBytes(const RankProgram& program) {
+  size_t bytes = 0;
+  for (const Op& op : program.ops) {
+    if (const auto* copy = std::get_if<Copy>(&op)) bytes += copy->bytes;
+  }
+  return bytes;
+}
+
 Schedule buildSchedule(const CollectiveCall& call, const BuildOptions& options) {
   CONCCL_REQUIRE(options.lanes >= 1, "BuildOptions: lanes must be >= 1");
   CONCCL_REQUIRE(options.pipelineDepth >= 1, "BuildOptions: pipelineDepth must be >= 1");
@@ -376,6 +384,8 @@ Schedule buildSchedule(const CollectiveCall& call, const BuildOptions& options) 
   detail::finalizeSlots(s);
   CONCCL_ASSERT(s.slots <= maxSlots(call.nranks, options));
   CONCCL_ASSERT(s.scratchBytes <= options.scratchBudget);
+  s.copyBytes.clear();
+  for (const RankProgram& program : s.programs) s.copyBytes.push_back(programCopyBytes(program));
   return s;
 }
 

@@ -90,7 +90,13 @@ struct Schedule {
   size_t scratchBytes = 0;     // scratch per rank used by this schedule (<= the call's scratch budget)
   std::vector<RankProgram> programs;  // one per rank
   std::string algorithm;       // e.g. "direct", "direct-pipelined(chunks=12)": for logs and tools
+  // [rank] -> bytes the rank's Copy ops move, filled by buildSchedule (empty in hand-made schedules): executors
+  // choose a path per call from it without walking every program on every launch.
+  std::vector<size_t> copyBytes;
 };
+
+// Bytes the Copy ops of `program` move.
+size_t programCopyBytes(const RankProgram& program);
 
 // ------------------------------------------------------------------------------------------------
 // What a collective call asks for, with every rank's arguments (the builders are global functions of the

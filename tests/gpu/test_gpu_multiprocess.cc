@@ -3,8 +3,8 @@
 // rank succeeded. The worker does the checking (results against a host reference, errors, what is left
 // behind); this file launches, bounds the time, and reports the workers' stderr.
 #include <conccl/conccl.h>
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -66,8 +66,8 @@ std::vector<RankResult> runWorkers(const std::string& scenario, int nranks, int 
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<std::string> args = {worker, scenario, std::to_string(nranks), std::to_string(r), id,
-                                     std::to_string(timeoutMs)};
+    std::vector<std::string> args = {
+        worker, scenario, std::to_string(nranks), std::to_string(r), id, std::to_string(timeoutMs)};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -121,7 +121,8 @@ std::vector<RankResult> runWorkers(const std::string& scenario, int nranks, int 
 void expectAllSucceeded(const std::vector<RankResult>& results) {
   for (size_t r = 0; r < results.size(); ++r) {
     EXPECT_EQ(results[r].status, 0) << "rank " << r << (results[r].status == -1000 ? " HUNG (killed)" : "")
-                                    << ", stderr:\n" << results[r].log;
+                                    << ", stderr:\n"
+                                    << results[r].log;
   }
 }
 
@@ -163,6 +164,53 @@ TEST(MultiProcessErrors, RankThatNeverArrivesFailsInitWithATimeout) {
     EXPECT_EQ(results[r].status, 1) << results[r].log;
     EXPECT_NE(results[r].log.find("concclTimeout"), std::string::npos) << results[r].log;
   }
+}
+
+// concclCommInitRank from threads of one process (as the header allows): peers in the same process are reached
+// without IPC, and the small-message kernel is allowed between them.
+TEST(InitRankInOneProcess, ThreadsAsRanksWithTheSmallMessageKernelAndCopyEngines) {
+  SKIP_WITHOUT_GPU();
+  const int n = 2;
+  concclUniqueId id;
+  ASSERT_EQ(concclGetUniqueId(&id), concclSuccess);
+  std::vector<std::string> failures(n);
+  auto rankMain = [&](int rank) {
+    auto fail = [&](const std::string& what) { failures[static_cast<size_t>(rank)] = what; };
+    if (cudaSetDevice(0) != cudaSuccess) return fail("cudaSetDevice");
+    concclComm_t comm = nullptr;
+    concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
+    config.timeoutMs = 30000;
+    if (concclCommInitRankConfig(&comm, n, id, rank, &config) != concclSuccess) {
+      return fail(std::string("init: ") + concclGetLastError(nullptr));
+    }
+    cudaStream_t stream = nullptr;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    // 1 Ki floats (small-message kernel) and 1 Mi floats (copy engines).
+    for (size_t count : {size_t{1} << 10, size_t{1} << 20}) {
+      float* buf = nullptr;
+      cudaMalloc(&buf, count * sizeof(float));
+      std::vector<float> host(count);
+      for (size_t i = 0; i < count; ++i) host[i] = static_cast<float>(rank + 1) + static_cast<float>(i % 5);
+      cudaMemcpyAsync(buf, host.data(), count * sizeof(float), cudaMemcpyHostToDevice, stream);
+      if (concclAllReduce(buf, buf, count, concclFloat32, concclSum, comm, stream) != concclSuccess) {
+        return fail(std::string("allreduce: ") + concclGetLastError(comm));
+      }
+      cudaMemcpyAsync(host.data(), buf, count * sizeof(float), cudaMemcpyDeviceToHost, stream);
+      if (cudaStreamSynchronize(stream) != cudaSuccess) return fail("sync");
+      for (size_t i = 0; i < count; ++i) {
+        const float want = 3.0f + 2.0f * static_cast<float>(i % 5);  // (1 + 2) + 2 * (i % 5)
+        if (host[i] != want) return fail("element " + std::to_string(i) + " of " + std::to_string(count) + " wrong");
+      }
+      cudaFree(buf);
+    }
+    if (concclCommDestroy(comm) != concclSuccess) return fail("destroy");
+    cudaStreamDestroy(stream);
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back(rankMain, r);
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(failures[static_cast<size_t>(r)].empty()) << "rank " << r << ": " << failures[static_cast<size_t>(r)];
 }
 
 }  // namespace

@@ -218,5 +218,25 @@ TEST(SchedShape, SlotsDependOnlyOnRanksAndOptions) {
   }
 }
 
+// Executors choose a path per call from Schedule::copyBytes: it must be each program's copy volume, for every rank.
+TEST(ScheduleCopyBytes, FilledByTheBuilderForEveryRank) {
+  for (CollKind kind : {CollKind::kAllGather, CollKind::kAllReduce, CollKind::kBroadcast, CollKind::kReduceScatter}) {
+    CollectiveCall call;
+    call.kind = kind;
+    call.nranks = 3;
+    call.count = 4099;
+    call.root = 1;
+    call.inPlace.assign(3, false);
+    Schedule s = buildSchedule(call, BuildOptions{});
+    ASSERT_EQ(s.copyBytes.size(), s.programs.size());
+    size_t total = 0;
+    for (size_t r = 0; r < s.programs.size(); ++r) {
+      EXPECT_EQ(s.copyBytes[r], programCopyBytes(s.programs[r])) << collKindName(kind) << " rank " << r;
+      total += s.copyBytes[r];
+    }
+    EXPECT_GT(total, 0u) << collKindName(kind);
+  }
+}
+
 }  // namespace
 }  // namespace conccl::sched::testing

@@ -102,18 +102,14 @@ class IpcImportTable {
     cudaError_t err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      int sameHandle = 0;
-      for (const auto& [k, e] : entries_) sameHandle += std::memcmp(e.handle, b.handle, sizeof(b.handle)) == 0 ? 1 : 0;
       CONCCL_THROW(concclUnhandledCudaError,
-                   std::string("cudaIpcOpenMemHandle failed: ") + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
-                       ") for allocation " + std::to_string(b.allocId) + " of pid " + std::to_string(b.pid) +
-                       " (base " + describePointer(reinterpret_cast<void*>(b.base)) + ", " +
+                   std::string("cudaIpcOpenMemHandle failed: ") + cudaGetErrorName(err) + " (" +
+                       cudaGetErrorString(err) + ") for allocation " + std::to_string(b.allocId) + " of pid " +
+                       std::to_string(b.pid) + " (base " + describePointer(reinterpret_cast<void*>(b.base)) + ", " +
                        std::to_string(b.allocBytes) + " B); " + std::to_string(entries_.size()) +
-                       " allocations of this process mapped, " + std::to_string(sameHandle) + " with the same handle");
+                       " allocations of other processes mapped here");
     }
-    Entry entry{base, 1, {}};
-    std::memcpy(entry.handle, b.handle, sizeof(b.handle));
-    entries_[key] = entry;
+    entries_[key] = Entry{base, 1};
     return base;
   }
   size_t size() {
@@ -143,7 +139,6 @@ class IpcImportTable {
   struct Entry {
     void* base;
     int refs;
-    unsigned char handle[64];
   };
   std::mutex mutex_;
   std::map<Key, Entry> entries_;
@@ -369,17 +364,24 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
   }
   // Scratch: every rank exports its own, every process maps the others' (once, for the communicator's life).
   RankState& self = *ranks_[static_cast<size_t>(localRank_)];
-  std::string mine(sizeof(BufferExport), '\0');
+  // The same exchange settles the small-message threshold: every process must choose the same path for a call
+  // (see launch), so all use the smallest one (0 when any process cannot use the kernel).
+  std::string mine(sizeof(BufferExport) + sizeof(uint64_t), '\0');
   if (self.scratch) {
     BufferExport e = exportBuffer(localRank_, self.scratch.get());
     std::memcpy(mine.data(), &e, sizeof(e));
   }
+  const uint64_t localSmall = smallBytes_;
+  std::memcpy(mine.data() + sizeof(BufferExport), &localSmall, sizeof(localSmall));
   std::vector<std::string> all = topo.allGather(mine);
   CONCCL_ASSERT(static_cast<int>(all.size()) == n);
   for (int r = 0; r < n; ++r) {
+    CONCCL_ASSERT(all[static_cast<size_t>(r)].size() == mine.size());
+    uint64_t small = 0;
+    std::memcpy(&small, all[static_cast<size_t>(r)].data() + sizeof(BufferExport), sizeof(small));
+    smallBytes_ = std::min<size_t>(smallBytes_, small);
     if (r == localRank_) continue;
     BufferExport e;
-    CONCCL_ASSERT(all[static_cast<size_t>(r)].size() == sizeof(e));
     std::memcpy(&e, all[static_cast<size_t>(r)].data(), sizeof(e));
     if (e.allocId != 0) ranks_[static_cast<size_t>(r)]->scratchAddress = importBuffer(r, e);
   }
@@ -448,7 +450,8 @@ CudaExecutor::~CudaExecutor() {
       if (cudaHostUnregister(registeredFlags_) != cudaSuccess) (void)cudaGetLastError();
     }
   } catch (const Error& e) {
-    CONCCL_WARN(localRank_, devices_[static_cast<size_t>(localRank_)], std::string("unmapping peers failed: ") + e.what());
+    CONCCL_WARN(localRank_, devices_[static_cast<size_t>(localRank_)],
+                std::string("unmapping peers failed: ") + e.what());
   }
 }
 
@@ -644,14 +647,22 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   // (~2-4 us apiece in our VM, docs/cuda-executor.md), far more than the parallel copy queues gain for a few
   // KiB. Putting lane ops on M only adds ordering (it is the host executor's sequential order), so it cannot
   // deadlock where the schedule does not.
-  size_t programBytes = 0;
-  for (const sched::Op& op : schedule.programs[rank].ops) {
-    if (const auto* copy = std::get_if<sched::Copy>(&op)) programBytes += copy->bytes;
-  }
+  // Bytes each rank's program copies: from the schedule when the builder filled them in.
+  const bool haveCopyBytes = schedule.copyBytes.size() == schedule.programs.size();
+  auto copyBytesOf = [&](int r) {
+    return haveCopyBytes ? schedule.copyBytes[static_cast<size_t>(r)]
+                         : sched::programCopyBytes(schedule.programs[static_cast<size_t>(r)]);
+  };
+  const size_t programBytes = copyBytesOf(rank);
   const bool onlyMain = programBytes <= kSingleStreamProgramBytes;
 
   // Small-message path: the whole program as one 1-CTA kernel (small_program_kernel.h), when it fits its tables.
-  if (smallBytes_ > 0 && programBytes <= smallBytes_) {
+  // The choice is made for the whole call, from every rank's program (each rank has the full schedule), so all
+  // ranks of a call take the same path. Mixing was measured unsafe: a kernel that read data right after a
+  // copy-engine rank's flag (a stream write after its copy) saw stale data in graph replays on the H200.
+  bool smallCall = smallBytes_ > 0 && programBytes <= smallBytes_;
+  for (int p = 0; smallCall && p < schedule.nranks; ++p) smallCall = copyBytesOf(p) <= smallBytes_;
+  if (smallCall) {
     checkSmallKernelError(s);
     SmallProgram& p = s.smallProgram;
     p.numOps = 0;

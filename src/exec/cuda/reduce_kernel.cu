@@ -90,67 +90,21 @@ void launchTyped(const ReduceArgs& args, int ctas, cudaStream_t stream) {
                               params, 0, stream));
 }
 
-template <typename T>
-void launchOp(const ReduceArgs& args, concclRedOp_t op, int ctas, cudaStream_t stream) {
-  switch (op) {
-    case concclSum:
-      return launchTyped<T, OpSum>(args, ctas, stream);
-    case concclProd:
-      return launchTyped<T, OpProd>(args, ctas, stream);
-    case concclMax:
-      return launchTyped<T, OpMax>(args, ctas, stream);
-    case concclMin:
-      return launchTyped<T, OpMin>(args, ctas, stream);
-    case concclAvg:
-      return launchTyped<T, OpAvg>(args, ctas, stream);
-    default:
-      CONCCL_THROW(concclNotSupported, "reduction op " + std::to_string(static_cast<int>(op)) + " is not supported");
-  }
-}
-
-template <typename T>
-void preloadType() {
-  cudaFuncAttributes attr{};
-  // cudaFuncGetAttributes forces the lazy loader to load the function (and its module) now.
-  CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&reduceKernel<T, OpSum>)));
-  CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&reduceKernel<T, OpProd>)));
-  CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&reduceKernel<T, OpMax>)));
-  CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&reduceKernel<T, OpMin>)));
-  CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&reduceKernel<T, OpAvg>)));
-}
-
 }  // namespace
 
 void preloadReduceKernels() {
-  preloadType<int8_t>();
-  preloadType<uint8_t>();
-  preloadType<int32_t>();
-  preloadType<uint32_t>();
-  preloadType<int64_t>();
-  preloadType<uint64_t>();
-  preloadType<__half>();
-  preloadType<__nv_bfloat16>();
-  preloadType<float>();
-  preloadType<double>();
+  forEachReduceTypeAndOp([](auto type, auto op) {
+    cudaFuncAttributes attr{};
+    // cudaFuncGetAttributes forces the lazy loader to load the function (and its module) now.
+    using T = typename decltype(type)::type;
+    using Op = typename decltype(op)::type;
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&reduceKernel<T, Op>)));
+  });
 }
 
 bool reduceSupported(concclDataType_t dtype, concclRedOp_t op) {
   if (op < concclSum || op >= concclNumOps) return false;
-  switch (dtype) {
-    case concclInt8:
-    case concclUint8:
-    case concclInt32:
-    case concclUint32:
-    case concclInt64:
-    case concclUint64:
-    case concclFloat16:
-    case concclBfloat16:
-    case concclFloat32:
-    case concclFloat64:
-      return true;
-    default:
-      return false;
-  }
+  return visitReduceType(dtype, [](auto) {});
 }
 
 void launchReduce(const ReduceArgs& args, concclDataType_t dtype, concclRedOp_t op, int ctas, cudaStream_t stream) {
@@ -166,30 +120,12 @@ void launchReduce(const ReduceArgs& args, concclDataType_t dtype, concclRedOp_t 
                                          std::to_string(static_cast<int>(op)));
   }
   if (args.count == 0) return;
-  switch (dtype) {
-    case concclInt8:
-      return launchOp<int8_t>(args, op, ctas, stream);
-    case concclUint8:
-      return launchOp<uint8_t>(args, op, ctas, stream);
-    case concclInt32:
-      return launchOp<int32_t>(args, op, ctas, stream);
-    case concclUint32:
-      return launchOp<uint32_t>(args, op, ctas, stream);
-    case concclInt64:
-      return launchOp<int64_t>(args, op, ctas, stream);
-    case concclUint64:
-      return launchOp<uint64_t>(args, op, ctas, stream);
-    case concclFloat16:
-      return launchOp<__half>(args, op, ctas, stream);
-    case concclBfloat16:
-      return launchOp<__nv_bfloat16>(args, op, ctas, stream);
-    case concclFloat32:
-      return launchOp<float>(args, op, ctas, stream);
-    case concclFloat64:
-      return launchOp<double>(args, op, ctas, stream);
-    default:
-      break;
-  }
+  const bool known = visitReduceType(dtype, [&](auto type) {
+    visitReduceOp(op, [&](auto fn) {
+      launchTyped<typename decltype(type)::type, typename decltype(fn)::type>(args, ctas, stream);
+    });
+  });
+  if (known) return;
   CONCCL_ASSERT(false);
 }
 

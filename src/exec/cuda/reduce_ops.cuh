@@ -6,6 +6,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <conccl/conccl.h>
+
+#include <cstdint>
 #include <type_traits>
 
 namespace conccl::exec {
@@ -108,6 +111,56 @@ __device__ __forceinline__ A finish(A acc, int k) {
   } else {
     (void)k;
     return acc;
+  }
+}
+
+// ---- host-side dispatch over the reducible types and the ops ----------------------------------------------
+// f(TypeTag<T>{}) picks a kernel instantiation without a switch per kernel.
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(TypeTag<T>{}) with the C++ type of `dtype`; returns false for a type without reductions (fp8).
+template <typename F>
+bool visitReduceType(concclDataType_t dtype, F&& f) {
+  switch (dtype) {
+    case concclInt8: f(TypeTag<int8_t>{}); return true;
+    case concclUint8: f(TypeTag<uint8_t>{}); return true;
+    case concclInt32: f(TypeTag<int32_t>{}); return true;
+    case concclUint32: f(TypeTag<uint32_t>{}); return true;
+    case concclInt64: f(TypeTag<int64_t>{}); return true;
+    case concclUint64: f(TypeTag<uint64_t>{}); return true;
+    case concclFloat16: f(TypeTag<__half>{}); return true;
+    case concclBfloat16: f(TypeTag<__nv_bfloat16>{}); return true;
+    case concclFloat32: f(TypeTag<float>{}); return true;
+    case concclFloat64: f(TypeTag<double>{}); return true;
+    default: return false;
+  }
+}
+
+// Calls f(TypeTag<Op>{}) with the functor of `op`; returns false for an unknown op.
+template <typename F>
+bool visitReduceOp(concclRedOp_t op, F&& f) {
+  switch (op) {
+    case concclSum: f(TypeTag<OpSum>{}); return true;
+    case concclProd: f(TypeTag<OpProd>{}); return true;
+    case concclMax: f(TypeTag<OpMax>{}); return true;
+    case concclMin: f(TypeTag<OpMin>{}); return true;
+    case concclAvg: f(TypeTag<OpAvg>{}); return true;
+    default: return false;
+  }
+}
+
+// Calls f(TypeTag<T>{}, TypeTag<Op>{}) for every reducible type and op (to preload every instantiation).
+template <typename F>
+void forEachReduceTypeAndOp(F&& f) {
+  for (int t = 0; t < concclNumTypes; ++t) {
+    visitReduceType(static_cast<concclDataType_t>(t), [&](auto type) {
+      for (int o = 0; o < concclNumOps; ++o) {
+        visitReduceOp(static_cast<concclRedOp_t>(o), [&](auto op) { f(type, op); });
+      }
+    });
   }
 }
 

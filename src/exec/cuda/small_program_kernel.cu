@@ -41,7 +41,9 @@ __device__ void reduceElements(const SmallProgram& p, const SmallOp& op) {
   T* out = static_cast<T*>(op.dst);
   for (uint64_t i = threadIdx.x; i < op.size; i += blockDim.x) {
     A acc = toAcc<A>(__ldcg(static_cast<const T*>(p.pointers[op.firstInput]) + i));
-    for (int j = 1; j < k; ++j) acc = Op::apply(acc, toAcc<A>(__ldcg(static_cast<const T*>(p.pointers[op.firstInput + j]) + i)));
+    for (int j = 1; j < k; ++j) {
+      acc = Op::apply(acc, toAcc<A>(__ldcg(static_cast<const T*>(p.pointers[op.firstInput + j]) + i)));
+    }
     out[i] = fromAcc<T>(finish<Op>(acc, k));
   }
 }
@@ -116,58 +118,28 @@ void launchTyped(const SmallProgram& program, cudaStream_t stream) {
                               params, 0, stream));
 }
 
-template <typename T>
-void launchOp(const SmallProgram& program, cudaStream_t stream) {
-  switch (program.op) {
-    case concclSum: return launchTyped<T, OpSum>(program, stream);
-    case concclProd: return launchTyped<T, OpProd>(program, stream);
-    case concclMax: return launchTyped<T, OpMax>(program, stream);
-    case concclMin: return launchTyped<T, OpMin>(program, stream);
-    case concclAvg: return launchTyped<T, OpAvg>(program, stream);
-    default: CONCCL_THROW(concclNotSupported, "reduction op " + std::to_string(static_cast<int>(program.op)));
-  }
-}
-
-template <typename T>
-void preloadType() {
-  cudaFuncAttributes attr{};
-  CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&smallProgramKernel<T, OpSum>)));
-  CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&smallProgramKernel<T, OpProd>)));
-  CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&smallProgramKernel<T, OpMax>)));
-  CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&smallProgramKernel<T, OpMin>)));
-  CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&smallProgramKernel<T, OpAvg>)));
-}
-
 }  // namespace
 
 void preloadSmallProgramKernels() {
-  preloadType<int8_t>();
-  preloadType<uint8_t>();
-  preloadType<int32_t>();
-  preloadType<uint32_t>();
-  preloadType<int64_t>();
-  preloadType<uint64_t>();
-  preloadType<__half>();
-  preloadType<__nv_bfloat16>();
-  preloadType<float>();
-  preloadType<double>();
+  forEachReduceTypeAndOp([](auto type, auto op) {
+    cudaFuncAttributes attr{};
+    using T = typename decltype(type)::type;
+    using Op = typename decltype(op)::type;
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&smallProgramKernel<T, Op>)));
+  });
 }
 
 void launchSmallProgram(const SmallProgram& program, cudaStream_t stream) {
-  switch (program.dtype) {
-    case concclInt8: return launchOp<int8_t>(program, stream);
-    case concclUint8: return launchOp<uint8_t>(program, stream);
-    case concclInt32: return launchOp<int32_t>(program, stream);
-    case concclUint32: return launchOp<uint32_t>(program, stream);
-    case concclInt64: return launchOp<int64_t>(program, stream);
-    case concclUint64: return launchOp<uint64_t>(program, stream);
-    case concclFloat16: return launchOp<__half>(program, stream);
-    case concclBfloat16: return launchOp<__nv_bfloat16>(program, stream);
-    case concclFloat32: return launchOp<float>(program, stream);
-    case concclFloat64: return launchOp<double>(program, stream);
-    default:
-      CONCCL_THROW(concclNotSupported, "the small-message kernel cannot reduce datatype " +
-                                           std::to_string(static_cast<int>(program.dtype)));
+  bool launched = false;
+  visitReduceType(program.dtype, [&](auto type) {
+    launched = visitReduceOp(program.op, [&](auto op) {
+      launchTyped<typename decltype(type)::type, typename decltype(op)::type>(program, stream);
+    });
+  });
+  if (!launched) {
+    CONCCL_THROW(concclNotSupported, "the small-message kernel cannot reduce datatype " +
+                                         std::to_string(static_cast<int>(program.dtype)) + " with op " +
+                                         std::to_string(static_cast<int>(program.op)));
   }
 }
 

@@ -6,8 +6,10 @@
 // order, which the schedule execution model allows) in one launch: copies with the CTA's threads through peer
 // pointers, Signals as system-scope stores into the flags, Waits as a poll of the flag by one thread (with a
 // timeout and the executor's abort word, so it never spins forever), reductions element-wise. The flag
-// protocol is the copy-engine path's (set to 1, consume to 0), so ranks of one call may mix both paths, and a
-// captured kernel replays correctly.
+// protocol is the copy-engine path's (set to 1, consume to 0), so a captured kernel replays correctly and calls
+// on either path may follow each other. All ranks of one call take the same path (the executor decides from
+// every rank's program): a kernel reading data right after a copy-engine peer's flag saw stale data in graph
+// replays on the H200.
 //
 // It occupies one SM for the few microseconds of a small call; the executor uses it only for programs that copy
 // at most config.smallMessageBytes and where every peer's memory is directly addressable (same GPU, or peer

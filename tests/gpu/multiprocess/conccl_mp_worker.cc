@@ -45,8 +45,8 @@ int gRank = 0;
 int gNranks = 0;
 concclComm_t gComm = nullptr;
 
-#define CHECK(cond, msg)                                                              \
-  do {                                                                                \
+#define CHECK(cond, msg)                                                                            \
+  do {                                                                                              \
     if (!(cond)) throw Failure(std::string(msg) + " [" #cond "] line " + std::to_string(__LINE__)); \
   } while (0)
 
@@ -103,11 +103,13 @@ size_t runCase(Coll c, concclDataType_t dt, concclRedOp_t op, size_t count, bool
     DevBuf buf(L.bufferElems * es);
     // Junk everywhere, then the input where the API expects it: the output must overwrite the junk.
     cudaOk(cudaMemsetAsync(buf.p, 0x5a, L.bufferElems * es, stream), "memset");
-    if (!mine.empty()) cudaOk(cudaMemcpyAsync(buf.c() + L.sendAt * es, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
+    if (!mine.empty())
+      cudaOk(cudaMemcpyAsync(buf.c() + L.sendAt * es, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
     ok(t::callCollective(c, buf.c() + L.sendAt * es, buf.c() + L.recvAt * es, count, dt, op, root, gComm, stream),
        t::collName(c));
     got.resize(recvElems * es);
-    if (!got.empty()) cudaOk(cudaMemcpyAsync(got.data(), buf.c() + L.recvAt * es, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+    if (!got.empty())
+      cudaOk(cudaMemcpyAsync(got.data(), buf.c() + L.recvAt * es, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
     syncStream(stream);
   } else {
     DevBuf sbuf(mine.size()), rbuf(recvElems * es);
@@ -124,7 +126,9 @@ size_t runCase(Coll c, concclDataType_t dt, concclRedOp_t op, size_t count, bool
 // AllToAllv with uneven, rank-pair-dependent counts.
 size_t runAllToAllv(uint64_t seed, cudaStream_t stream) {
   const int n = gNranks;
-  auto countOf = [&](int from, int to) { return static_cast<size_t>((from * 7 + to * 3 + static_cast<int>(seed)) % 11) * 97; };
+  auto countOf = [&](int from, int to) {
+    return static_cast<size_t>((from * 7 + to * 3 + static_cast<int>(seed)) % 11) * 97;
+  };
   const concclDataType_t dt = concclFloat32;
   const size_t es = 4;
   std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
@@ -202,10 +206,14 @@ void scenarioCollectives(cudaStream_t stream) {
   double enqueueUs = 0;
   const int calls = 300;
   for (int i = 0; i < calls; ++i) {
-    std::vector<Bytes> send = inputsFor(Coll::kAllReduce, count, concclFloat32, 0, 100000 + static_cast<uint64_t>(i / 50));
-    if (i % 50 == 0) cudaOk(cudaMemcpyAsync(a.p, send[static_cast<size_t>(gRank)].data(), count * 4, cudaMemcpyHostToDevice, stream), "h2d");
+    std::vector<Bytes> send =
+        inputsFor(Coll::kAllReduce, count, concclFloat32, 0, 100000 + static_cast<uint64_t>(i / 50));
+    if (i % 50 == 0)
+      cudaOk(cudaMemcpyAsync(a.p, send[static_cast<size_t>(gRank)].data(), count * 4, cudaMemcpyHostToDevice, stream),
+             "h2d");
     auto t0 = std::chrono::steady_clock::now();
-    ok(concclAllGather(a.p, b.p, count / static_cast<size_t>(gNranks), concclFloat32, gComm, stream), "AllGather (hot)");
+    ok(concclAllGather(a.p, b.p, count / static_cast<size_t>(gNranks), concclFloat32, gComm, stream),
+       "AllGather (hot)");
     enqueueUs += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     if (i % 50 == 49) {
       Bytes got(count / static_cast<size_t>(gNranks) * static_cast<size_t>(gNranks) * 4);
@@ -236,8 +244,10 @@ void scenarioCollectives(cudaStream_t stream) {
     const uint64_t s = 500000 + static_cast<uint64_t>(rep);
     std::vector<Bytes> ag = inputsFor(Coll::kAllGather, gcount, concclFloat32, 0, s);
     std::vector<Bytes> ar = inputsFor(Coll::kAllReduce, gcount, concclFloat32, 0, s + 77);
-    cudaOk(cudaMemcpyAsync(gin.p, ag[static_cast<size_t>(gRank)].data(), gcount * 4, cudaMemcpyHostToDevice, stream), "h2d");
-    cudaOk(cudaMemcpyAsync(rin.p, ar[static_cast<size_t>(gRank)].data(), gcount * 4, cudaMemcpyHostToDevice, stream), "h2d");
+    cudaOk(cudaMemcpyAsync(gin.p, ag[static_cast<size_t>(gRank)].data(), gcount * 4, cudaMemcpyHostToDevice, stream),
+           "h2d");
+    cudaOk(cudaMemcpyAsync(rin.p, ar[static_cast<size_t>(gRank)].data(), gcount * 4, cudaMemcpyHostToDevice, stream),
+           "h2d");
     cudaOk(cudaGraphLaunch(exec, stream), "graph launch");
     Bytes g1(gcount * 4 * static_cast<size_t>(gNranks)), g2(gcount * 4);
     cudaOk(cudaMemcpyAsync(g1.data(), gout.p, g1.size(), cudaMemcpyDeviceToHost, stream), "d2h");
@@ -263,7 +273,8 @@ void checkNothingNamedLeft(const char* when) {
   if (f == nullptr) return;
   char line[512];
   bool found = false;
-  while (std::fgets(line, sizeof(line), f) != nullptr) found = found || std::strstr(line, ("conccl-boot-" + gTag).c_str()) != nullptr;
+  while (std::fgets(line, sizeof(line), f) != nullptr)
+    found = found || std::strstr(line, ("conccl-boot-" + gTag).c_str()) != nullptr;
   std::fclose(f);
   CHECK(!found, std::string(when) + ": the bootstrap socket is still open");
 }
@@ -349,7 +360,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ID_HEX must have %zu hex digits\n", 2 * sizeof(id.internal));
     return 2;
   }
-  for (size_t i = 0; i < sizeof(id.internal); ++i) id.internal[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < sizeof(id.internal); ++i)
+    id.internal[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
 
   try {
     int devices = 0;
