@@ -33,6 +33,8 @@ if [ -z "${TARGETS:-}" ]; then
   done
 fi
 echo "gpu-build: building$TARGETS"
+# Remove the old executables first: with -k 0 a target that fails to compile would otherwise be staged stale.
+for t in $TARGETS; do find "$build" -type f -name "$t" -perm -u+x -delete 2>/dev/null; done
 # -k 0: a target another engineer is still writing must not keep the others from being staged.
 build_rc=0
 ninja -C "$build" -j "$jobs" -k 0 $TARGETS || build_rc=$?

@@ -187,8 +187,9 @@ TEST(InitRankInOneProcess, ThreadsAsRanksWithTheSmallMessageKernelAndCopyEngines
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     // 1 Ki floats (small-message kernel) and 1 Mi floats (copy engines).
     for (size_t count : {size_t{1} << 10, size_t{1} << 20}) {
-      float* buf = nullptr;
-      cudaMalloc(&buf, count * sizeof(float));
+      void* raw = nullptr;
+      if (cudaMalloc(&raw, count * sizeof(float)) != cudaSuccess) return fail("cudaMalloc");
+      auto* buf = static_cast<float*>(raw);
       std::vector<float> host(count);
       for (size_t i = 0; i < count; ++i) host[i] = static_cast<float>(rank + 1) + static_cast<float>(i % 5);
       cudaMemcpyAsync(buf, host.data(), count * sizeof(float), cudaMemcpyHostToDevice, stream);
