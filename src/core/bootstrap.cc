@@ -298,6 +298,31 @@ void broadcastError(const std::vector<int>& fds, concclResult_t code, const std:
   }
 }
 
+// Rank 0 sends `body` to ranks 1..n-1 (the ranks wait for it until their deadline plus the verdict grace; so may
+// this send). On the first failure the ranks not yet served get an ERROR and it is thrown here; the ranks already
+// served will notice at their next bootstrap operation. `what` and `timeoutText` only word the messages.
+void sendToEveryRank(const std::vector<int>& fds, MsgType type, int nranks, const std::string& body,
+                     Clock::time_point deadline, const std::string& what, const std::string& timeoutText) {
+  for (int r = 1; r < nranks; ++r) {
+    int err = 0;
+    Io st = sendMessage(fds[r], type, 0, nranks, body, deadline, &err);
+    if (st == Io::kOk) continue;
+    const std::string who = "rank " + std::to_string(r);
+    std::string text;
+    concclResult_t code = concclSystemError;
+    if (st == Io::kClosed) {
+      text = who + " closed its bootstrap connection (did its process exit?)";
+    } else if (st == Io::kTimeout) {
+      code = concclTimeout;
+      text = who + " did not take " + what + " within " + timeoutText + " ms";
+    } else {
+      text = "rank 0: sending " + what + " to " + who + " failed: " + errnoText(err);
+    }
+    broadcastError(std::vector<int>(fds.begin() + r + 1, fds.end()), code, text);
+    CONCCL_THROW(code, text);
+  }
+}
+
 // Rank 0: true when a rank that already said hello has gone (it sends nothing more until the table arrives,
 // so anything readable on its socket is end of stream, a reset, or a protocol violation).
 bool peerGone(int fd) {
@@ -464,26 +489,8 @@ void rootConnect(const std::string& tag, int nranks, std::chrono::milliseconds t
   }
   // The ranks wait for the table until their deadline plus the verdict grace; so may this send (the last rank
   // may have arrived just before the deadline).
-  const auto sendDeadline = deadline + verdictGrace(timeout);
-  for (int r = 1; r < nranks; ++r) {
-    int err = 0;
-    Io st = sendMessage(fds[r], kTable, 0, nranks, table, sendDeadline, &err);
-    if (st == Io::kOk) continue;
-    const std::string who = "rank " + std::to_string(r);
-    std::string text;
-    concclResult_t code = concclSystemError;
-    if (st == Io::kClosed) {
-      text = who + " closed its bootstrap connection (did its process exit?)";
-    } else if (st == Io::kTimeout) {
-      code = concclTimeout;
-      text = who + " did not take the table of ranks within " + std::to_string(timeout.count()) + " ms";
-    } else {
-      text = "rank 0: sending the table of ranks to " + who + " failed: " + errnoText(err);
-    }
-    // Those already served have the table and will notice at their next bootstrap operation.
-    broadcastError(std::vector<int>(fds.begin() + r + 1, fds.end()), code, text);
-    CONCCL_THROW(code, text);
-  }
+  sendToEveryRank(fds, kTable, nranks, table, deadline + verdictGrace(timeout), "the table of ranks",
+                  std::to_string(timeout.count()));
 }
 
 // A non-root rank's side of connect(): connects to rank 0 (retrying until it listens), says hello, waits for
@@ -764,25 +771,8 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
       body += blob;
     }
     // The ranks wait for the result until their deadline plus the verdict grace; so may this send.
-    const auto sendDeadline = deadline + verdictGrace(timeout_);
-    for (int r = 1; r < nranks_; ++r) {
-      Io st = sendMessage(peerFds_[r], kGathered, 0, nranks_, body, sendDeadline, &err);
-      if (st == Io::kOk) continue;
-      const std::string who = "rank " + std::to_string(r);
-      std::string text;
-      concclResult_t code = concclSystemError;
-      if (st == Io::kClosed) {
-        text = who + " closed its bootstrap connection (did its process exit?)";
-      } else if (st == Io::kTimeout) {
-        code = concclTimeout;
-        text = who + " did not take the bootstrap all-gather result within " + ms + " ms";
-      } else {
-        text = "rank 0: bootstrap send to " + who + " failed: " + errnoText(err);
-      }
-      // Those already served have the result and will notice at their next bootstrap operation.
-      broadcastError(std::vector<int>(peerFds_.begin() + r + 1, peerFds_.end()), code, text);
-      CONCCL_THROW(code, text);
-    }
+    sendToEveryRank(peerFds_, kGathered, nranks_, body, deadline + verdictGrace(timeout_),
+                    "the bootstrap all-gather result", ms);
     return out;
   } catch (...) {
     close();
