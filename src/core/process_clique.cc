@@ -266,7 +266,7 @@ std::shared_ptr<CallTicket> ProcessClique::post(int rank, RankArgs args) {
 }
 
 template <typename Ready>
-void ProcessClique::waitFor(Ready ready, int peer, const std::string& what, bool peerMustCall) {
+void ProcessClique::waitFor(Ready ready, int peer, const std::string& what) {
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(config_.timeoutMs);
   auto nap = std::chrono::microseconds(2);
@@ -277,7 +277,7 @@ void ProcessClique::waitFor(Ready ready, int peer, const std::string& what, bool
       throw Error(e->code(), "rank " + std::to_string(rank_) + " stopped waiting in " + what + ": " + e->message());
     }
     const RankShared& p = layout_->rank(peer);
-    if (peerMustCall && p.departed.load(std::memory_order_acquire) != 0) {
+    if (p.departed.load(std::memory_order_acquire) != 0) {
       CONCCL_THROW(concclInvalidUsage, what + " on rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
                                            " was destroyed or aborted before it made this call");
     }
@@ -322,7 +322,7 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     for (int p = 0; p < n; ++p) {
       if (p == rank_) continue;
       waitFor([&] { return layout_->rank(p).consumed.load(std::memory_order_acquire) > seq - kRingEntries; }, p,
-              ticket.what + " (waiting for a free mailbox slot)", false);
+              ticket.what + " (waiting for a free mailbox slot)");
     }
   }
 
@@ -396,7 +396,7 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   for (int p = 0; p < n; ++p) {
     if (p == rank_) continue;
     MailboxEntry& e = layout_->entry(p, seq);
-    waitFor([&] { return e.published.load(std::memory_order_acquire) == seq + 1; }, p, ticket.what, true);
+    waitFor([&] { return e.published.load(std::memory_order_acquire) == seq + 1; }, p, ticket.what);
   }
   std::optional<Error> firstError;
   std::vector<exec::BufferExport> peerExports(static_cast<size_t>(2 * n));

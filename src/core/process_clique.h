@@ -54,10 +54,10 @@ class ProcessClique final : public Clique {
 
  private:
   void checkHealthy() const;
-  // Blocks until `ready()` or a failure: the shared error word, a departed or dead peer, the deadline.
-  // `peer` and `what` name the wait in messages.
+  // Blocks until `ready()` or a failure: the shared error word, `peer` departed (destroyed or aborted) or dead,
+  // the deadline. `peer` and `what` name the wait in messages.
   template <typename Ready>
-  void waitFor(Ready ready, int peer, const std::string& what, bool peerMustCall);
+  void waitFor(Ready ready, int peer, const std::string& what);
 
   Config config_;
   int rank_ = 0;
