@@ -168,7 +168,8 @@ typedef struct {
 /* Writes CONCCL_VERSION_CODE of the library (which may differ from the header's). */
 CONCCL_API concclResult_t concclGetVersion(int* version);
 
-/* Static name of a result code ("concclSuccess", ...); never NULL. */
+/* Static text of a result code: its name and a short description ("concclTimeout: a peer did not arrive in
+ * time"); never NULL. */
 CONCCL_API const char* concclGetErrorString(concclResult_t result);
 
 /* Message of the last failure on comm, with the file:line trail of where it was raised; "" if none.

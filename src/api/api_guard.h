@@ -15,7 +15,7 @@ namespace conccl::api {
 void recordError(concclComm* comm, concclResult_t code, const std::string& message);
 
 // Throws concclInvalidUsage / concclInvalidArgument for a null or dead handle.
-void requireLiveComm(const concclComm* comm, const char* api);
+void requireLiveComm(const concclComm* comm);
 
 template <typename Body>
 concclResult_t apiCall(concclComm* comm, const char* api, Body&& body) {

@@ -23,8 +23,8 @@ struct Local {
   size_t elemSize;
 };
 
-Local begin(concclComm* comm, const char* api, concclDataType_t dtype, cudaStream_t stream) {
-  requireLiveComm(comm, api);
+Local begin(concclComm* comm, concclDataType_t dtype, cudaStream_t stream) {
+  requireLiveComm(comm);
   CONCCL_REQUIRE(isValidType(dtype), "datatype " + std::to_string(static_cast<int>(dtype)) + " is not a conccl type");
   if (comm->clique->config().backend == concclBackendHost) {
     CONCCL_REQUIRE(stream == nullptr, "the host backend has no streams: pass stream = NULL");
@@ -98,7 +98,7 @@ concclResult_t concclAllGather(const void* sendbuff, void* recvbuff, size_t send
                                concclComm_t comm, cudaStream_t stream) {
   constexpr const char* kApi = "concclAllGather";
   return apiCall(comm, kApi, [&] {
-    Local l = begin(comm, kApi, datatype, stream);
+    Local l = begin(comm, datatype, stream);
     size_t sendBytes = bytesFor(sendcount, l.elemSize, 1, "sendcount");
     size_t recvBytes = bytesFor(sendcount, l.elemSize, l.nranks, "sendcount");
     RankArgs a = makeArgs(CollKind::kAllGather, kApi, datatype, sendcount, sendbuff, recvbuff, stream);
@@ -111,7 +111,7 @@ concclResult_t concclReduceScatter(const void* sendbuff, void* recvbuff, size_t 
                                    concclRedOp_t op, concclComm_t comm, cudaStream_t stream) {
   constexpr const char* kApi = "concclReduceScatter";
   return apiCall(comm, kApi, [&] {
-    Local l = begin(comm, kApi, datatype, stream);
+    Local l = begin(comm, datatype, stream);
     requireOp(op, datatype);
     size_t recvBytes = bytesFor(recvcount, l.elemSize, 1, "recvcount");
     size_t sendBytes = bytesFor(recvcount, l.elemSize, l.nranks, "recvcount");
@@ -129,7 +129,7 @@ concclResult_t concclAllReduce(const void* sendbuff, void* recvbuff, size_t coun
                                concclRedOp_t op, concclComm_t comm, cudaStream_t stream) {
   constexpr const char* kApi = "concclAllReduce";
   return apiCall(comm, kApi, [&] {
-    Local l = begin(comm, kApi, datatype, stream);
+    Local l = begin(comm, datatype, stream);
     requireOp(op, datatype);
     size_t bytes = bytesFor(count, l.elemSize, 1, "count");
     RankArgs a = makeArgs(CollKind::kAllReduce, kApi, datatype, count, sendbuff, recvbuff, stream);
@@ -143,7 +143,7 @@ concclResult_t concclBroadcast(const void* sendbuff, void* recvbuff, size_t coun
                                concclComm_t comm, cudaStream_t stream) {
   constexpr const char* kApi = "concclBroadcast";
   return apiCall(comm, kApi, [&] {
-    Local l = begin(comm, kApi, datatype, stream);
+    Local l = begin(comm, datatype, stream);
     requireRoot(root, l.nranks);
     size_t bytes = bytesFor(count, l.elemSize, 1, "count");
     RankArgs a = makeArgs(CollKind::kBroadcast, kApi, datatype, count, sendbuff, recvbuff, stream);
@@ -158,7 +158,7 @@ concclResult_t concclReduce(const void* sendbuff, void* recvbuff, size_t count, 
                             concclRedOp_t op, int root, concclComm_t comm, cudaStream_t stream) {
   constexpr const char* kApi = "concclReduce";
   return apiCall(comm, kApi, [&] {
-    Local l = begin(comm, kApi, datatype, stream);
+    Local l = begin(comm, datatype, stream);
     requireOp(op, datatype);
     requireRoot(root, l.nranks);
     size_t bytes = bytesFor(count, l.elemSize, 1, "count");
@@ -174,7 +174,7 @@ concclResult_t concclAllToAll(const void* sendbuff, void* recvbuff, size_t count
                               concclComm_t comm, cudaStream_t stream) {
   constexpr const char* kApi = "concclAllToAll";
   return apiCall(comm, kApi, [&] {
-    Local l = begin(comm, kApi, datatype, stream);
+    Local l = begin(comm, datatype, stream);
     size_t bytes = bytesFor(count, l.elemSize, l.nranks, "count");
     CONCCL_REQUIRE(!overlap(sendbuff, bytes, recvbuff, bytes), "concclAllToAll cannot run in place: sendbuff and "
                                                                "recvbuff overlap");
@@ -187,7 +187,7 @@ concclResult_t concclAllToAllv(const void* sendbuff, const size_t sendcounts[], 
                                concclDataType_t datatype, concclComm_t comm, cudaStream_t stream) {
   constexpr const char* kApi = "concclAllToAllv";
   return apiCall(comm, kApi, [&] {
-    Local l = begin(comm, kApi, datatype, stream);
+    Local l = begin(comm, datatype, stream);
     CONCCL_REQUIRE(sendcounts != nullptr && sdispls != nullptr && recvcounts != nullptr && rdispls != nullptr,
                    "sendcounts, sdispls, recvcounts and rdispls must not be NULL");
     RankArgs a = makeArgs(CollKind::kAllToAllv, kApi, datatype, 0, sendbuff, recvbuff, stream);
@@ -213,7 +213,7 @@ concclResult_t concclGather(const void* sendbuff, void* recvbuff, size_t sendcou
                             concclComm_t comm, cudaStream_t stream) {
   constexpr const char* kApi = "concclGather";
   return apiCall(comm, kApi, [&] {
-    Local l = begin(comm, kApi, datatype, stream);
+    Local l = begin(comm, datatype, stream);
     requireRoot(root, l.nranks);
     size_t sendBytes = bytesFor(sendcount, l.elemSize, 1, "sendcount");
     size_t recvBytes = bytesFor(sendcount, l.elemSize, l.nranks, "sendcount");
@@ -230,7 +230,7 @@ concclResult_t concclScatter(const void* sendbuff, void* recvbuff, size_t recvco
                              int root, concclComm_t comm, cudaStream_t stream) {
   constexpr const char* kApi = "concclScatter";
   return apiCall(comm, kApi, [&] {
-    Local l = begin(comm, kApi, datatype, stream);
+    Local l = begin(comm, datatype, stream);
     requireRoot(root, l.nranks);
     size_t recvBytes = bytesFor(recvcount, l.elemSize, 1, "recvcount");
     size_t sendBytes = bytesFor(recvcount, l.elemSize, l.nranks, "recvcount");
@@ -251,7 +251,7 @@ concclResult_t concclScatter(const void* sendbuff, void* recvbuff, size_t recvco
 static concclResult_t p2pCall(bool isSend, const char* api, void* buff, size_t count, concclDataType_t datatype,
                               int peer, concclComm_t comm, cudaStream_t stream) {
   return apiCall(comm, api, [&] {
-    Local l = begin(comm, api, datatype, stream);
+    Local l = begin(comm, datatype, stream);
     CONCCL_REQUIRE(peer >= 0 && peer < l.nranks, "peer " + std::to_string(peer) +
                                                      " is not a rank of this communicator (size " +
                                                      std::to_string(l.nranks) + ")");

@@ -22,8 +22,9 @@ void recordError(concclComm* comm, concclResult_t code, const std::string& messa
               std::string(concclGetErrorString(code)) + ": " + message);
 }
 
-void requireLiveComm(const concclComm* comm, const char* api) {
-  CONCCL_REQUIRE(comm != nullptr, std::string(api) + ": comm is NULL");
+// No API name in these messages: apiCall prefixes every message with it.
+void requireLiveComm(const concclComm* comm) {
+  CONCCL_REQUIRE(comm != nullptr, "comm is NULL");
   if (!isLiveComm(comm)) {
     CONCCL_THROW(concclInvalidUsage, "comm is not a live communicator (already destroyed or never created)");
   }
@@ -102,7 +103,7 @@ concclResult_t concclCommInitRank(concclComm_t* comm, int nranks, concclUniqueId
 
 concclResult_t concclCommRegister(concclComm_t comm, void* buff, size_t size, void** handle) {
   return apiCall(comm, "concclCommRegister", [&] {
-    requireLiveComm(comm, "concclCommRegister");
+    requireLiveComm(comm);
     CONCCL_REQUIRE(buff != nullptr, "buff is NULL");
     CONCCL_REQUIRE(size > 0, "size is 0");
     CONCCL_REQUIRE(handle != nullptr, "handle is NULL");
@@ -121,7 +122,7 @@ concclResult_t concclCommRegister(concclComm_t comm, void* buff, size_t size, vo
 
 concclResult_t concclCommDeregister(concclComm_t comm, void* handle) {
   return apiCall(comm, "concclCommDeregister", [&] {
-    requireLiveComm(comm, "concclCommDeregister");
+    requireLiveComm(comm);
     CONCCL_REQUIRE(handle != nullptr, "handle is NULL");
     void* buff = nullptr;
     {
@@ -156,7 +157,7 @@ concclResult_t concclMemFree(void* ptr) {
 
 static concclResult_t releaseComm(concclComm_t comm, bool graceful, const char* api) {
   return apiCall(nullptr, api, [&] {
-    requireLiveComm(comm, api);
+    requireLiveComm(comm);
     // Calls this thread recorded on comm in a still-open group would be launched on a freed handle at
     // concclGroupEnd: drop them now (the group then runs without them, as if they had never been made).
     if (size_t dropped = conccl::groupForgetComm(comm)) {
@@ -190,7 +191,7 @@ concclResult_t concclCommAbort(concclComm_t comm) { return releaseComm(comm, fal
 
 concclResult_t concclCommCount(concclComm_t comm, int* count) {
   return apiCall(comm, "concclCommCount", [&] {
-    requireLiveComm(comm, "concclCommCount");
+    requireLiveComm(comm);
     CONCCL_REQUIRE(count != nullptr, "count is NULL");
     *count = comm->clique->nranks();
   });
@@ -198,7 +199,7 @@ concclResult_t concclCommCount(concclComm_t comm, int* count) {
 
 concclResult_t concclCommUserRank(concclComm_t comm, int* rank) {
   return apiCall(comm, "concclCommUserRank", [&] {
-    requireLiveComm(comm, "concclCommUserRank");
+    requireLiveComm(comm);
     CONCCL_REQUIRE(rank != nullptr, "rank is NULL");
     *rank = comm->rank;
   });
@@ -206,7 +207,7 @@ concclResult_t concclCommUserRank(concclComm_t comm, int* rank) {
 
 concclResult_t concclCommCuDevice(concclComm_t comm, int* device) {
   return apiCall(comm, "concclCommCuDevice", [&] {
-    requireLiveComm(comm, "concclCommCuDevice");
+    requireLiveComm(comm);
     CONCCL_REQUIRE(device != nullptr, "device is NULL");
     *device = comm->device;
   });
@@ -214,7 +215,7 @@ concclResult_t concclCommCuDevice(concclComm_t comm, int* device) {
 
 concclResult_t concclCommGetAsyncError(concclComm_t comm, concclResult_t* asyncError) {
   return apiCall(comm, "concclCommGetAsyncError", [&] {
-    requireLiveComm(comm, "concclCommGetAsyncError");
+    requireLiveComm(comm);
     CONCCL_REQUIRE(asyncError != nullptr, "asyncError is NULL");
     auto error = comm->clique->asyncError();
     *asyncError = error ? error->code() : concclSuccess;
@@ -223,7 +224,7 @@ concclResult_t concclCommGetAsyncError(concclComm_t comm, concclResult_t* asyncE
 
 concclResult_t concclCommGetConfig(concclComm_t comm, concclConfig_t* config) {
   return apiCall(comm, "concclCommGetConfig", [&] {
-    requireLiveComm(comm, "concclCommGetConfig");
+    requireLiveComm(comm);
     CONCCL_REQUIRE(config != nullptr, "config is NULL");
     conccl::exportConfig(comm->clique->config(), config);
   });
