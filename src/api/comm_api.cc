@@ -108,9 +108,10 @@ concclResult_t concclCommRegister(concclComm_t comm, void* buff, size_t size, vo
     CONCCL_REQUIRE(size > 0, "size is 0");
     CONCCL_REQUIRE(handle != nullptr, "handle is NULL");
     conccl::exec::Executor& executor = comm->clique->executor();
-    if (comm->clique->config().backend == concclBackendCuda) {
+    if (comm->multiProcess) {
+      executor.exportBuffer(comm->rank, buff, size, "buff");  // checks it, and makes the IPC handle now
+    } else if (comm->clique->config().backend == concclBackendCuda) {
       executor.checkBuffer(comm->rank, buff, size, "buff");
-      if (comm->multiProcess) executor.exportBuffer(comm->rank, buff);  // the IPC handle now, not in a collective
     }
     // The handle is a fresh heap address (never dereferenced): distinct per registration, checked on Deregister.
     auto token = std::make_unique<char>();

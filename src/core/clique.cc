@@ -87,25 +87,6 @@ void assembleCall(PendingCall& pending, int n) {
   }
 }
 
-void checkRankBuffers(const sched::CollectiveCall& call, const exec::CallBinding& binding, int r,
-                      const exec::Executor& executor) {
-  std::vector<size_t> bytes = sched::bufferBytes(call, r);
-  for (size_t b = 0; b < bytes.size(); ++b) {
-    if (bytes[b] == 0) continue;
-    // An in-place rank's two pointers alias; only the one its program references is bound and checked.
-    if (call.kind != sched::CollKind::kSendRecv && call.inPlace[r] &&
-        static_cast<int>(b) != sched::inPlaceBuffer(call.kind)) {
-      continue;
-    }
-    void* ptr = binding.buffers[r][b];
-    std::string what = "rank " + std::to_string(r) + " " +
-                       (call.kind == sched::CollKind::kSendRecv ? "buffer of p2p op " + std::to_string(b)
-                                                                : std::string(b == 0 ? "sendbuff" : "recvbuff"));
-    CONCCL_REQUIRE(ptr != nullptr, what + " is NULL but " + std::to_string(bytes[b]) + " bytes are needed");
-    executor.checkBuffer(r, ptr, bytes[b], what.c_str());
-  }
-}
-
 namespace {
 // Everything buildSchedule reads, as bytes: equal keys give equal schedules.
 std::string shapeKey(const sched::CollectiveCall& call) {

@@ -115,9 +115,27 @@ class ScheduleCache {
   std::map<std::string, std::shared_ptr<const sched::Schedule>> entries_;
 };
 
-// Checks rank r's buffers for `call` (NULL where bytes are needed, and executor.checkBuffer) using only what
-// rank r itself passed: a process can check its own rank before it tells the peers.
-void checkRankBuffers(const sched::CollectiveCall& call, const exec::CallBinding& binding, int r,
-                      const exec::Executor& executor);
+// Calls use(index, ptr, bytes, what) for every buffer rank r's program uses in `call` (an in-place rank: only
+// the one its program references), after refusing a NULL one (concclInvalidArgument). Reads only what rank r
+// itself passed, so a process can vet its own rank before it tells the peers. `what` names the buffer in
+// messages ("rank 1 recvbuff").
+template <typename Use>
+void forEachUsedBuffer(const sched::CollectiveCall& call, const exec::CallBinding& binding, int r, Use&& use) {
+  const std::vector<size_t> bytes = sched::bufferBytes(call, r);
+  for (size_t b = 0; b < bytes.size(); ++b) {
+    if (bytes[b] == 0) continue;
+    // An in-place rank's two pointers alias; only the one its program references is bound and checked.
+    if (call.kind != sched::CollKind::kSendRecv && call.inPlace[static_cast<size_t>(r)] &&
+        static_cast<int>(b) != sched::inPlaceBuffer(call.kind)) {
+      continue;
+    }
+    void* ptr = binding.buffers[static_cast<size_t>(r)][b];
+    const std::string what = "rank " + std::to_string(r) + " " +
+                             (call.kind == sched::CollKind::kSendRecv ? "buffer of p2p op " + std::to_string(b)
+                                                                      : std::string(b == 0 ? "sendbuff" : "recvbuff"));
+    CONCCL_REQUIRE(ptr != nullptr, what + " is NULL but " + std::to_string(bytes[b]) + " bytes are needed");
+    use(static_cast<int>(b), ptr, bytes[b], what);
+  }
+}
 
 }  // namespace conccl

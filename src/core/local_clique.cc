@@ -111,7 +111,11 @@ void LocalClique::finalizeLocked(PendingCall& pending) {
     assembleCall(pending, n);
     // Every buffer the schedule will touch must be usable by the backend and large enough.
     for (int r = 0; r < n; ++r) {
-      if (pending.args[r]) checkRankBuffers(pending.call, pending.binding, r, *executor_);
+      if (!pending.args[r]) continue;
+      forEachUsedBuffer(pending.call, pending.binding, r,
+                        [&](int, void* ptr, size_t bytes, const std::string& what) {
+                          executor_->checkBuffer(r, ptr, bytes, what.c_str());
+                        });
     }
     pending.schedule = schedules_.get(pending.call);
     CONCCL_TRACE(-1, -1, std::string(sched::collKindName(pending.call.kind)) + " seq " +

@@ -352,12 +352,11 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     exec::CallBinding soloBinding;
     soloBinding.buffers.assign(static_cast<size_t>(n), {});
     soloBinding.buffers[static_cast<size_t>(rank_)] = {const_cast<void*>(mine.sendbuff), mine.recvbuff};
-    checkRankBuffers(solo, soloBinding, rank_, *executor_);
-    const std::vector<size_t> bytes = sched::bufferBytes(solo, rank_);
-    for (size_t b = 0; b < 2 && b < bytes.size(); ++b) {
-      if (bytes[b] == 0 || (mine.inPlace && static_cast<int>(b) != sched::inPlaceBuffer(mine.kind))) continue;
-      exports[b] = executor_->exportBuffer(rank_, soloBinding.buffers[static_cast<size_t>(rank_)][b]);
-    }
+    // exportBuffer checks each buffer as checkBuffer does, with the same driver query it exports from.
+    forEachUsedBuffer(solo, soloBinding, rank_, [&](int b, void* ptr, size_t bytes, const std::string& what) {
+      CONCCL_ASSERT(b >= 0 && b < 2);
+      exports[b] = executor_->exportBuffer(rank_, ptr, bytes, what.c_str());
+    });
   } catch (const Error& e) {
     ownError = e;
   }

@@ -10,7 +10,7 @@ namespace {
 }
 }  // namespace
 
-BufferExport Executor::exportBuffer(int, const void*) { singleProcessOnly("exportBuffer"); }
+BufferExport Executor::exportBuffer(int, const void*, size_t, const char*) { singleProcessOnly("exportBuffer"); }
 void Executor::retireExport(int, const void*) { singleProcessOnly("retireExport"); }
 std::vector<uint64_t> Executor::takeRetiredExports(int) { return {}; }
 void Executor::requeueRetiredExports(int, const std::vector<uint64_t>&) { singleProcessOnly("requeueRetiredExports"); }

@@ -67,9 +67,10 @@ class Executor {
 
   // --- Several processes (only executors made by makeCudaProcessExecutor; the others throw NotSupported) ---
 
-  // Describes the allocation containing `ptr` (a buffer of local rank `rank`) for the peers. Cached per
-  // allocation: the IPC handle is created once. Throws concclInvalidArgument for memory that cannot be shared.
-  virtual BufferExport exportBuffer(int rank, const void* ptr);
+  // Checks `ptr` (`bytes` long, a buffer of local rank `rank`) as checkBuffer does, then describes the allocation
+  // containing it for the peers. Cached per allocation: the IPC handle is created once. Throws
+  // concclInvalidArgument naming `what` for a bad buffer or memory that cannot be shared.
+  virtual BufferExport exportBuffer(int rank, const void* ptr, size_t bytes, const char* what);
   // Forgets the export of the allocation containing `ptr` (concclCommDeregister); its id is then handed out by
   // takeRetiredExports so that the peers unmap it.
   virtual void retireExport(int rank, const void* ptr);

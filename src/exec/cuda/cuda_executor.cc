@@ -195,7 +195,7 @@ class CudaExecutor final : public Executor {
   void cancel() override;
   void releaseRank(int rank) override;
 
-  BufferExport exportBuffer(int rank, const void* ptr) override;
+  BufferExport exportBuffer(int rank, const void* ptr, size_t bytes, const char* what) override;
   void retireExport(int rank, const void* ptr) override;
   std::vector<uint64_t> takeRetiredExports(int rank) override;
   void requeueRetiredExports(int rank, const std::vector<uint64_t>& ids) override;
@@ -204,6 +204,8 @@ class CudaExecutor final : public Executor {
 
  private:
   void initOptions(int nranks);
+  // checkBuffer's checks (the caller makes the rank's device current); returns what the driver said of `ptr`.
+  PointerInfo checkedPointer(int rank, const void* ptr, size_t bytes, const char* what) const;
   // Throws concclTimeout if a small-message kernel of the rank gave up waiting (small_program_kernel.h).
   void checkSmallKernelError(const RankState& s) const;
   void enablePeerAccess(const std::vector<int>& unique);
@@ -347,7 +349,6 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
                                 cudaHostRegisterMapped | cudaHostRegisterPortable));
     registeredFlags_ = topo.sharedFlags;
   }
-  warnIfStreamsAlias({device});
   for (int r = 0; r < n; ++r) {
     auto state = std::make_unique<RankState>();
     state->rank = r;
@@ -368,7 +369,7 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
   // (see launch), so all use the smallest one (0 when any process cannot use the kernel).
   std::string mine(sizeof(BufferExport) + sizeof(uint64_t), '\0');
   if (self.scratch) {
-    BufferExport e = exportBuffer(localRank_, self.scratch.get());
+    BufferExport e = exportBuffer(localRank_, self.scratch.get(), self.scratch.bytes(), "scratch");
     std::memcpy(mine.data(), &e, sizeof(e));
   }
   const uint64_t localSmall = smallBytes_;
@@ -457,8 +458,12 @@ CudaExecutor::~CudaExecutor() {
 
 void CudaExecutor::checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const {
   CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(devices_.size()));
+  DeviceGuard guard(devices_[rank]);
+  checkedPointer(rank, ptr, bytes, what);
+}
+
+PointerInfo CudaExecutor::checkedPointer(int rank, const void* ptr, size_t bytes, const char* what) const {
   const int device = devices_[rank];
-  DeviceGuard guard(device);
   // One driver call for everything below (it was three: the enqueue cost of a small collective, issue 3).
   const PointerInfo info = queryPointer(ptr);
   if (!info.managed && (info.memoryType == 0 || info.memoryType == CU_MEMORYTYPE_HOST)) {
@@ -474,7 +479,7 @@ void CudaExecutor::checkBuffer(int rank, const void* ptr, size_t bytes, const ch
     // Some allocators' ranges are not known to this query (e.g. stream-ordered pools on older drivers): the
     // pointer is device memory of the right GPU, so accept it without the size check rather than refuse it.
     CONCCL_TRACE(rank, device, std::string(what) + ": allocation range unknown, size not checked");
-    return;
+    return info;
   }
   const size_t offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(info.base);
   if (offset > info.size || bytes > info.size - offset) {
@@ -482,17 +487,17 @@ void CudaExecutor::checkBuffer(int rank, const void* ptr, size_t bytes, const ch
                                             " bytes but its allocation has " + std::to_string(info.size - offset) +
                                             " bytes from that address");
   }
+  return info;
 }
 
-BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr) {
+BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes, const char* what) {
   CONCCL_ASSERT(processMode_ && rank == localRank_);
-  const int device = devices_[static_cast<size_t>(rank)];
-  DeviceGuard guard(device);
-  const PointerInfo info = queryPointer(ptr);
+  DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
+  const PointerInfo info = checkedPointer(rank, ptr, bytes, what);
   if (info.base == 0 || info.bufferId == 0 || info.managed || info.memoryType != CU_MEMORYTYPE_DEVICE) {
     CONCCL_THROW(concclInvalidArgument,
-                 "buffer " + describePointer(ptr) +
-                     " cannot be shared with the other processes: it is not a cudaMalloc allocation (CUDA IPC "
+                 std::string(what) + " (" + describePointer(ptr) +
+                     ") cannot be shared with the other processes: it is not a cudaMalloc allocation (CUDA IPC "
                      "needs one; memory from cudaMallocAsync pools, the VMM API, managed or host memory is not "
                      "exportable). Allocate it with cudaMalloc or concclMemAlloc");
   }
@@ -919,7 +924,6 @@ void CudaExecutor::warnIfStreamsAlias(const std::vector<int>& unique) const {
   for (int d : unique) {
     int ranksHere = 0;
     for (int dev : devices_) ranksHere += dev == d ? 1 : 0;
-    if (processMode_) ranksHere = 1;  // other processes have their own hardware queues
     if (ranksHere < 2) continue;
     int connections = 8;
     if (const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) connections = std::atoi(env);
