@@ -15,14 +15,7 @@
 #include <string>
 #include <vector>
 
-#define CHECK_CUDA(call)                                                                          \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
+#include "check_cuda.h"
 
 // Spins each CTA for `cycles` SM clock cycles: with enough CTAs every SM is busy for that long.
 __global__ void hogKernel(long long cycles, int* sink) {

@@ -18,18 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "check_cuda.h"
 #include "exec/cuda/reduce_kernel.h"
 
 namespace {
-
-#define CHECK_CUDA(call)                                                                                  \
-  do {                                                                                                    \
-    cudaError_t e_ = (call);                                                                              \
-    if (e_ != cudaSuccess) {                                                                              \
-      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                                       \
-    }                                                                                                     \
-  } while (0)
 
 #define CHECK_CONCCL(call)                                                                                       \
   do {                                                                                                           \
