@@ -35,7 +35,7 @@ fi
 if [[ " $phases " == *" procs "* ]]; then
   # One process per rank (concclCommInitRank): the example launcher, the PyTorch snippet of docs/multiprocess.md
   # (when a Python with torch is on the machine), nothing left in /dev/shm; then the copy-engine-only latency
-  # (small-message kernel off) for comparison with gpu-check's kernel bench, and the one-GPU bench.
+  # (small-message kernel off) for comparison with gpu-check's kernel bench.
   bin="$stage/bin"
   # The example links the shared library, staged in $stage/lib.
   export LD_LIBRARY_PATH="$PWD/$stage/lib:$LD_LIBRARY_PATH"
@@ -51,14 +51,11 @@ if [[ " $phases " == *" procs "* ]]; then
   echo "/dev/shm conccl entries after the runs: $(ls /dev/shm | grep -c conccl)"
   CONCCL_SMALL_MESSAGE_BYTES=0 run_step kernel-bench-ce-only 120 "$bin/conccl-kernel-bench" -g 2 -n 30
   cp "$logs/kernel-bench-ce-only.log" "$OUT/kernel-bench-ce-only.txt"
-  run_step bench-1gpu 110 "$bin/conccl-bench" --backend conccl --devices 0,0 -n 20 -w 5 -b 8 -e 256M -f 8 \
-    --coll all_gather,all_to_all,reduce_scatter,all_reduce,broadcast,reduce,gather,scatter,sendrecv \
-    --json "$OUT/bench-1gpu.jsonl"
-  grep -E "Avg bus bandwidth|WARN|wrong" "$logs/bench-1gpu.log" | head -20
 fi
 
 if [[ " $phases " == *" multi "* ]] && [ "$ngpus" -ge 2 ]; then
   bin="$stage/bin"
+  nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
   run_step ce-probe 90 "$bin/conccl-ce-probe" 1073741824 200
   grep -E "^(same|peer|verdict)" "$logs/ce-probe.log"
   common=(-g "$ngpus" -n 20 -w 5)
