@@ -223,8 +223,30 @@ CONCCL_API concclResult_t concclCommInitRankConfig(concclComm_t* comm, int nrank
 CONCCL_API concclResult_t concclCommRegister(concclComm_t comm, void* buff, size_t size, void** handle);
 CONCCL_API concclResult_t concclCommDeregister(concclComm_t comm, void* handle);
 
+/* Symmetric windows: the zero-host-sync fast path of communicators spread over processes.
+ * A window is [buff, buff+size) on every rank, registered collectively: every rank calls
+ * concclCommWindowRegister in the same position of its call sequence (like a collective) with the same size,
+ * and blocks until all have (bounded by timeoutMs). The peers map each other's window once, there.
+ * A collective whose buffers all lie in windows, at the SAME window and the SAME offset on every rank (e.g.
+ * buffers carved identically out of one concclMemAlloc'd block per rank), is then symmetric: each rank computes
+ * its peers' addresses itself and enqueues its GPU work at once, without waiting for the peers to call. The
+ * arguments are still published; the peers compare them when they call, and a background thread per
+ * communicator watches the calls not yet matched (timeoutMs, dead peers). A mismatch (count, type, op, root,
+ * offset, or a rank whose buffers are not in the window) is reported as concclInvalidUsage by every rank
+ * (from its next call, or concclCommGetAsyncError) and puts the communicator out of service; the result of that
+ * call is undefined but no access leaves the registered windows. AllToAllv and calls with a buffer outside the
+ * windows take the regular path (the host waits for the peers' arguments).
+ * Single-process communicators (concclCommInitAll) need no windows: the calls only validate and return a handle.
+ * Deregister is collective too (same order on every rank); it waits for this rank's outstanding work, after
+ * which the memory may be freed. Errors: concclInvalidArgument for NULL or non-device memory, size 0, ranks that
+ * disagree on the size or register different allocations' memory in one call; concclInvalidUsage inside a
+ * group; concclTimeout if a peer does not call in time. */
+typedef struct concclWindow* concclWindow_t;
+CONCCL_API concclResult_t concclCommWindowRegister(concclComm_t comm, void* buff, size_t size, concclWindow_t* win);
+CONCCL_API concclResult_t concclCommWindowDeregister(concclComm_t comm, concclWindow_t win);
+
 /* Device memory suited to collectives across processes (exportable with CUDA IPC) on the current device,
- * aligned to 256 bytes. Free with concclMemFree. */
+ * aligned to 256 bytes. Free with concclMemFree. Register it as a window for the symmetric fast path. */
 CONCCL_API concclResult_t concclMemAlloc(void** ptr, size_t size);
 CONCCL_API concclResult_t concclMemFree(void* ptr);
 

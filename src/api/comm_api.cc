@@ -46,15 +46,24 @@ concclResult_t concclGetVersion(int* version) {
 
 const char* concclGetErrorString(concclResult_t result) {
   switch (result) {
-    case concclSuccess: return "concclSuccess: no error";
-    case concclUnhandledCudaError: return "concclUnhandledCudaError: a CUDA call failed";
-    case concclSystemError: return "concclSystemError: system call failed or no usable device";
-    case concclInternalError: return "concclInternalError: internal error in conccl";
-    case concclInvalidArgument: return "concclInvalidArgument: invalid argument";
-    case concclInvalidUsage: return "concclInvalidUsage: invalid usage";
-    case concclTimeout: return "concclTimeout: a peer did not arrive in time";
-    case concclNotSupported: return "concclNotSupported: not supported by this backend or build";
-    default: return "unknown conccl result code";
+    case concclSuccess:
+      return "concclSuccess: no error";
+    case concclUnhandledCudaError:
+      return "concclUnhandledCudaError: a CUDA call failed";
+    case concclSystemError:
+      return "concclSystemError: system call failed or no usable device";
+    case concclInternalError:
+      return "concclInternalError: internal error in conccl";
+    case concclInvalidArgument:
+      return "concclInvalidArgument: invalid argument";
+    case concclInvalidUsage:
+      return "concclInvalidUsage: invalid usage";
+    case concclTimeout:
+      return "concclTimeout: a peer did not arrive in time";
+    case concclNotSupported:
+      return "concclNotSupported: not supported by this backend or build";
+    default:
+      return "unknown conccl result code";
   }
 }
 
@@ -90,8 +99,9 @@ concclResult_t concclCommInitRankConfig(concclComm_t* comm, int nranks, concclUn
     CONCCL_REQUIRE(comm != nullptr, "comm is NULL");
     // It blocks for the peers: inside a group one thread could never create two ranks of one communicator.
     if (conccl::inGroup()) {
-      CONCCL_THROW(concclInvalidUsage, "concclCommInitRank cannot be called between concclGroupStart and "
-                                       "concclGroupEnd (it waits for its peers); create each rank on its own thread");
+      CONCCL_THROW(concclInvalidUsage,
+                   "concclCommInitRank cannot be called between concclGroupStart and "
+                   "concclGroupEnd (it waits for its peers); create each rank on its own thread");
     }
     *comm = conccl::createProcessComm(nranks, commId, rank, config);
   });
@@ -130,14 +140,63 @@ concclResult_t concclCommDeregister(concclComm_t comm, void* handle) {
       std::lock_guard<std::mutex> lock(comm->registrationMutex);
       auto it = comm->registrations.find(handle);
       if (it == comm->registrations.end()) {
-        CONCCL_THROW(concclInvalidArgument, "handle was not returned by concclCommRegister on this communicator, or "
-                                            "was already deregistered");
+        CONCCL_THROW(concclInvalidArgument,
+                     "handle was not returned by concclCommRegister on this communicator, or "
+                     "was already deregistered");
       }
       buff = it->second;
       comm->registrations.erase(it);
     }
     std::unique_ptr<char> token(static_cast<char*>(handle));
     if (comm->multiProcess) comm->clique->executor().retireExport(comm->rank, buff);
+  });
+}
+
+concclResult_t concclCommWindowRegister(concclComm_t comm, void* buff, size_t size, concclWindow_t* win) {
+  return apiCall(comm, "concclCommWindowRegister", [&] {
+    requireLiveComm(comm);
+    CONCCL_REQUIRE(buff != nullptr, "buff is NULL");
+    CONCCL_REQUIRE(size > 0, "size is 0");
+    CONCCL_REQUIRE(win != nullptr, "win is NULL");
+    // Collective across processes: it waits for its peers, which one thread could never be inside a group.
+    if (conccl::inGroup()) {
+      CONCCL_THROW(concclInvalidUsage,
+                   "concclCommWindowRegister cannot be called between concclGroupStart and "
+                   "concclGroupEnd (it waits for its peers)");
+    }
+    auto window = std::make_unique<concclWindow>();
+    window->comm = comm;
+    window->id = comm->clique->registerWindow(comm->rank, buff, size);
+    concclWindow* handle = window.get();
+    std::lock_guard<std::mutex> lock(comm->registrationMutex);
+    comm->windows.emplace(handle, std::move(window));
+    *win = handle;
+  });
+}
+
+concclResult_t concclCommWindowDeregister(concclComm_t comm, concclWindow_t win) {
+  return apiCall(comm, "concclCommWindowDeregister", [&] {
+    requireLiveComm(comm);
+    CONCCL_REQUIRE(win != nullptr, "win is NULL");
+    if (conccl::inGroup()) {
+      CONCCL_THROW(concclInvalidUsage,
+                   "concclCommWindowDeregister cannot be called between concclGroupStart and "
+                   "concclGroupEnd (it waits for its peers)");
+    }
+    uint64_t id = 0;
+    {
+      std::lock_guard<std::mutex> lock(comm->registrationMutex);
+      auto it = comm->windows.find(win);
+      if (it == comm->windows.end()) {
+        CONCCL_THROW(concclInvalidArgument,
+                     "win was not returned by concclCommWindowRegister on this communicator, "
+                     "or was already deregistered");
+      }
+      id = it->second->id;
+    }
+    comm->clique->deregisterWindow(comm->rank, id);
+    std::lock_guard<std::mutex> lock(comm->registrationMutex);
+    comm->windows.erase(win);
   });
 }
 

@@ -8,15 +8,8 @@
 namespace conccl {
 namespace {
 
-bool isRooted(sched::CollKind kind) {
-  using K = sched::CollKind;
-  return kind == K::kBroadcast || kind == K::kReduce || kind == K::kGather || kind == K::kScatter;
-}
-
-bool isReduction(sched::CollKind kind) {
-  using K = sched::CollKind;
-  return kind == K::kReduceScatter || kind == K::kAllReduce || kind == K::kReduce;
-}
+using sched::isReduction;
+using sched::isRooted;
 
 // Throws when rank r's arguments disagree with rank 0's: all ranks must call the same collective with the
 // same count, type, op and root (NCCL's rule; NCCL itself would hang or corrupt memory instead).

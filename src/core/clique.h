@@ -89,6 +89,14 @@ class Clique {
   // the bookkeeping; every rank of such a call fails the same way, so no peer waits for it.
   virtual void abandon(CallTicket& ticket) = 0;
 
+  // Symmetric windows (concclCommWindowRegister). Across processes both calls are collective: every rank calls
+  // them in the same position of its call sequence, and they block (bounded by the timeout) for the peers; the
+  // peers map each other's window once, so that later calls on buffers inside windows need no host rendezvous.
+  // A local clique has no rendezvous to save: it only validates. Returns the window's id, the same on every rank.
+  virtual uint64_t registerWindow(int rank, void* ptr, size_t bytes) = 0;
+  // Waits for the rank's outstanding work, then drops the window (and, across processes, the peers' mappings).
+  virtual void deregisterWindow(int rank, uint64_t id) = 0;
+
   // Called by each rank's destroy/abort; the executor releases that rank. Calls of other ranks that are still
   // waiting for this rank to post fail at once (concclInvalidUsage) instead of waiting for the timeout.
   virtual void releaseRank(int rank, bool graceful) = 0;

@@ -10,6 +10,12 @@
 
 #include "core/clique.h"
 
+// A symmetric window handle (concclCommWindowRegister): owned by its communicator, checked on Deregister.
+struct concclWindow {
+  concclComm* comm = nullptr;
+  uint64_t id = 0;  // the clique's window id (equal on every rank)
+};
+
 struct concclComm {
   std::shared_ptr<conccl::Clique> clique;
   int rank = 0;
@@ -19,6 +25,8 @@ struct concclComm {
   // concclCommRegister handles of this communicator -> the registered address (checked by Deregister).
   std::mutex registrationMutex;
   std::map<void*, void*> registrations;
+  // Live window handles of this communicator (freed with it).
+  std::map<concclWindow*, std::unique_ptr<concclWindow>> windows;
 
   // Message of the last failure on this communicator (concclGetLastError). Guarded: a comm may be queried
   // from another thread than the one that failed.

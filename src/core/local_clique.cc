@@ -24,8 +24,10 @@ LocalClique::~LocalClique() = default;
 
 void LocalClique::checkHealthyLocked() const {
   if (error_) {
-    CONCCL_THROW(concclInvalidUsage, "the communicator is out of service after an earlier error (abort or destroy "
-                                     "it): " + error_->message());
+    CONCCL_THROW(concclInvalidUsage,
+                 "the communicator is out of service after an earlier error (abort or destroy "
+                 "it): " +
+                     error_->message());
   }
 }
 
@@ -112,14 +114,14 @@ void LocalClique::finalizeLocked(PendingCall& pending) {
     // Every buffer the schedule will touch must be usable by the backend and large enough.
     for (int r = 0; r < n; ++r) {
       if (!pending.args[r]) continue;
-      forEachUsedBuffer(pending.call, pending.binding, r,
-                        [&](int, void* ptr, size_t bytes, const std::string& what) {
-                          executor_->checkBuffer(r, ptr, bytes, what.c_str());
-                        });
+      forEachUsedBuffer(pending.call, pending.binding, r, [&](int, void* ptr, size_t bytes, const std::string& what) {
+        executor_->checkBuffer(r, ptr, bytes, what.c_str());
+      });
     }
     pending.schedule = schedules_.get(pending.call);
-    CONCCL_TRACE(-1, -1, std::string(sched::collKindName(pending.call.kind)) + " seq " +
-                             std::to_string(pending.seq) + ": " + pending.schedule->algorithm);
+    CONCCL_TRACE(-1, -1,
+                 std::string(sched::collKindName(pending.call.kind)) + " seq " + std::to_string(pending.seq) + ": " +
+                     pending.schedule->algorithm);
   } catch (const Error& e) {
     pending.error = e;
   } catch (const std::exception& e) {
@@ -181,8 +183,8 @@ void LocalClique::waitAndLaunch(CallTicket& ticket) {
     // reports the same code (conccl.h: a rank that never arrives makes *the others* fail with concclTimeout;
     // an abort makes waiting calls fail with concclInvalidUsage, which is the abort's code). Throwing
     // concclInvalidUsage here made the result depend on which waiter's deadline expired first.
-    throw Error(error_->code(), "rank " + std::to_string(ticket.rank) + " stopped waiting in " + ticket.what +
-                                    ": " + error_->message());
+    throw Error(error_->code(), "rank " + std::to_string(ticket.rank) + " stopped waiting in " + ticket.what + ": " +
+                                    error_->message());
   }
   if (departed >= 0 && !(ticket.call && ticket.call->ready)) {
     // A peer this call needs was destroyed or aborted: it can never complete. Only this call fails (other ranks
@@ -247,6 +249,18 @@ void LocalClique::releaseRank(int rank, bool graceful) {
     executor_->synchronize(rank);
   }
   executor_->releaseRank(rank);
+}
+
+uint64_t LocalClique::registerWindow(int rank, void* ptr, size_t bytes) {
+  // Every rank of a local clique is in this process: its calls find the peers' pointers in their posted
+  // arguments, so a window saves nothing. Validate it as a collective's buffer would be.
+  if (config_.backend == concclBackendCuda) executor_->checkBuffer(rank, ptr, bytes, "buff");
+  return nextWindowId_.fetch_add(1);
+}
+
+void LocalClique::deregisterWindow(int rank, uint64_t /*id*/) {
+  // The promise of deregister: the memory may be freed once it returns.
+  if (config_.backend == concclBackendCuda) executor_->synchronize(rank);
 }
 
 }  // namespace conccl

@@ -7,6 +7,7 @@
 // and a call closes when every rank one of its ops names has posted its group too.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -34,6 +35,8 @@ class LocalClique final : public Clique {
   std::optional<Error> asyncError() const override;
   void abandon(CallTicket& ticket) override;
   void releaseRank(int rank, bool graceful) override;
+  uint64_t registerWindow(int rank, void* ptr, size_t bytes) override;
+  void deregisterWindow(int rank, uint64_t id) override;
 
  private:
   void checkHealthyLocked() const;
@@ -56,6 +59,7 @@ class LocalClique final : public Clique {
   uint64_t nextP2PSeq_ = 0;
   std::optional<Error> error_;
   std::vector<bool> departed_;  // per rank: destroyed or aborted (its handle is gone, it will never post again)
+  std::atomic<uint64_t> nextWindowId_{1};
 };
 
 }  // namespace conccl

@@ -54,30 +54,55 @@ struct MailboxEntry {
   uint32_t inPlace;
   int32_t errorCode;  // concclSuccess, or the error this rank found in its own arguments
   char error[kMessageBytes];
-  exec::BufferExport buffers[2];
+  exec::BufferExport buffers[2];  // exported when not inside a window (allocId 0: not exported)
+  uint64_t windowId[2];           // sendbuff / recvbuff as passed lie in this window (0: in none) ...
+  uint64_t windowOffset[2];       // ... at this offset
+  uint32_t launchedEarly;         // 1: a symmetric call this rank launched without waiting for the peers
   uint32_t retiredCount;
   uint64_t retired[kMaxRetired];
   // followed by AllToAllv: sendCounts, sendDispls, recvCounts, recvDispls (nranks uint64 each)
 };
+
+// Entry kinds beside sched::CollKind's values: the collective window operations, which take ring slots too.
+constexpr int32_t kWindowRegisterKind = 1000;
+constexpr int32_t kWindowDeregisterKind = 1001;
 
 size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 const char* apiNameOf(sched::CollKind kind) {
   using K = sched::CollKind;
   switch (kind) {
-    case K::kAllGather: return "concclAllGather";
-    case K::kReduceScatter: return "concclReduceScatter";
-    case K::kAllReduce: return "concclAllReduce";
-    case K::kBroadcast: return "concclBroadcast";
-    case K::kReduce: return "concclReduce";
-    case K::kAllToAll: return "concclAllToAll";
-    case K::kAllToAllv: return "concclAllToAllv";
-    case K::kGather: return "concclGather";
-    case K::kScatter: return "concclScatter";
-    case K::kSendRecv: return "concclSend/concclRecv";
+    case K::kAllGather:
+      return "concclAllGather";
+    case K::kReduceScatter:
+      return "concclReduceScatter";
+    case K::kAllReduce:
+      return "concclAllReduce";
+    case K::kBroadcast:
+      return "concclBroadcast";
+    case K::kReduce:
+      return "concclReduce";
+    case K::kAllToAll:
+      return "concclAllToAll";
+    case K::kAllToAllv:
+      return "concclAllToAllv";
+    case K::kGather:
+      return "concclGather";
+    case K::kScatter:
+      return "concclScatter";
+    case K::kSendRecv:
+      return "concclSend/concclRecv";
   }
   return "conccl?";
 }
+
+const char* entryName(int32_t kind) {
+  if (kind == kWindowRegisterKind) return "concclCommWindowRegister";
+  if (kind == kWindowDeregisterKind) return "concclCommWindowDeregister";
+  return apiNameOf(static_cast<sched::CollKind>(kind));
+}
+
+const char* bufferName(int b) { return b == 0 ? "sendbuff" : "recvbuff"; }
 
 void copyMessage(char (&dst)[kMessageBytes], const std::string& text) {
   const size_t n = std::min(text.size(), kMessageBytes - 1);
@@ -124,9 +149,7 @@ struct ProcessClique::Layout {
     totalBytes = mailboxOffset + entryStride * kRingEntries * static_cast<size_t>(n);
   }
   SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base); }
-  RankShared& rank(int r) const {
-    return reinterpret_cast<RankShared*>(base + rankSharedOffset)[r];
-  }
+  RankShared& rank(int r) const { return reinterpret_cast<RankShared*>(base + rankSharedOffset)[r]; }
   MailboxEntry& entry(int r, uint64_t seq) const {
     return *reinterpret_cast<MailboxEntry*>(base + mailboxOffset +
                                             entryStride * (static_cast<size_t>(r) * kRingEntries + seq % kRingEntries));
@@ -201,20 +224,23 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
   if (rank == 0) segment_.unlink();
   boot->barrier();
   boot->close();
-  CONCCL_INFO(rank, device, "rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " (pid " +
-                                std::to_string(::getpid()) + ") joined communicator " + tag_ + ": " +
-                                std::to_string(layout_->totalBytes) + " B of shared memory");
+  CONCCL_INFO(rank, device,
+              "rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " (pid " + std::to_string(::getpid()) +
+                  ") joined communicator " + tag_ + ": " + std::to_string(layout_->totalBytes) + " B of shared memory");
 }
 
 ProcessClique::~ProcessClique() {
+  stopWatchdog();  // it uses the executor and the segment
   // The executor first: it unregisters the flag area that lives in the segment (destroyed after it).
   executor_.reset();
 }
 
 void ProcessClique::checkHealthy() const {
   if (auto e = asyncError()) {
-    CONCCL_THROW(concclInvalidUsage, "the communicator is out of service after an earlier error (abort or destroy "
-                                     "it): " + e->message());
+    CONCCL_THROW(concclInvalidUsage,
+                 "the communicator is out of service after an earlier error (abort or destroy "
+                 "it): " +
+                     e->message());
   }
 }
 
@@ -252,8 +278,9 @@ std::shared_ptr<CallTicket> ProcessClique::post(int rank, RankArgs args) {
   CONCCL_ASSERT(rank == rank_);
   checkHealthy();
   if (args.kind == sched::CollKind::kSendRecv) {
-    CONCCL_THROW(concclNotSupported, "Send/Recv on a communicator spread over processes (concclCommInitRank) is "
-                                     "not supported yet; use AllToAllv, or concclCommInitAll within one process");
+    CONCCL_THROW(concclNotSupported,
+                 "Send/Recv on a communicator spread over processes (concclCommInitRank) is "
+                 "not supported yet; use AllToAllv, or concclCommInitAll within one process");
   }
   auto ticket = std::make_shared<CallTicket>();
   ticket->rank = rank;
@@ -286,8 +313,8 @@ void ProcessClique::waitFor(Ready ready, int peer, const std::string& what) {
       nextLivenessCheck = now + std::chrono::milliseconds(20);
       const int64_t pid = pids_[static_cast<size_t>(peer)];
       if (!processAlive(pid)) {
-        std::string reason = "rank " + std::to_string(peer) + " (pid " + std::to_string(pid) +
-                             ") exited while rank " + std::to_string(rank_) + " waited for it in " + what;
+        std::string reason = "rank " + std::to_string(peer) + " (pid " + std::to_string(pid) + ") exited while rank " +
+                             std::to_string(rank_) + " waited for it in " + what;
         fail(concclSystemError, reason);
         CONCCL_THROW(concclSystemError, reason);
       }
@@ -311,22 +338,17 @@ void ProcessClique::waitFor(Ready ready, int peer, const std::string& what) {
 
 void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   checkHealthy();
+  closeRetiredPeerImports();
   PendingCall& pending = *ticket.call;
   const uint64_t seq = pending.seq;
   const int n = nranks_;
   RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
+  waitForFreeSlot(seq, ticket.what);
   MailboxEntry& out = layout_->entry(rank_, seq);
 
-  // The ring slot is free once every peer has consumed the call that used it last.
-  if (seq >= kRingEntries) {
-    for (int p = 0; p < n; ++p) {
-      if (p == rank_) continue;
-      waitFor([&] { return layout_->rank(p).consumed.load(std::memory_order_acquire) > seq - kRingEntries; }, p,
-              ticket.what + " (waiting for a free mailbox slot)");
-    }
-  }
-
   // 1. This rank's own checks and exports, before the peers hear of the call: an error is published instead.
+  //    A buffer inside a registered window needs neither: the window was checked and mapped by the peers.
+  const WindowRef rawRefs[2] = {findWindow(mine.sendbuff, 0), findWindow(mine.recvbuff, 0)};
   exec::BufferExport exports[2]{};
   std::optional<Error> ownError;
   try {
@@ -355,13 +377,54 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     // exportBuffer checks each buffer as checkBuffer does, with the same driver query it exports from.
     forEachUsedBuffer(solo, soloBinding, rank_, [&](int b, void* ptr, size_t bytes, const std::string& what) {
       CONCCL_ASSERT(b >= 0 && b < 2);
+      if (findWindow(ptr, bytes).id != 0) return;
       exports[b] = executor_->exportBuffer(rank_, ptr, bytes, what.c_str());
     });
   } catch (const Error& e) {
     ownError = e;
   }
 
-  // 2. Publish.
+  // 2. A symmetric call: every peer buffer this rank's program touches follows from its own pointers in the
+  //    windows (the peers are assumed to call exactly like this rank; the watchdog checks that they did).
+  std::vector<Assumption> assumed;
+  bool symmetric = false;
+  // An in-place Gather or Scatter root keeps its own block inside the big buffer (at root * count), so its
+  // pointers differ from the peers' by construction: it cannot speak for them, and takes the regular path.
+  const bool rootInPlaceBlock = mine.inPlace && mine.root == rank_ &&
+                                (mine.kind == sched::CollKind::kGather || mine.kind == sched::CollKind::kScatter);
+  if (!ownError && !windows_.empty() && mine.kind != sched::CollKind::kAllToAllv && !rootInPlaceBlock) {
+    for (int p = 0; p < n; ++p) {
+      if (p == rank_) continue;
+      RankArgs mirror = mine;
+      mirror.stream = nullptr;
+      pending.args[static_cast<size_t>(p)] = std::move(mirror);
+    }
+    try {
+      assembleCall(pending, n);
+      pending.schedule = schedules_->get(pending.call);
+      symmetric = bindSymmetric(pending, rawRefs, assumed);
+      if (symmetric && sched::isRooted(mine.kind) && mine.root != rank_) {
+        // Whether the root runs in place is the root's own business (a non-root's buffers say nothing about it):
+        // symmetric only if it changes neither this rank's program nor any rank's copy volume (the path).
+        sched::CollectiveCall flipped = pending.call;
+        flipped.inPlace[static_cast<size_t>(mine.root)] = !flipped.inPlace[static_cast<size_t>(mine.root)];
+        const auto other = schedules_->get(flipped);
+        symmetric =
+            other->programs[static_cast<size_t>(rank_)] == pending.schedule->programs[static_cast<size_t>(rank_)] &&
+            other->copyBytes == pending.schedule->copyBytes;
+      }
+    } catch (const Error&) {
+      symmetric = false;  // the regular path below builds the same call again and reports the error everywhere
+    }
+    if (!symmetric) {
+      for (int p = 0; p < n; ++p) {
+        if (p != rank_) pending.args[static_cast<size_t>(p)].reset();
+      }
+      assumed.clear();
+    }
+  }
+
+  // 3. Publish.
   out.kind = static_cast<int32_t>(mine.kind);
   out.dtype = static_cast<int32_t>(mine.dtype);
   out.op = static_cast<int32_t>(mine.op);
@@ -372,6 +435,11 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   copyMessage(out.error, ownError ? ownError->message() : std::string());
   out.buffers[0] = exports[0];
   out.buffers[1] = exports[1];
+  for (int b = 0; b < 2; ++b) {
+    out.windowId[b] = rawRefs[b].id;
+    out.windowOffset[b] = rawRefs[b].offset;
+  }
+  out.launchedEarly = symmetric ? 1 : 0;
   std::vector<uint64_t> retired = ownError ? std::vector<uint64_t>{} : executor_->takeRetiredExports(rank_);
   out.retiredCount = static_cast<uint32_t>(std::min<size_t>(retired.size(), kMaxRetired));
   for (uint32_t i = 0; i < out.retiredCount; ++i) out.retired[i] = retired[i];
@@ -391,20 +459,44 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   }
   out.published.store(seq + 1, std::memory_order_release);
 
-  // 3. Wait for every peer's entry, then read them.
-  for (int p = 0; p < n; ++p) {
-    if (p == rank_) continue;
-    MailboxEntry& e = layout_->entry(p, seq);
-    waitFor([&] { return e.published.load(std::memory_order_acquire) == seq + 1; }, p, ticket.what);
+  if (symmetric) {
+    // 4s. Launch now. Peers that called before this rank are compared first: a mismatch found here is reported
+    //     before any work is enqueued.
+    {
+      std::lock_guard<std::mutex> lock(matchMutex_);
+      unmatched_.push_back(Unmatched{seq, true, Clock::now(), ticket.what, std::move(assumed)});
+      matchPublishedLocked();
+    }
+    checkHealthy();
+    startWatchdog();
+    matchCv_.notify_all();
+    launchProgram(pending, ticket);
+    return;
   }
+
+  // 4. Wait for every peer's entry, then read them.
+  waitForPeersOf(seq, ticket.what);
   std::optional<Error> firstError;
+  bool peerLaunchedEarly = false;
   std::vector<exec::BufferExport> peerExports(static_cast<size_t>(2 * n));
+  std::vector<WindowRef> peerRefs(static_cast<size_t>(2 * n));
   for (int p = 0; p < n; ++p) {
     MailboxEntry& e = layout_->entry(p, seq);
+    if (e.kind == kWindowRegisterKind || e.kind == kWindowDeregisterKind) {
+      // The call sequences diverged: nothing after this point can be matched any more.
+      layout_->rank(rank_).consumed.store(seq + 1, std::memory_order_release);
+      std::string reason = "rank " + std::to_string(p) + " called " + entryName(e.kind) + " where rank " +
+                           std::to_string(rank_) + " called " + ticket.what +
+                           " (every rank must make the same "
+                           "calls in the same order)";
+      fail(concclInvalidUsage, reason);
+      CONCCL_THROW(concclInvalidUsage, reason);
+    }
     if (e.errorCode != 0 && !firstError) {
       firstError = Error(static_cast<concclResult_t>(e.errorCode), std::string(e.error));
     }
     if (p == rank_) continue;
+    peerLaunchedEarly = peerLaunchedEarly || e.launchedEarly != 0;
     RankArgs a;
     a.kind = static_cast<sched::CollKind>(e.kind);
     a.dtype = static_cast<concclDataType_t>(e.dtype);
@@ -418,16 +510,27 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
       std::vector<size_t>* parts[4] = {&a.sendCounts, &a.sendDispls, &a.recvCounts, &a.recvDispls};
       for (int k = 0; k < 4; ++k) parts[k]->assign(v + k * n, v + (k + 1) * n);
     }
-    peerExports[static_cast<size_t>(2 * p)] = e.buffers[0];
-    peerExports[static_cast<size_t>(2 * p + 1)] = e.buffers[1];
-    for (uint32_t i = 0; i < e.retiredCount && i < kMaxRetired; ++i) executor_->closeImport(p, e.retired[i]);
+    for (int b = 0; b < 2; ++b) {
+      peerExports[static_cast<size_t>(2 * p + b)] = e.buffers[b];
+      peerRefs[static_cast<size_t>(2 * p + b)] = WindowRef{e.windowId[b], e.windowOffset[b]};
+    }
+    for (uint32_t i = 0; i < e.retiredCount && i < kMaxRetired; ++i) closePeerImport(p, e.retired[i]);
     pending.args[static_cast<size_t>(p)] = std::move(a);
   }
   // Read everything this call needs: the peers may reuse the slots from here on.
   layout_->rank(rank_).consumed.store(seq + 1, std::memory_order_release);
-  if (firstError) throw Error(*firstError).addContext(ticket.what);
+  // A peer that launched without waiting cannot take its work back: any error of this call ends the
+  // communicator (the fail() opens the flags its GPU may wait on).
+  auto failIfPeerLaunched = [&](Error& e) {
+    if (peerLaunchedEarly) fail(e.code(), e.message() + " (a peer had already launched its part)");
+  };
+  if (firstError) {
+    Error e = Error(*firstError).addContext(ticket.what);
+    failIfPeerLaunched(e);
+    throw e;
+  }
 
-  // 4. Validate and build, identically in every process (the same inputs give every rank the same error).
+  // 5. Validate and build, identically in every process (the same inputs give every rank the same error).
   try {
     assembleCall(pending, n);
     pending.schedule = schedules_->get(pending.call);
@@ -443,7 +546,12 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
       CONCCL_ASSERT(loc.buffer >= 0 && loc.buffer < 2);
       void*& slot = pending.binding.buffers[static_cast<size_t>(loc.rank)][static_cast<size_t>(loc.buffer)];
       if (slot != nullptr) return;
-      const exec::BufferExport& e = peerExports[static_cast<size_t>(2 * loc.rank + loc.buffer)];
+      const size_t index = static_cast<size_t>(2 * loc.rank + loc.buffer);
+      // Inside one of the peer's windows (already mapped), or exported.
+      const size_t bytes = sched::bufferBytes(pending.call, loc.rank)[static_cast<size_t>(loc.buffer)];
+      if (peerRefs[index].id != 0) slot = peerAddress(loc.rank, peerRefs[index], bytes);
+      if (slot != nullptr) return;
+      const exec::BufferExport& e = peerExports[index];
       if (e.allocId == 0) {
         CONCCL_THROW(concclInternalError, "the schedule uses buffer " + std::to_string(loc.buffer) + " of rank " +
                                               std::to_string(loc.rank) + ", which that rank did not export");
@@ -459,16 +567,23 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     }
   } catch (Error& e) {
     // Mapping a peer's buffer can fail here only (CUDA): then this rank cannot run its part, so the others must
-    // not wait for it. Agreement errors are identical on every rank and leave the communicator usable.
+    // not wait for it. Agreement errors are identical on every rank and leave the communicator usable, unless
+    // a peer already launched.
     if (e.code() == concclUnhandledCudaError) {
       e.addContext(ticket.what + " on rank " + std::to_string(rank_));
       fail(e.code(), e.message());
       throw;
     }
-    throw e.addContext(ticket.what);
+    e.addContext(ticket.what);
+    failIfPeerLaunched(e);
+    throw;
   }
 
-  // 5. Launch.
+  // 6. Launch.
+  launchProgram(pending, ticket);
+}
+
+void ProcessClique::launchProgram(PendingCall& pending, const CallTicket& ticket) {
   try {
     executor_->launch(*pending.schedule, pending.binding, rank_);
   } catch (Error& e) {
@@ -478,16 +593,389 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   }
 }
 
+bool ProcessClique::bindSymmetric(PendingCall& pending, const WindowRef (&mine)[2],
+                                  std::vector<Assumption>& assumed) const {
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    pending.binding.buffers[static_cast<size_t>(p)].assign(2, nullptr);
+    pending.binding.streams[static_cast<size_t>(p)] = nullptr;
+  }
+  for (const sched::Op& op : pending.schedule->programs[static_cast<size_t>(rank_)].ops) {
+    const auto* copy = std::get_if<sched::Copy>(&op);
+    if (copy == nullptr || copy->bytes == 0) continue;
+    for (const sched::Location* loc : {&copy->src, &copy->dst}) {
+      if (loc->rank == rank_ || loc->buffer == sched::kScratch) continue;
+      CONCCL_ASSERT(loc->buffer >= 0 && loc->buffer < 2);
+      void*& slot = pending.binding.buffers[static_cast<size_t>(loc->rank)][static_cast<size_t>(loc->buffer)];
+      if (slot != nullptr) continue;
+      const WindowRef& ref = mine[loc->buffer];
+      if (ref.id == 0) return false;
+      const size_t bytes = sched::bufferBytes(pending.call, loc->rank)[static_cast<size_t>(loc->buffer)];
+      slot = peerAddress(loc->rank, ref, bytes);
+      if (slot == nullptr) return false;
+      assumed.push_back(Assumption{loc->rank, loc->buffer, ref});
+    }
+  }
+  return true;
+}
+
+ProcessClique::WindowRef ProcessClique::findWindow(const void* ptr, size_t bytes) const {
+  const auto addr = reinterpret_cast<uintptr_t>(ptr);
+  for (const auto& [id, w] : windows_) {
+    const auto base = reinterpret_cast<uintptr_t>(w.base);
+    if (addr < base || addr - base >= w.bytes) continue;
+    const uint64_t offset = addr - base;
+    if (bytes > w.bytes - offset) continue;
+    return WindowRef{id, offset};
+  }
+  return WindowRef{};
+}
+
+void* ProcessClique::peerAddress(int peer, const WindowRef& ref, size_t bytes) const {
+  auto it = windows_.find(ref.id);
+  if (it == windows_.end()) return nullptr;
+  const Window& w = it->second;
+  if (ref.offset >= w.bytes || bytes > w.bytes - ref.offset) return nullptr;
+  return w.peerBase[static_cast<size_t>(peer)] + ref.offset;
+}
+
+void ProcessClique::closePeerImport(int peer, uint64_t allocId) {
+  for (const auto& [id, w] : windows_) {
+    if (w.peerAllocIds[static_cast<size_t>(peer)] == allocId) return;  // a window keeps it until deregistered
+  }
+  executor_->closeImport(peer, allocId);
+}
+
+void ProcessClique::closeRetiredPeerImports() {
+  std::vector<std::pair<int, uint64_t>> retired;
+  {
+    std::lock_guard<std::mutex> lock(matchMutex_);
+    retired.swap(retiredFromPeers_);
+  }
+  for (const auto& [peer, allocId] : retired) closePeerImport(peer, allocId);
+}
+
+void ProcessClique::waitForFreeSlot(uint64_t seq, const std::string& what) {
+  if (seq < kRingEntries) return;
+  const uint64_t previous = seq - kRingEntries;
+  // This rank's own reading of the call that used the slot (it compares its own entry with the peers').
+  for (;;) {
+    int missing = -1;
+    uint64_t front = 0;
+    {
+      std::lock_guard<std::mutex> lock(matchMutex_);
+      matchPublishedLocked();
+      if (unmatched_.empty() || unmatched_.front().seq > previous) break;
+      front = unmatched_.front().seq;
+      for (int p = 0; p < nranks_ && missing < 0; ++p) {
+        if (p != rank_ && layout_->entry(p, front).published.load(std::memory_order_acquire) != front + 1) missing = p;
+      }
+    }
+    checkHealthy();
+    if (missing < 0) continue;
+    waitFor([&] { return layout_->entry(missing, front).published.load(std::memory_order_acquire) == front + 1; },
+            missing, what + " (waiting for a free mailbox slot)");
+  }
+  checkHealthy();
+  // The peers' reading of it.
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    waitFor([&] { return layout_->rank(p).consumed.load(std::memory_order_acquire) > previous; }, p,
+            what + " (waiting for a free mailbox slot)");
+  }
+}
+
+void ProcessClique::waitForPeersOf(uint64_t seq, const std::string& what) {
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    MailboxEntry& e = layout_->entry(p, seq);
+    waitFor([&] { return e.published.load(std::memory_order_acquire) == seq + 1; }, p, what);
+  }
+  // Every peer published seq, so every earlier call too: the unmatched ones can all be compared now.
+  bool done = false;
+  {
+    std::lock_guard<std::mutex> lock(matchMutex_);
+    done = matchPublishedLocked();
+  }
+  checkHealthy();
+  CONCCL_ASSERT(done);
+}
+
+std::string ProcessClique::mismatch(const Unmatched& u, int peer) const {
+  const MailboxEntry& m = layout_->entry(rank_, u.seq);
+  const MailboxEntry& e = layout_->entry(peer, u.seq);
+  const std::string who = "rank " + std::to_string(peer);
+  const std::string me = "rank " + std::to_string(rank_);
+  if (e.kind != m.kind) {
+    return who + " called " + entryName(e.kind) + " where " + me + " called " + u.what +
+           " (every rank must make the same calls in the same order)";
+  }
+  if (e.errorCode != 0) return who + " refused its arguments: " + std::string(e.error);
+  const auto kind = static_cast<sched::CollKind>(m.kind);
+  auto differs = [&](const std::string& what, const std::string& mineV, const std::string& theirs) {
+    return "ranks disagree on " + what + ": " + me + " called " + u.what + " with " + mineV + ", " + who + " with " +
+           theirs;
+  };
+  if (e.dtype != m.dtype) {
+    return differs("the datatype", typeName(static_cast<concclDataType_t>(m.dtype)),
+                   typeName(static_cast<concclDataType_t>(e.dtype)));
+  }
+  if (e.count != m.count) return differs("the count", std::to_string(m.count), std::to_string(e.count));
+  if (sched::isReduction(kind) && e.op != m.op) {
+    return differs("the op", opName(static_cast<concclRedOp_t>(m.op)), opName(static_cast<concclRedOp_t>(e.op)));
+  }
+  if (sched::isRooted(kind) && e.root != m.root)
+    return differs("the root", std::to_string(m.root), std::to_string(e.root));
+  // In place or not matters for every rank of the unrooted collectives, only for the root of the rooted ones (a
+  // non-root took this path only where the root's choice changes nothing for it).
+  if (!sched::isRooted(kind) && e.inPlace != m.inPlace) {
+    return differs("in-place", m.inPlace ? "an in-place call" : "separate buffers",
+                   e.inPlace ? "an in-place call" : "separate buffers");
+  }
+  for (const Assumption& a : u.assumed) {
+    if (a.peer != peer) continue;
+    const WindowRef theirs{e.windowId[a.buffer], e.windowOffset[a.buffer]};
+    if (theirs == a.ref) continue;
+    return me + " launched " + u.what + " as a symmetric call, with " + who + "'s " + bufferName(a.buffer) +
+           " at offset " + std::to_string(a.ref.offset) + " of window " + std::to_string(a.ref.id) +
+           " (like its own), but " + who + " passed " +
+           (theirs.id != 0 ? "offset " + std::to_string(theirs.offset) + " of window " + std::to_string(theirs.id)
+                           : std::string("a buffer outside every window")) +
+           " (symmetric calls need the same window and offset on every rank)";
+  }
+  return {};
+}
+
+bool ProcessClique::matchPublishedLocked() {
+  while (!unmatched_.empty()) {
+    const Unmatched& u = unmatched_.front();
+    if (u.compare) {
+      for (int p = 0; p < nranks_; ++p) {
+        if (p != rank_ && layout_->entry(p, u.seq).published.load(std::memory_order_acquire) != u.seq + 1) {
+          return false;
+        }
+      }
+      for (int p = 0; p < nranks_; ++p) {
+        if (p == rank_) continue;
+        std::string problem = mismatch(u, p);
+        if (!problem.empty()) {
+          unmatched_.clear();
+          fail(concclInvalidUsage, problem);
+          return true;
+        }
+        const MailboxEntry& e = layout_->entry(p, u.seq);
+        for (uint32_t i = 0; i < e.retiredCount && i < kMaxRetired; ++i)
+          retiredFromPeers_.emplace_back(p, e.retired[i]);
+      }
+    }
+    layout_->rank(rank_).consumed.store(u.seq + 1, std::memory_order_release);
+    unmatched_.pop_front();
+  }
+  return true;
+}
+
+void ProcessClique::startWatchdog() {
+  if (watchdog_.joinable()) return;
+  watchdog_ = std::thread([this] { watchdogLoop(); });
+}
+
+void ProcessClique::stopWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(matchMutex_);
+    stopWatchdog_ = true;
+  }
+  matchCv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void ProcessClique::watchdogLoop() {
+  std::unique_lock<std::mutex> lock(matchMutex_);
+  auto nap = std::chrono::microseconds(20);
+  auto nextLivenessCheck = Clock::now();
+  bool cancelled = false;
+  while (!stopWatchdog_) {
+    if (unmatched_.empty()) {
+      matchCv_.wait(lock, [&] { return stopWatchdog_ || !unmatched_.empty(); });
+      nap = std::chrono::microseconds(20);
+      continue;
+    }
+    if (auto e = asyncError()) {
+      // Failed here or in another process: open this rank's flags too, so that its streams drain.
+      unmatched_.clear();
+      if (!cancelled) executor_->cancel();
+      cancelled = true;
+      continue;
+    }
+    if (matchPublishedLocked()) continue;
+    const Unmatched& u = unmatched_.front();
+    const auto now = Clock::now();
+    std::string missing;
+    std::string reason;
+    concclResult_t code = concclSuccess;
+    const bool checkLiveness = now >= nextLivenessCheck;
+    if (checkLiveness) nextLivenessCheck = now + std::chrono::milliseconds(20);
+    for (int p = 0; p < nranks_ && code == concclSuccess; ++p) {
+      if (p == rank_ || layout_->entry(p, u.seq).published.load(std::memory_order_acquire) == u.seq + 1) continue;
+      missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+      if (layout_->rank(p).departed.load(std::memory_order_acquire) != 0) {
+        code = concclInvalidUsage;
+        reason = "rank " + std::to_string(p) + " was destroyed or aborted before it made " + u.what + ", which rank " +
+                 std::to_string(rank_) + " had launched (symmetric call)";
+      } else if (checkLiveness && !processAlive(pids_[static_cast<size_t>(p)])) {
+        code = concclSystemError;
+        reason = "rank " + std::to_string(p) + " (pid " + std::to_string(pids_[static_cast<size_t>(p)]) +
+                 ") exited before it made " + u.what + ", which rank " + std::to_string(rank_) +
+                 " had launched (symmetric call)";
+      }
+    }
+    if (code == concclSuccess && now - u.launched >= std::chrono::milliseconds(config_.timeoutMs)) {
+      code = concclTimeout;
+      reason = "rank " + std::to_string(rank_) + " launched " + u.what + " (symmetric call) " +
+               std::to_string(config_.timeoutMs) + " ms ago and rank(s) " + missing + " have not called it";
+    }
+    if (code != concclSuccess) {
+      unmatched_.clear();
+      fail(code, reason);
+      cancelled = true;
+      continue;
+    }
+    // Peers usually follow within microseconds; back off to 1 ms for a straggler.
+    matchCv_.wait_for(lock, nap);
+    if (nap < std::chrono::microseconds(1000)) nap *= 2;
+  }
+}
+
 void ProcessClique::abandon(CallTicket& ticket) {
   // Every rank abandons the same calls (see Clique::abandon): keep the ring moving past this one.
-  if (ticket.call) layout_->rank(rank_).consumed.store(ticket.call->seq + 1, std::memory_order_release);
+  if (!ticket.call) return;
+  std::lock_guard<std::mutex> lock(matchMutex_);
+  if (unmatched_.empty()) {
+    layout_->rank(rank_).consumed.store(ticket.call->seq + 1, std::memory_order_release);
+  } else {
+    unmatched_.push_back(Unmatched{ticket.call->seq, false, Clock::now(), ticket.what, {}});
+  }
 }
 
 void ProcessClique::releaseRank(int rank, bool graceful) {
   CONCCL_ASSERT(rank == rank_);
   layout_->rank(rank_).departed.store(1, std::memory_order_release);
+  // The watchdog keeps watching the unmatched calls while the streams drain: a peer that never makes one of
+  // them ends this wait with the timeout instead of blocking it for ever.
   if (graceful) executor_->synchronize(rank_);
+  stopWatchdog();
   executor_->releaseRank(rank_);
+}
+
+std::vector<exec::BufferExport> ProcessClique::windowRendezvous(uint64_t seq, int32_t kind, uint64_t value,
+                                                                const exec::BufferExport& mine,
+                                                                const std::optional<Error>& ownError,
+                                                                const std::string& what) {
+  waitForFreeSlot(seq, what);
+  MailboxEntry& out = layout_->entry(rank_, seq);
+  out.kind = kind;
+  out.dtype = 0;
+  out.op = 0;
+  out.root = 0;
+  out.count = value;
+  out.inPlace = 0;
+  out.errorCode = ownError ? static_cast<int32_t>(ownError->code()) : 0;
+  copyMessage(out.error, ownError ? ownError->message() : std::string());
+  out.buffers[0] = mine;
+  out.buffers[1] = exec::BufferExport{};
+  out.windowId[0] = out.windowId[1] = 0;
+  out.windowOffset[0] = out.windowOffset[1] = 0;
+  out.launchedEarly = 0;
+  out.retiredCount = 0;  // retired allocations go out with the next collective
+  out.published.store(seq + 1, std::memory_order_release);
+
+  waitForPeersOf(seq, what);
+  std::vector<exec::BufferExport> exports(static_cast<size_t>(nranks_));
+  std::optional<Error> firstError;
+  std::string diverged;
+  for (int p = 0; p < nranks_; ++p) {
+    const MailboxEntry& e = layout_->entry(p, seq);
+    if (e.kind != kind) {
+      diverged = "rank " + std::to_string(p) + " called " + entryName(e.kind) + " where rank " + std::to_string(rank_) +
+                 " called " + what + " (every rank must make the same calls in the same order)";
+      break;
+    }
+    if (e.errorCode != 0 && !firstError) {
+      firstError = Error(static_cast<concclResult_t>(e.errorCode), "rank " + std::to_string(p) + ": " + e.error);
+    }
+    if (!firstError && e.count != value) {
+      firstError = Error(concclInvalidArgument,
+                         kind == kWindowRegisterKind
+                             ? "ranks disagree on the window size: rank " + std::to_string(rank_) + " registers " +
+                                   std::to_string(value) + " bytes, rank " + std::to_string(p) + " " +
+                                   std::to_string(e.count) + " (a symmetric window has one size on every rank)"
+                             : "ranks deregister different windows: rank " + std::to_string(rank_) + " its window #" +
+                                   std::to_string(value) + ", rank " + std::to_string(p) + " its window #" +
+                                   std::to_string(e.count) + " (deregister in the same order)");
+    }
+    exports[static_cast<size_t>(p)] = e.buffers[0];
+  }
+  layout_->rank(rank_).consumed.store(seq + 1, std::memory_order_release);
+  if (!diverged.empty()) {
+    fail(concclInvalidUsage, diverged);
+    CONCCL_THROW(concclInvalidUsage, diverged);
+  }
+  if (firstError) throw Error(*firstError).addContext(what);
+  return exports;
+}
+
+uint64_t ProcessClique::registerWindow(int rank, void* ptr, size_t bytes) {
+  CONCCL_ASSERT(rank == rank_);
+  checkHealthy();
+  closeRetiredPeerImports();
+  const uint64_t seq = nextSeq_++;
+  const std::string what = "concclCommWindowRegister #" + std::to_string(seq);
+  exec::BufferExport mine{};
+  std::optional<Error> ownError;
+  try {
+    mine = executor_->exportBuffer(rank_, ptr, bytes, "buff");
+  } catch (const Error& e) {
+    ownError = e;
+  }
+  const std::vector<exec::BufferExport> exports =
+      windowRendezvous(seq, kWindowRegisterKind, bytes, mine, ownError, what);
+  Window w;
+  w.base = static_cast<char*>(ptr);
+  w.bytes = bytes;
+  w.peerBase.assign(static_cast<size_t>(nranks_), nullptr);
+  w.peerAllocIds.assign(static_cast<size_t>(nranks_), 0);
+  try {
+    for (int p = 0; p < nranks_; ++p) {
+      const exec::BufferExport& e = exports[static_cast<size_t>(p)];
+      w.peerAllocIds[static_cast<size_t>(p)] = e.allocId;
+      w.peerBase[static_cast<size_t>(p)] = p == rank_ ? w.base : static_cast<char*>(executor_->importBuffer(p, e));
+    }
+  } catch (Error& e) {
+    // The peers consider the window registered: this rank cannot take part in calls on it.
+    e.addContext(what + " on rank " + std::to_string(rank_));
+    fail(e.code(), e.message());
+    throw;
+  }
+  const uint64_t id = nextWindowId_++;
+  windows_.emplace(id, std::move(w));
+  return id;
+}
+
+void ProcessClique::deregisterWindow(int rank, uint64_t id) {
+  CONCCL_ASSERT(rank == rank_);
+  checkHealthy();
+  auto it = windows_.find(id);
+  CONCCL_REQUIRE(it != windows_.end(), "window #" + std::to_string(id) + " is not registered on this communicator");
+  // This rank's work on the window (and, through the flags, the peers' accesses to this rank's part that the
+  // work waited for) ends first; the rendezvous then tells every rank that every rank has got that far.
+  executor_->synchronize(rank_);
+  const uint64_t seq = nextSeq_++;
+  windowRendezvous(seq, kWindowDeregisterKind, id, exec::BufferExport{}, std::nullopt,
+                   "concclCommWindowDeregister #" + std::to_string(seq));
+  const Window w = std::move(it->second);
+  windows_.erase(it);
+  for (int p = 0; p < nranks_; ++p) {
+    if (p != rank_) closePeerImport(p, w.peerAllocIds[static_cast<size_t>(p)]);
+  }
 }
 
 }  // namespace conccl

@@ -19,11 +19,26 @@
 // buffers (cached), builds the schedule and launches its own program. The host waits for the peers to *call*
 // the collective (as a local clique does), never for GPU work. A slot is reused only after every rank has
 // consumed it, and a rank that failed a check publishes its error so that every rank fails the call the same way.
+//
+// Symmetric calls (the zero-host-sync fast path): when every buffer this rank's program touches, its own and
+// its peers', can be derived from this rank's own pointers inside registered windows (same window, same offset
+// on every rank: concclCommWindowRegister), the rank publishes its arguments and launches at once, without
+// waiting for the peers. The call is then "unmatched" until every peer has published it too; the comparison
+// (same collective and arguments, and each assumed peer buffer really at that window and offset) is done by
+// whichever comes first: this rank's next call, or the watchdog thread, which also ends the wait of a call
+// whose peer died, departed or overran the timeout (fail(): the flags open, so no GPU stream waits forever).
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/bootstrap.h"
@@ -49,15 +64,78 @@ class ProcessClique final : public Clique {
   std::optional<Error> asyncError() const override;
   void abandon(CallTicket& ticket) override;
   void releaseRank(int rank, bool graceful) override;
+  uint64_t registerWindow(int rank, void* ptr, size_t bytes) override;
+  void deregisterWindow(int rank, uint64_t id) override;
 
   struct Layout;  // process_clique.cc
 
  private:
+  // Where a buffer lies in a registered window.
+  struct WindowRef {
+    uint64_t id = 0;  // 0: in no window
+    uint64_t offset = 0;
+    bool operator==(const WindowRef&) const = default;
+  };
+  struct Window {
+    char* base = nullptr;  // this rank's window
+    size_t bytes = 0;
+    std::vector<char*> peerBase;         // [rank] -> the peer's window as mapped here (own rank: base)
+    std::vector<uint64_t> peerAllocIds;  // [rank] -> the peer's allocation holding it (for closeImport)
+  };
+  // A peer buffer a symmetric call assumed: rank `peer`'s buffer `buffer` at `ref`.
+  struct Assumption {
+    int peer = 0;
+    int buffer = 0;
+    WindowRef ref;
+  };
+  // A call this rank has read only partly: launched without waiting (compare) or abandoned (nothing to read).
+  struct Unmatched {
+    uint64_t seq = 0;
+    bool compare = false;
+    std::chrono::steady_clock::time_point launched;
+    std::string what;
+    std::vector<Assumption> assumed;
+  };
+
   void checkHealthy() const;
   // Blocks until `ready()` or a failure: the shared error word, `peer` departed (destroyed or aborted) or dead,
   // the deadline. `peer` and `what` name the wait in messages.
   template <typename Ready>
   void waitFor(Ready ready, int peer, const std::string& what);
+
+  // Ring slot seq % kRingEntries is free: every rank, this one included, has read the call that used it last.
+  void waitForFreeSlot(uint64_t seq, const std::string& what);
+  // Blocks until every peer has published call `seq`, then finishes the unmatched calls before it (all
+  // published by then). Throws what they found.
+  void waitForPeersOf(uint64_t seq, const std::string& what);
+  // Compares the unmatched calls whose entries every peer has published, oldest first, and advances `consumed`
+  // past them. A mismatch fails the communicator. True when nothing is left unmatched. Needs matchMutex_.
+  bool matchPublishedLocked();
+  // What is wrong with `peer`'s entry of an unmatched call, or "" if it agrees.
+  std::string mismatch(const Unmatched& u, int peer) const;
+  void startWatchdog();
+  void stopWatchdog();
+  void watchdogLoop();
+
+  WindowRef findWindow(const void* ptr, size_t bytes) const;
+  // rank `peer`'s buffer at `ref`, `bytes` long; nullptr if that would leave the peer's window.
+  void* peerAddress(int peer, const WindowRef& ref, size_t bytes) const;
+  // Binds the peer buffers this rank's program touches from this rank's own window references `mine`
+  // (sendbuff, recvbuff), recording each as an assumption; false when one cannot be derived or would leave
+  // the peer's window.
+  bool bindSymmetric(PendingCall& pending, const WindowRef (&mine)[2], std::vector<Assumption>& assumed) const;
+  // Launches this rank's program; a failure fails the communicator (the peers may be waiting for it).
+  void launchProgram(PendingCall& pending, const CallTicket& ticket);
+  // Drops the mapping of a peer allocation the peer has retired, unless a window still holds it.
+  void closePeerImport(int peer, uint64_t allocId);
+  // The retirements the watchdog read from the peers' entries (it does not touch the windows itself).
+  void closeRetiredPeerImports();
+  // Publishes window operation `kind` (register or deregister) with `value` (size or window id) as call `seq`
+  // and reads every peer's entry. Throws when a peer failed its part or did something else; returns the
+  // peers' exports.
+  std::vector<exec::BufferExport> windowRendezvous(uint64_t seq, int32_t kind, uint64_t value,
+                                                   const exec::BufferExport& mine, const std::optional<Error>& ownError,
+                                                   const std::string& what);
 
   Config config_;
   int rank_ = 0;
@@ -72,6 +150,16 @@ class ProcessClique final : public Clique {
   uint64_t nextSeq_ = 0;
   mutable std::mutex mutex_;  // error_
   std::optional<Error> error_;
+
+  std::map<uint64_t, Window> windows_;  // by id (ids count up in registration order, equal on every rank)
+  uint64_t nextWindowId_ = 1;
+
+  std::mutex matchMutex_;  // unmatched_, stopWatchdog_; taken before mutex_ (fail) when both are needed
+  std::condition_variable matchCv_;
+  std::deque<Unmatched> unmatched_;
+  std::vector<std::pair<int, uint64_t>> retiredFromPeers_;  // (peer, allocation id) read by matchPublishedLocked
+  bool stopWatchdog_ = false;
+  std::thread watchdog_;  // started by the first symmetric call
 };
 
 }  // namespace conccl

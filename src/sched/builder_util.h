@@ -16,8 +16,8 @@ size_t typeSize(concclDataType_t dtype);
 bool isFp8(concclDataType_t dtype);
 const char* dtypeName(concclDataType_t dtype);
 const char* opName(concclRedOp_t op);
-bool isReduction(CollKind kind);
-bool isRooted(CollKind kind);
+using ::conccl::sched::isReduction;
+using ::conccl::sched::isRooted;
 
 // True when `rank` effectively runs in place: in-place flags only matter on the root for rooted
 // collectives (elsewhere one of the two buffers is unused) and never for SendRecv.

@@ -130,6 +130,15 @@ int maxSlots(int nranks, const BuildOptions& options) {
   return firstFreeSlot(nranks) + 2 * nranks * std::max(1, options.pipelineDepth) + std::max(1, options.lanes);
 }
 
+bool isReduction(CollKind kind) {
+  return kind == CollKind::kReduceScatter || kind == CollKind::kAllReduce || kind == CollKind::kReduce;
+}
+
+bool isRooted(CollKind kind) {
+  return kind == CollKind::kBroadcast || kind == CollKind::kReduce || kind == CollKind::kGather ||
+         kind == CollKind::kScatter;
+}
+
 namespace detail {
 
 // One table of type sizes for the whole library (core/types.cc).
@@ -143,15 +152,6 @@ const char* opName(concclRedOp_t op) {
   static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
   const int i = static_cast<int>(op);
   return i >= 0 && i < concclNumOps ? kNames[i] : "invalid";
-}
-
-bool isReduction(CollKind kind) {
-  return kind == CollKind::kReduceScatter || kind == CollKind::kAllReduce || kind == CollKind::kReduce;
-}
-
-bool isRooted(CollKind kind) {
-  return kind == CollKind::kBroadcast || kind == CollKind::kReduce || kind == CollKind::kGather ||
-         kind == CollKind::kScatter;
 }
 
 bool inPlaceRank(const CollectiveCall& call, int rank) {

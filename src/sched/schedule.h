@@ -55,16 +55,19 @@ struct Copy {
   Location dst;
   size_t bytes = 0;
   int lane = 0;  // lane index, or kMainStream
+  friend bool operator==(const Copy&, const Copy&) = default;
 };
 
 struct Signal {
   int peer = 0;  // rank whose flag is set (may be the issuing rank itself)
   int slot = 0;
   int lane = kMainStream;
+  friend bool operator==(const Signal&, const Signal&) = default;
 };
 
 struct Wait {
   int slot = 0;
+  friend bool operator==(const Wait&, const Wait&) = default;
 };
 
 // output[i] = op(inputs[0][i], ..., inputs[k-1][i]) for i < count; concclAvg divides the sum by k.
@@ -75,21 +78,23 @@ struct Reduce {
   size_t count = 0;
   concclDataType_t dtype = concclFloat32;
   concclRedOp_t op = concclSum;
+  friend bool operator==(const Reduce&, const Reduce&) = default;
 };
 
 using Op = std::variant<Copy, Signal, Wait, Reduce>;
 
 struct RankProgram {
   std::vector<Op> ops;
+  friend bool operator==(const RankProgram&, const RankProgram&) = default;
 };
 
 struct Schedule {
   int nranks = 0;
-  int lanes = 1;               // lanes a program may use (ops use lane < lanes)
-  int slots = 0;               // flags per rank (slot < slots)
-  size_t scratchBytes = 0;     // scratch per rank used by this schedule (<= the call's scratch budget)
+  int lanes = 1;                      // lanes a program may use (ops use lane < lanes)
+  int slots = 0;                      // flags per rank (slot < slots)
+  size_t scratchBytes = 0;            // scratch per rank used by this schedule (<= the call's scratch budget)
   std::vector<RankProgram> programs;  // one per rank
-  std::string algorithm;       // e.g. "direct", "direct-pipelined(chunks=12)": for logs and tools
+  std::string algorithm;              // e.g. "direct", "direct-pipelined(chunks=12)": for logs and tools
   // [rank] -> bytes the rank's Copy ops move, filled by buildSchedule (empty in hand-made schedules): executors
   // choose a path per call from it without walking every program on every launch.
   std::vector<size_t> copyBytes;
@@ -116,6 +121,10 @@ enum class CollKind {
 };
 
 const char* collKindName(CollKind kind);
+// ReduceScatter, AllReduce, Reduce: the calls that take an op.
+bool isReduction(CollKind kind);
+// Broadcast, Reduce, Gather, Scatter: the calls that take a root.
+bool isRooted(CollKind kind);
 
 // One Send or Recv of a group of point-to-point operations, as posted by `rank`.
 struct P2POp {

@@ -135,7 +135,34 @@ TEST_P(MultiProcess, EveryCollectiveMatchesTheReference) {
   for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
 }
 
+TEST_P(MultiProcess, SymmetricWindowCallsMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  auto results = runWorkers("symmetric", GetParam(), 60000, 240);
+  expectAllSucceeded(results);
+  for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, MultiProcess, ::testing::Values(2, 3, 4));
+
+// Symmetric calls return before the peers call: the watchdog must still turn every failure into an error on
+// every rank, and open the flags so that the streams drain.
+TEST(MultiProcessSymmetric, OffsetMismatchIsReportedOnEveryRank) {
+  SKIP_WITHOUT_GPU();
+  expectAllSucceeded(runWorkers("symmetric-mismatch", 3, 20000, 90));
+}
+
+TEST(MultiProcessSymmetric, HungPeerTimesOutAfterTheCallsReturned) {
+  SKIP_WITHOUT_GPU();
+  expectAllSucceeded(runWorkers("symmetric-hung", 3, 1500, 60));
+}
+
+TEST(MultiProcessSymmetric, DeadPeerIsNoticedAfterTheCallsReturned) {
+  SKIP_WITHOUT_GPU();
+  auto results = runWorkers("symmetric-dead", 3, 30000, 60);
+  for (size_t r = 0; r + 1 < results.size(); ++r) {
+    EXPECT_EQ(results[r].status, 0) << "rank " << r << ":\n" << results[r].log;
+  }
+}
 
 TEST(MultiProcessErrors, BadUsageIsReportedOnEveryRank) {
   SKIP_WITHOUT_GPU();

@@ -185,12 +185,14 @@ TEST(ApiMultiprocess, RegisterAndDeregisterOnHostCommunicator) {
   void* h0 = nullptr;
   void* h0again = nullptr;
   void* h1 = nullptr;
-  ASSERT_EQ(concclCommRegister(comms[0], a.data(), a.size() * sizeof(float), &h0), concclSuccess) << lastError(comms[0]);
+  ASSERT_EQ(concclCommRegister(comms[0], a.data(), a.size() * sizeof(float), &h0), concclSuccess)
+      << lastError(comms[0]);
   ASSERT_NE(h0, nullptr);
   // Registering the same buffer again gives a distinct handle; each is deregistered once.
   ASSERT_EQ(concclCommRegister(comms[0], a.data(), 16, &h0again), concclSuccess) << lastError(comms[0]);
   EXPECT_NE(h0again, h0);
-  ASSERT_EQ(concclCommRegister(comms[1], b.data(), b.size() * sizeof(float), &h1), concclSuccess) << lastError(comms[1]);
+  ASSERT_EQ(concclCommRegister(comms[1], b.data(), b.size() * sizeof(float), &h1), concclSuccess)
+      << lastError(comms[1]);
   EXPECT_NE(h1, h0);
 
   // A handle belongs to the communicator that returned it.
@@ -213,6 +215,72 @@ TEST(ApiMultiprocess, RegisterAndDeregisterOnHostCommunicator) {
   EXPECT_EQ(r1[255], 3.0f);
 
   // h0again is left registered: destroy releases it.
+  for (auto comm : comms) EXPECT_EQ(concclCommDestroy(comm), concclSuccess) << lastError();
+}
+
+TEST(ApiMultiprocess, WindowRegisterArgumentErrors) {
+  auto comms = hostComms(2);
+  concclComm_t c = comms[0];
+  std::vector<float> buf(64, 1.0f);
+  concclWindow_t win = nullptr;
+
+  EXPECT_NE(concclCommWindowRegister(nullptr, buf.data(), sizeof(float) * buf.size(), &win), concclSuccess);
+  EXPECT_FALSE(lastError().empty());
+  EXPECT_EQ(concclCommWindowRegister(c, nullptr, 16, &win), concclInvalidArgument);
+  EXPECT_NE(lastError(c).find("buff is NULL"), std::string::npos) << lastError(c);
+  EXPECT_EQ(concclCommWindowRegister(c, buf.data(), 0, &win), concclInvalidArgument);
+  EXPECT_NE(lastError(c).find("size is 0"), std::string::npos) << lastError(c);
+  EXPECT_EQ(concclCommWindowRegister(c, buf.data(), 16, nullptr), concclInvalidArgument);
+  EXPECT_NE(lastError(c).find("win is NULL"), std::string::npos) << lastError(c);
+  EXPECT_EQ(win, nullptr);
+  // Collective across processes (it waits for the peers): refused inside a group, like InitRank.
+  ASSERT_EQ(concclGroupStart(), concclSuccess);
+  EXPECT_EQ(concclCommWindowRegister(c, buf.data(), 16, &win), concclInvalidUsage);
+  EXPECT_NE(lastError(c).find("concclGroupStart"), std::string::npos) << lastError(c);
+  ASSERT_EQ(concclGroupEnd(), concclSuccess);
+  EXPECT_EQ(win, nullptr);
+
+  EXPECT_NE(concclCommWindowDeregister(nullptr, win), concclSuccess);
+  EXPECT_EQ(concclCommWindowDeregister(c, nullptr), concclInvalidArgument);
+  EXPECT_NE(lastError(c).find("win is NULL"), std::string::npos) << lastError(c);
+  for (auto comm : comms) EXPECT_EQ(concclCommDestroy(comm), concclSuccess) << lastError();
+}
+
+TEST(ApiMultiprocess, WindowsOnHostCommunicator) {
+  // Single-process communicators need no windows: registration validates and hands out a handle, and the
+  // collectives on window buffers run as before.
+  auto comms = hostComms(2);
+  std::vector<float> a(512), b(512);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>(i % 13);
+    b[i] = static_cast<float>((i * 7) % 11);
+  }
+  concclWindow_t w0 = nullptr, w1 = nullptr;
+  ASSERT_EQ(concclCommWindowRegister(comms[0], a.data(), a.size() * sizeof(float), &w0), concclSuccess)
+      << lastError(comms[0]);
+  ASSERT_EQ(concclCommWindowRegister(comms[1], b.data(), b.size() * sizeof(float), &w1), concclSuccess)
+      << lastError(comms[1]);
+  ASSERT_NE(w0, nullptr);
+  EXPECT_NE(w0, w1);
+  // A handle belongs to the communicator that returned it.
+  EXPECT_EQ(concclCommWindowDeregister(comms[1], w0), concclInvalidArgument);
+  EXPECT_NE(lastError(comms[1]).find("concclCommWindowRegister"), std::string::npos) << lastError(comms[1]);
+
+  // In place, first half of each window: sum of both ranks' values.
+  ASSERT_EQ(concclGroupStart(), concclSuccess);
+  EXPECT_EQ(concclAllReduce(a.data(), a.data(), 256, concclFloat32, concclSum, comms[0], nullptr), concclSuccess);
+  EXPECT_EQ(concclAllReduce(b.data(), b.data(), 256, concclFloat32, concclSum, comms[1], nullptr), concclSuccess);
+  ASSERT_EQ(concclGroupEnd(), concclSuccess) << lastError();
+  for (size_t i = 0; i < 256; ++i) {
+    const float want = static_cast<float>(i % 13) + static_cast<float>((i * 7) % 11);
+    ASSERT_EQ(a[i], want) << i;
+    ASSERT_EQ(b[i], want) << i;
+  }
+  EXPECT_EQ(a[300], static_cast<float>(300 % 13));  // the rest of the window untouched
+
+  EXPECT_EQ(concclCommWindowDeregister(comms[0], w0), concclSuccess) << lastError(comms[0]);
+  EXPECT_EQ(concclCommWindowDeregister(comms[0], w0), concclInvalidArgument);  // twice
+  // w1 is left registered: destroy releases it.
   for (auto comm : comms) EXPECT_EQ(concclCommDestroy(comm), concclSuccess) << lastError();
 }
 

@@ -11,6 +11,11 @@
 //                communicator stays usable; Send across processes is refused; register/deregister.
 //   dead-peer    the last rank exits right after init; the others must fail promptly, abort, and leave nothing.
 //   hung-peer    the last rank sleeps; the others time out, abort; the sleeper then fails too and aborts.
+//   symmetric    a concclMemAlloc'd window per rank: every collective on buffers at the same offsets in it (no
+//                host rendezvous), alternating with the regular path, the hot path and a graph on window buffers.
+//   symmetric-mismatch / symmetric-hung / symmetric-dead
+//                after a good symmetric call, the last rank uses another offset / sleeps / exits: the others'
+//                calls return at once, the watchdog reports the failure on every rank, the streams drain.
 #include <conccl/conccl.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -19,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -59,6 +65,10 @@ void ok(concclResult_t r, const char* what) {
   }
 }
 
+void expectError(concclResult_t got, concclResult_t want, const char* what, const char* mustContain);
+void checkNoMappingsLeft(const char* when);
+void checkNothingNamedLeft(const char* when);
+
 // Bounded wait for the stream (a hang must fail the test, not stall it).
 void syncStream(cudaStream_t s, int seconds = 60) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
@@ -90,8 +100,13 @@ std::vector<Bytes> inputsFor(Coll c, size_t count, concclDataType_t dt, int root
 }
 
 // Runs one collective case on this rank and checks the result. Returns the number of wrong elements.
+// Buffers from `window` when given (in-place: at its start; out of place: send at its start, receive at
+// kWindowRecvOffset), at the same offsets on every rank: a symmetric call. Otherwise fresh cudaMalloc buffers.
+constexpr size_t kWindowBytes = 32u << 20;
+constexpr size_t kWindowRecvOffset = 16u << 20;
+
 size_t runCase(Coll c, concclDataType_t dt, concclRedOp_t op, size_t count, bool inPlace, int root, uint64_t seed,
-               cudaStream_t stream) {
+               cudaStream_t stream, char* window = nullptr) {
   const size_t es = t::esize(dt);
   std::vector<Bytes> send = inputsFor(c, count, dt, root, seed);
   std::vector<Bytes> want = t::reference(c, send, count, dt, op, root);
@@ -100,24 +115,35 @@ size_t runCase(Coll c, concclDataType_t dt, concclRedOp_t op, size_t count, bool
   Bytes got;
   if (inPlace) {
     t::InPlaceLayout L = t::inPlaceLayout(c, count, gNranks, gRank, root);
-    DevBuf buf(L.bufferElems * es);
+    std::optional<DevBuf> own;
+    if (window == nullptr) own.emplace(L.bufferElems * es);
+    char* buf = window != nullptr ? window : own->c();
+    CHECK(window == nullptr || L.bufferElems * es <= kWindowBytes, "case too large for the window");
     // Junk everywhere, then the input where the API expects it: the output must overwrite the junk.
-    cudaOk(cudaMemsetAsync(buf.p, 0x5a, L.bufferElems * es, stream), "memset");
+    cudaOk(cudaMemsetAsync(buf, 0x5a, L.bufferElems * es, stream), "memset");
     if (!mine.empty())
-      cudaOk(cudaMemcpyAsync(buf.c() + L.sendAt * es, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
-    ok(t::callCollective(c, buf.c() + L.sendAt * es, buf.c() + L.recvAt * es, count, dt, op, root, gComm, stream),
+      cudaOk(cudaMemcpyAsync(buf + L.sendAt * es, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
+    ok(t::callCollective(c, buf + L.sendAt * es, buf + L.recvAt * es, count, dt, op, root, gComm, stream),
        t::collName(c));
     got.resize(recvElems * es);
     if (!got.empty())
-      cudaOk(cudaMemcpyAsync(got.data(), buf.c() + L.recvAt * es, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+      cudaOk(cudaMemcpyAsync(got.data(), buf + L.recvAt * es, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
     syncStream(stream);
   } else {
-    DevBuf sbuf(mine.size()), rbuf(recvElems * es);
-    cudaOk(cudaMemsetAsync(rbuf.p, 0x5a, recvElems * es == 0 ? 1 : recvElems * es, stream), "memset");
-    if (!mine.empty()) cudaOk(cudaMemcpyAsync(sbuf.p, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
-    ok(t::callCollective(c, sbuf.p, rbuf.p, count, dt, op, root, gComm, stream), t::collName(c));
+    std::optional<DevBuf> ownSend, ownRecv;
+    if (window == nullptr) {
+      ownSend.emplace(mine.size());
+      ownRecv.emplace(recvElems * es);
+    }
+    CHECK(window == nullptr || (mine.size() <= kWindowRecvOffset && recvElems * es <= kWindowBytes - kWindowRecvOffset),
+          "case too large for the window");
+    void* sbuf = window != nullptr ? static_cast<void*>(window) : ownSend->p;
+    void* rbuf = window != nullptr ? static_cast<void*>(window + kWindowRecvOffset) : ownRecv->p;
+    cudaOk(cudaMemsetAsync(rbuf, 0x5a, recvElems * es == 0 ? 1 : recvElems * es, stream), "memset");
+    if (!mine.empty()) cudaOk(cudaMemcpyAsync(sbuf, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
+    ok(t::callCollective(c, sbuf, rbuf, count, dt, op, root, gComm, stream), t::collName(c));
     got.resize(recvElems * es);
-    if (!got.empty()) cudaOk(cudaMemcpyAsync(got.data(), rbuf.p, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+    if (!got.empty()) cudaOk(cudaMemcpyAsync(got.data(), rbuf, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
     syncStream(stream);
   }
   return t::countWrong(got, want[static_cast<size_t>(gRank)], dt, t::isReduction(c), gNranks);
@@ -167,12 +193,12 @@ size_t runAllToAllv(uint64_t seed, cudaStream_t stream) {
   return wrong;
 }
 
-void scenarioCollectives(cudaStream_t stream) {
+// Every collective but AllToAllv x dtypes x counts x in/out of place x ops; returns the number of cases.
+int sweepCollectives(cudaStream_t stream, uint64_t& seed, char* window = nullptr) {
   const Coll colls[] = {Coll::kAllGather, Coll::kReduceScatter, Coll::kAllReduce, Coll::kBroadcast,
                         Coll::kReduce,    Coll::kAllToAll,      Coll::kGather,    Coll::kScatter};
   const concclDataType_t types[] = {concclFloat32, concclBfloat16, concclInt32};
   const size_t counts[] = {1, 4099, 262144};
-  uint64_t seed = 1;
   int cases = 0;
   for (Coll c : colls) {
     for (concclDataType_t dt : types) {
@@ -183,11 +209,12 @@ void scenarioCollectives(cudaStream_t stream) {
           concclRedOp_t op = concclSum;
           if (t::isReduction(c) && seed % 3 == 1) op = concclMax;
           if (t::isReduction(c) && seed % 3 == 2 && dt != concclInt32) op = concclAvg;
-          size_t wrong = runCase(c, dt, op, count, ip == 1, root, seed, stream);
+          size_t wrong = runCase(c, dt, op, count, ip == 1, root, seed, stream, window);
           if (wrong != 0) {
-            throw Failure(std::string(t::collName(c)) + " dtype " + std::to_string(dt) + " count " +
-                          std::to_string(count) + (ip ? " in-place" : " out-of-place") + " root " +
-                          std::to_string(root) + ": " + std::to_string(wrong) + " wrong elements");
+            throw Failure(std::string(window != nullptr ? "symmetric " : "") + t::collName(c) + " dtype " +
+                          std::to_string(dt) + " count " + std::to_string(count) +
+                          (ip ? " in-place" : " out-of-place") + " root " + std::to_string(root) + ": " +
+                          std::to_string(wrong) + " wrong elements");
           }
           ++seed;
           ++cases;
@@ -195,63 +222,79 @@ void scenarioCollectives(cudaStream_t stream) {
       }
     }
   }
-  for (int i = 0; i < 4; ++i, ++seed, ++cases) {
-    size_t wrong = runAllToAllv(seed, stream);
-    CHECK(wrong == 0, "AllToAllv: " + std::to_string(wrong) + " wrong elements");
-  }
+  return cases;
+}
 
-  // The hot path: the same buffers call after call (IPC mappings cached), fresh data every 50 calls.
+// The hot path: the same buffers call after call without waiting for the GPU (IPC mappings cached, or windows),
+// fresh data every 50 calls. Returns the host time per call in microseconds.
+double hotPath(void* a, void* b, cudaStream_t stream, const char* label) {
   const size_t count = 2048;
-  DevBuf a(count * 4), b(count * 4);
   double enqueueUs = 0;
   const int calls = 300;
   for (int i = 0; i < calls; ++i) {
     std::vector<Bytes> send =
         inputsFor(Coll::kAllReduce, count, concclFloat32, 0, 100000 + static_cast<uint64_t>(i / 50));
     if (i % 50 == 0)
-      cudaOk(cudaMemcpyAsync(a.p, send[static_cast<size_t>(gRank)].data(), count * 4, cudaMemcpyHostToDevice, stream),
+      cudaOk(cudaMemcpyAsync(a, send[static_cast<size_t>(gRank)].data(), count * 4, cudaMemcpyHostToDevice, stream),
              "h2d");
     auto t0 = std::chrono::steady_clock::now();
-    ok(concclAllGather(a.p, b.p, count / static_cast<size_t>(gNranks), concclFloat32, gComm, stream),
-       "AllGather (hot)");
+    ok(concclAllGather(a, b, count / static_cast<size_t>(gNranks), concclFloat32, gComm, stream), "AllGather (hot)");
     enqueueUs += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     if (i % 50 == 49) {
       Bytes got(count / static_cast<size_t>(gNranks) * static_cast<size_t>(gNranks) * 4);
-      cudaOk(cudaMemcpyAsync(got.data(), b.p, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+      cudaOk(cudaMemcpyAsync(got.data(), b, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
       syncStream(stream);
       for (int p = 0; p < gNranks; ++p) {
         const size_t cb = count / static_cast<size_t>(gNranks) * 4;
         CHECK(std::memcmp(got.data() + static_cast<size_t>(p) * cb, send[static_cast<size_t>(p)].data(), cb) == 0,
-              "hot-path AllGather block " + std::to_string(p) + " wrong at call " + std::to_string(i));
+              std::string(label) + " AllGather block " + std::to_string(p) + " wrong at call " + std::to_string(i));
       }
     }
   }
   syncStream(stream);
-  std::fprintf(stderr, "rank %d: hot path AllGather %zu B per rank: %.1f us host time per call (enqueue)\n", gRank,
-               count / static_cast<size_t>(gNranks) * 4, enqueueUs / calls);
+  const double us = enqueueUs / calls;
+  std::fprintf(stderr, "rank %d: %s AllGather %zu B per rank: %.1f us host time per call (enqueue)\n", gRank, label,
+               count / static_cast<size_t>(gNranks) * 4, us);
+  return us;
+}
 
-  // CUDA graph: capture AllGather + AllReduce once, replay with fresh inputs.
+// A CUDA graph of AllGather + AllReduce captured once and replayed 20 times with fresh inputs. `window`: the four
+// buffers are carved out of it (symmetric calls).
+void graphReplays(cudaStream_t stream, char* window = nullptr) {
   const size_t gcount = 4096;
-  DevBuf gin(gcount * 4), gout(gcount * 4 * static_cast<size_t>(gNranks)), rin(gcount * 4), rout(gcount * 4);
+  const size_t inBytes = gcount * 4;
+  const size_t outBytes = inBytes * static_cast<size_t>(gNranks);
+  std::optional<DevBuf> own[4];
+  char* bufs[4];
+  const size_t sizes[4] = {inBytes, outBytes, inBytes, inBytes};
+  size_t offset = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (window != nullptr) {
+      bufs[i] = window + offset;
+      offset += (sizes[i] + 255) / 256 * 256;
+    } else {
+      own[i].emplace(sizes[i]);
+      bufs[i] = own[i]->c();
+    }
+  }
+  char *gin = bufs[0], *gout = bufs[1], *rin = bufs[2], *rout = bufs[3];
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   cudaOk(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  ok(concclAllGather(gin.p, gout.p, gcount, concclFloat32, gComm, stream), "AllGather (capture)");
-  ok(concclAllReduce(rin.p, rout.p, gcount, concclFloat32, concclSum, gComm, stream), "AllReduce (capture)");
+  ok(concclAllGather(gin, gout, gcount, concclFloat32, gComm, stream), "AllGather (capture)");
+  ok(concclAllReduce(rin, rout, gcount, concclFloat32, concclSum, gComm, stream), "AllReduce (capture)");
   cudaOk(cudaStreamEndCapture(stream, &graph), "end capture");
   cudaOk(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
   for (int rep = 0; rep < 20; ++rep) {
     const uint64_t s = 500000 + static_cast<uint64_t>(rep);
     std::vector<Bytes> ag = inputsFor(Coll::kAllGather, gcount, concclFloat32, 0, s);
     std::vector<Bytes> ar = inputsFor(Coll::kAllReduce, gcount, concclFloat32, 0, s + 77);
-    cudaOk(cudaMemcpyAsync(gin.p, ag[static_cast<size_t>(gRank)].data(), gcount * 4, cudaMemcpyHostToDevice, stream),
-           "h2d");
-    cudaOk(cudaMemcpyAsync(rin.p, ar[static_cast<size_t>(gRank)].data(), gcount * 4, cudaMemcpyHostToDevice, stream),
-           "h2d");
+    cudaOk(cudaMemcpyAsync(gin, ag[static_cast<size_t>(gRank)].data(), inBytes, cudaMemcpyHostToDevice, stream), "h2d");
+    cudaOk(cudaMemcpyAsync(rin, ar[static_cast<size_t>(gRank)].data(), inBytes, cudaMemcpyHostToDevice, stream), "h2d");
     cudaOk(cudaGraphLaunch(exec, stream), "graph launch");
-    Bytes g1(gcount * 4 * static_cast<size_t>(gNranks)), g2(gcount * 4);
-    cudaOk(cudaMemcpyAsync(g1.data(), gout.p, g1.size(), cudaMemcpyDeviceToHost, stream), "d2h");
-    cudaOk(cudaMemcpyAsync(g2.data(), rout.p, g2.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+    Bytes g1(outBytes), g2(inBytes);
+    cudaOk(cudaMemcpyAsync(g1.data(), gout, g1.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+    cudaOk(cudaMemcpyAsync(g2.data(), rout, g2.size(), cudaMemcpyDeviceToHost, stream), "d2h");
     syncStream(stream);
     auto w1 = t::reference(Coll::kAllGather, ag, gcount, concclFloat32, concclSum, 0);
     auto w2 = t::reference(Coll::kAllReduce, ar, gcount, concclFloat32, concclSum, 0);
@@ -262,7 +305,55 @@ void scenarioCollectives(cudaStream_t stream) {
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  std::fprintf(stderr, "rank %d: %d collective cases, %d hot calls, 20 graph replays OK\n", gRank, cases, calls);
+}
+
+void scenarioCollectives(cudaStream_t stream) {
+  uint64_t seed = 1;
+  int cases = sweepCollectives(stream, seed);
+  for (int i = 0; i < 4; ++i, ++seed, ++cases) {
+    size_t wrong = runAllToAllv(seed, stream);
+    CHECK(wrong == 0, "AllToAllv: " + std::to_string(wrong) + " wrong elements");
+  }
+  DevBuf a(2048 * 4), b(2048 * 4);
+  hotPath(a.p, b.p, stream, "hot path");
+  graphReplays(stream);
+  std::fprintf(stderr, "rank %d: %d collective cases, 300 hot calls, 20 graph replays OK\n", gRank, cases);
+}
+
+// A window per rank (concclMemAlloc + concclCommWindowRegister): every collective on buffers carved out of it at
+// the same offsets (symmetric: no host rendezvous), interleaved with calls on buffers outside it (the regular
+// path), the hot path and a graph on window buffers, then deregister and free.
+void scenarioSymmetric(cudaStream_t stream) {
+  void* base = nullptr;
+  ok(concclMemAlloc(&base, kWindowBytes), "concclMemAlloc");
+  concclWindow_t win = nullptr;
+  ok(concclCommWindowRegister(gComm, base, kWindowBytes, &win), "concclCommWindowRegister");
+  char* window = static_cast<char*>(base);
+  uint64_t seed = 7;
+  int cases = sweepCollectives(stream, seed, window);
+  // The two paths alternate: the ring's bookkeeping must keep them in order.
+  for (int i = 0; i < 6; ++i, ++seed, ++cases) {
+    char* where = i % 2 == 0 ? window : nullptr;
+    const Coll c = i % 3 == 0 ? Coll::kAllReduce : (i % 3 == 1 ? Coll::kAllGather : Coll::kReduceScatter);
+    size_t wrong = runCase(c, concclFloat32, concclSum, 4099, false, 0, seed, stream, where);
+    CHECK(wrong == 0, std::string("alternating paths, ") + t::collName(c) + ": " + std::to_string(wrong) + " wrong");
+  }
+  size_t wrong = runAllToAllv(seed++, stream);  // AllToAllv always takes the regular path
+  CHECK(wrong == 0, "AllToAllv beside windows: " + std::to_string(wrong) + " wrong elements");
+  DevBuf a(2048 * 4), b(2048 * 4);
+  const double regularUs = hotPath(a.p, b.p, stream, "regular hot path");
+  const double symmetricUs = hotPath(window, window + kWindowRecvOffset, stream, "symmetric hot path");
+  graphReplays(stream, window);
+  ok(concclCommWindowDeregister(gComm, win), "concclCommWindowDeregister");
+  expectError(concclCommWindowDeregister(gComm, win), concclInvalidArgument, "deregister twice", "win was not");
+  ok(concclMemFree(base), "concclMemFree");
+  // Still usable after the window is gone.
+  wrong = runCase(Coll::kAllReduce, concclFloat32, concclSum, 4099, true, 0, seed++, stream);
+  CHECK(wrong == 0, "AllReduce after deregister: " + std::to_string(wrong) + " wrong");
+  std::fprintf(stderr,
+               "rank %d: %d symmetric and alternating cases, hot path %.1f us (regular %.1f), 20 graph "
+               "replays OK\n",
+               gRank, cases, symmetricUs, regularUs);
 }
 
 // Nothing of the communicator may be visible in the file system or the socket table once it is initialised.
@@ -343,6 +434,82 @@ void scenarioErrors(cudaStream_t stream) {
   ok(concclMemFree(m2), "concclMemFree");
 }
 
+// A window per rank, one good symmetric call, then a failure the watchdog must turn into an error on every rank
+// although the symmetric calls returned at once: the last rank's buffers sit at another offset (mismatch), or
+// the last rank never makes the call (hung: sleeps; dead: exits). The streams must drain (the flags open), and
+// abort must leave nothing behind.
+void scenarioSymmetricFailure(const std::string& scenario, cudaStream_t stream, int timeoutMs) {
+  using Clock = std::chrono::steady_clock;
+  void* base = nullptr;
+  ok(concclMemAlloc(&base, kWindowBytes), "concclMemAlloc");
+  concclWindow_t win = nullptr;
+  ok(concclCommWindowRegister(gComm, base, kWindowBytes, &win), "concclCommWindowRegister");
+  char* window = static_cast<char*>(base);
+  size_t wrong = runCase(Coll::kAllReduce, concclFloat32, concclSum, 4099, false, 0, 3, stream, window);
+  CHECK(wrong == 0, "symmetric AllReduce before the failure: " + std::to_string(wrong) + " wrong");
+  const size_t count = 1024;
+  const bool last = gRank == gNranks - 1;
+  concclResult_t expected = concclInvalidUsage;
+  const char* mustContain = "symmetric";
+  if (scenario == "symmetric-mismatch") {
+    const size_t shift = last ? 4096 : 0;
+    concclResult_t r = concclAllReduce(window + shift, window + kWindowRecvOffset + shift, count, concclFloat32,
+                                       concclSum, gComm, stream);
+    // The rank that comes last sees the mismatch before it launches; the others launched and learn it later.
+    CHECK(r == concclSuccess || r == concclInvalidUsage,
+          std::string("mismatched symmetric call returned ") + concclGetErrorString(r));
+  } else {
+    const bool dead = scenario == "symmetric-dead";
+    expected = dead ? concclSystemError : concclTimeout;
+    mustContain = dead ? "exited" : "have not called";
+    if (last) {
+      if (dead) _exit(0);  // vanish without destroy
+      std::this_thread::sleep_for(std::chrono::milliseconds(3 * timeoutMs));
+      concclResult_t r =
+          concclAllReduce(window, window + kWindowRecvOffset, count, concclFloat32, concclSum, gComm, stream);
+      CHECK(r != concclSuccess, "the hung rank's late call succeeded although its peers gave up");
+      ok(concclCommAbort(gComm), "concclCommAbort");
+      gComm = nullptr;
+      ok(concclMemFree(base), "concclMemFree");
+      checkNoMappingsLeft("after abort");
+      return;
+    }
+  }
+  const auto t0 = Clock::now();
+  if (scenario != "symmetric-mismatch") {
+    concclResult_t r =
+        concclAllReduce(window, window + kWindowRecvOffset, count, concclFloat32, concclSum, gComm, stream);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    CHECK(r == concclSuccess, std::string("symmetric call: ") + concclGetLastError(gComm));
+    CHECK(ms < timeoutMs / 2.0, "the symmetric call waited " + std::to_string(ms) + " ms for its missing peer");
+  }
+  // The error arrives asynchronously (the watchdog), bounded.
+  concclResult_t async = concclSuccess;
+  const auto deadline = t0 + std::chrono::milliseconds(3 * timeoutMs + 5000);
+  while (async == concclSuccess && Clock::now() < deadline) {
+    ok(concclCommGetAsyncError(gComm, &async), "concclCommGetAsyncError");
+    if (async == concclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  CHECK(async == expected,
+        std::string("async error ") + concclGetErrorString(async) + ", expected " + concclGetErrorString(expected));
+  if (expected == concclTimeout) {
+    CHECK(ms >= timeoutMs * 0.9 && ms < timeoutMs * 3.0, "timeout reported after " + std::to_string(ms) + " ms");
+  } else if (expected == concclSystemError) {
+    CHECK(ms < timeoutMs, "the dead peer was noticed only after " + std::to_string(ms) + " ms");
+  }
+  // The next call says why, and the stream drains: the flags its symmetric work waits on were opened.
+  expectError(concclAllReduce(window, window + kWindowRecvOffset, count, concclFloat32, concclSum, gComm, stream),
+              concclInvalidUsage, "call after the failure", mustContain);
+  syncStream(stream, 30);
+  ok(concclCommAbort(gComm), "concclCommAbort");
+  gComm = nullptr;
+  ok(concclMemFree(base), "concclMemFree");
+  checkNoMappingsLeft("after abort");
+  checkNothingNamedLeft("after abort");
+  std::fprintf(stderr, "rank %d: %s reported after %.0f ms\n", gRank, scenario.c_str(), ms);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -382,6 +549,12 @@ int main(int argc, char** argv) {
       scenarioCollectives(stream);
     } else if (scenario == "errors") {
       scenarioErrors(stream);
+    } else if (scenario == "symmetric") {
+      scenarioSymmetric(stream);
+    } else if (scenario.rfind("symmetric-", 0) == 0) {
+      scenarioSymmetricFailure(scenario, stream, timeoutMs);
+      cudaStreamDestroy(stream);
+      return 0;
     } else if (scenario == "dead-peer" || scenario == "hung-peer") {
       const bool dead = scenario == "dead-peer";
       const size_t count = 1024;
