@@ -1,6 +1,7 @@
 // conccl with one process per GPU, launched torchrun-style: every process reads RANK, WORLD_SIZE, LOCAL_RANK and
 // the communicator's unique id from its environment, creates its rank with concclCommInitRank, and all-reduces a
-// device buffer in place on a CUDA stream.
+// device buffer in place on a CUDA stream. The buffer is a symmetric window (concclMemAlloc, then the collective
+// concclCommWindowRegister), so the all-reduce returns without waiting for the other processes to call it.
 //
 //   build/examples/multiprocess_allreduce [nprocs=2]
 //
@@ -142,7 +143,7 @@ int runWorker() {
     cudaStream_t s = nullptr;
     ~FreeOnExit() {
       if (s != nullptr) cudaStreamDestroy(s);
-      if (p != nullptr) cudaFree(p);
+      if (p != nullptr) concclMemFree(p);
     }
   } resources;
 
@@ -162,18 +163,27 @@ int runWorker() {
   std::vector<float> host(kCount);
   for (size_t i = 0; i < kCount; ++i) host[i] = static_cast<float>(rank + 1) + static_cast<float>(i % 7);
 
-  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&resources.p), kCount * sizeof(float)));
+  void* raw = nullptr;
+  CHECK_CONCCL(concclMemAlloc(&raw, kCount * sizeof(float)), nullptr);
+  resources.p = static_cast<float*>(raw);
   CHECK_CUDA(cudaStreamCreateWithFlags(&resources.s, cudaStreamNonBlocking));
   float* buf = resources.p;
   cudaStream_t stream = resources.s;
+  // Collective, like InitRank: every rank registers its buffer (same size), and the peers map it once here.
+  concclWindow_t window = nullptr;
+  CHECK_CONCCL(concclCommWindowRegister(comm, buf, kCount * sizeof(float), &window), comm);
   CHECK_CUDA(cudaMemcpyAsync(buf, host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice, stream));
-  // Enqueued behind the upload; the call returns once every rank has called it, without waiting for the GPU.
+  // Enqueued behind the upload. The buffer is at the same offset of the window on every rank (a symmetric call):
+  // the call returns at once, without waiting for the other processes or for the GPU. Their arguments are
+  // checked when they arrive (a mismatch is reported by the next call or concclCommGetAsyncError).
   CHECK_CONCCL(concclAllReduce(buf, buf, kCount, concclFloat32, concclSum, comm, stream), comm);
   CHECK_CUDA(cudaMemcpyAsync(host.data(), buf, kCount * sizeof(float), cudaMemcpyDeviceToHost, stream));
   CHECK_CUDA(cudaStreamSynchronize(stream));
   concclResult_t async = concclSuccess;
   CHECK_CONCCL(concclCommGetAsyncError(comm, &async), comm);
   CHECK_CONCCL(async, comm);
+  // Collective too; after it returns the memory may be freed (FreeOnExit does, after the communicator).
+  CHECK_CONCCL(concclCommWindowDeregister(comm, window), comm);
 
   size_t wrong = 0, firstWrong = 0;
   for (size_t i = 0; i < kCount; ++i) {
