@@ -238,9 +238,9 @@ CONCCL_API concclResult_t concclCommDeregister(concclComm_t comm, void* handle);
  * windows take the regular path (the host waits for the peers' arguments).
  * Single-process communicators (concclCommInitAll) need no windows: the calls only validate and return a handle.
  * Deregister is collective too (same order on every rank); it waits for this rank's outstanding work, after
- * which the memory may be freed. Errors: concclInvalidArgument for NULL or non-device memory, size 0, ranks that
- * disagree on the size or register different allocations' memory in one call; concclInvalidUsage inside a
- * group; concclTimeout if a peer does not call in time. */
+ * which the memory may be freed. Errors: concclInvalidArgument for NULL, size 0, a range that is not inside one
+ * cudaMalloc allocation of this rank's device, or ranks that disagree on the size (every rank gets the error);
+ * concclInvalidUsage inside a group; concclTimeout if a peer does not call in time. */
 typedef struct concclWindow* concclWindow_t;
 CONCCL_API concclResult_t concclCommWindowRegister(concclComm_t comm, void* buff, size_t size, concclWindow_t* win);
 CONCCL_API concclResult_t concclCommWindowDeregister(concclComm_t comm, concclWindow_t win);
