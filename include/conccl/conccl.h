@@ -209,8 +209,10 @@ CONCCL_API concclResult_t concclGetUniqueId(concclUniqueId* uniqueId);
  * be freed and reallocated freely (a new allocation at the same address is a new id, never confused with
  * the old one); a mapping of freed memory is dropped when its address is reused or at destroy; use
  * concclCommDeregister to drop it earlier. Memory from cudaMallocAsync pools or the VMM API cannot be
- * shared this way and is refused with concclInvalidArgument. Send/Recv across processes is not supported
- * yet (concclNotSupported). */
+ * shared this way and is refused with concclInvalidArgument. Send/Recv across processes: each Send meets the
+ * peer's next Recv from this rank (in order per pair); the call waits on the host until the partners have
+ * posted their side, and any failure of a Send/Recv (size mismatch, bad buffer) puts the communicator out of
+ * service, since a partner may already have launched its part. */
 CONCCL_API concclResult_t concclCommInitRank(concclComm_t* comm, int nranks, concclUniqueId commId, int rank);
 CONCCL_API concclResult_t concclCommInitRankConfig(concclComm_t* comm, int nranks, concclUniqueId commId, int rank,
                                                    const concclConfig_t* config);

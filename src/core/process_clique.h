@@ -124,6 +124,8 @@ class ProcessClique final : public Clique {
   // (sendbuff, recvbuff), recording each as an assumption; false when one cannot be derived or would leave
   // the peer's window.
   bool bindSymmetric(PendingCall& pending, const WindowRef (&mine)[2], std::vector<Assumption>& assumed) const;
+  // A Send/Recv group: matched pair by pair through the p2p rings (process_clique.cc), then launched.
+  void launchSendRecv(CallTicket& ticket);
   // Launches this rank's program; a failure fails the communicator (the peers may be waiting for it).
   void launchProgram(PendingCall& pending, const CallTicket& ticket);
   // Drops the mapping of a peer allocation the peer has retired, unless a window still holds it.
@@ -148,7 +150,9 @@ class ProcessClique final : public Clique {
   std::unique_ptr<exec::Executor> executor_;
   std::unique_ptr<ScheduleCache> schedules_;  // made with the executor's options
   uint64_t nextSeq_ = 0;
-  mutable std::mutex mutex_;  // error_
+  uint64_t nextP2PGroup_ = 0;                        // Send/Recv groups of this rank (for messages)
+  std::vector<uint64_t> sendsPosted_, recvsPosted_;  // [peer] this rank's Sends to / Recvs from it so far
+  mutable std::mutex mutex_;                         // error_
   std::optional<Error> error_;
 
   std::map<uint64_t, Window> windows_;  // by id (ids count up in registration order, equal on every rank)

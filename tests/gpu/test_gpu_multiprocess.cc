@@ -135,6 +135,18 @@ TEST_P(MultiProcess, EveryCollectiveMatchesTheReference) {
   for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
 }
 
+TEST_P(MultiProcess, SendRecvAcrossProcesses) {
+  SKIP_WITHOUT_GPU();
+  auto results = runWorkers("sendrecv", GetParam(), 60000, 180);
+  expectAllSucceeded(results);
+  for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
+}
+
+TEST(MultiProcessErrors, SendRecvSizeMismatchFailsBothSides) {
+  SKIP_WITHOUT_GPU();
+  expectAllSucceeded(runWorkers("sendrecv-mismatch", 2, 20000, 60));
+}
+
 TEST_P(MultiProcess, SymmetricWindowCallsMatchTheReference) {
   SKIP_WITHOUT_GPU();
   auto results = runWorkers("symmetric", GetParam(), 60000, 240);

@@ -8,9 +8,11 @@
 //                new IPC mappings, retired ones), then 300 calls on the same buffers (the cached fast path), then
 //                a CUDA graph of AllGather + AllReduce replayed 20 times with fresh inputs.
 //   errors       mismatched counts and a host pointer on one rank: every rank gets the same error and the
-//                communicator stays usable; Send across processes is refused; register/deregister.
+//                communicator stays usable; register/deregister.
 //   dead-peer    the last rank exits right after init; the others must fail promptly, abort, and leave nothing.
 //   hung-peer    the last rank sleeps; the others time out, abort; the sleeper then fails too and aborts.
+//   sendrecv     Send/Recv across processes: a ring in a group x40, a personalised all-to-all with uneven sizes,
+//                a pipeline of standalone calls, a receive into a window; sendrecv-mismatch: sizes differ.
 //   symmetric    a concclMemAlloc'd window per rank: every collective on buffers at the same offsets in it (no
 //                host rendezvous), alternating with the regular path, the hot path and a graph on window buffers.
 //   symmetric-mismatch / symmetric-hung / symmetric-dead
@@ -400,9 +402,6 @@ void scenarioErrors(cudaStream_t stream) {
   // Still usable.
   size_t wrong = runCase(Coll::kAllReduce, concclFloat32, concclSum, count, false, 0, 42, stream);
   CHECK(wrong == 0, "AllReduce after errors: " + std::to_string(wrong) + " wrong");
-  // Send across processes: refused.
-  expectError(concclSend(a.p, 16, concclFloat32, (gRank + 1) % gNranks, gComm, stream), concclNotSupported, "Send",
-              nullptr);
   // Register / deregister, then a collective on the registered buffers.
   void* h1 = nullptr;
   void* h2 = nullptr;
@@ -432,6 +431,146 @@ void scenarioErrors(cudaStream_t stream) {
   for (float v : out) CHECK(v == static_cast<float>(gNranks), "concclMemAlloc AllReduce value");
   ok(concclMemFree(m1), "concclMemFree");
   ok(concclMemFree(m2), "concclMemFree");
+}
+
+// Deterministic bytes for the message from `from` to `to` in round `round`.
+Bytes messageBytes(int from, int to, int round, size_t bytes) {
+  std::mt19937_64 rng(static_cast<uint64_t>(from) * 1000003u + static_cast<uint64_t>(to) * 7919u +
+                      static_cast<uint64_t>(round) * 104729u + 17u);
+  return t::randomData(bytes, concclUint8, rng);
+}
+
+// Size of the message from `from` to `to` in `round`: uneven, pair-dependent, 0 for some pairs.
+size_t messageSize(int from, int to, int round) {
+  return static_cast<size_t>((from * 5 + to * 3 + round * 7) % 9) * 1237;
+}
+
+// Send/Recv across processes: a ring exchange in a group 40 times (more than the 16 records a pair's ring holds),
+// a personalised all-to-all of uneven sizes (self included) in one group, a pipeline of standalone calls, and a
+// receive into a window. Every byte is checked.
+void scenarioSendRecv(cudaStream_t stream) {
+  const int n = gNranks;
+  const int next = (gRank + 1) % n, prev = (gRank + n - 1) % n;
+  DevBuf sbuf(1 << 20), rbuf(1 << 20);
+  for (int round = 0; round < 40; ++round) {
+    const size_t outBytes = 4096 + 8 * static_cast<size_t>(gRank);
+    const size_t inBytes = 4096 + 8 * static_cast<size_t>(prev);
+    Bytes out = messageBytes(gRank, next, round, outBytes);
+    cudaOk(cudaMemcpyAsync(sbuf.p, out.data(), outBytes, cudaMemcpyHostToDevice, stream), "h2d");
+    ok(concclGroupStart(), "GroupStart");
+    ok(concclSend(sbuf.p, outBytes, concclUint8, next, gComm, stream), "Send (ring)");
+    ok(concclRecv(rbuf.p, inBytes, concclUint8, prev, gComm, stream), "Recv (ring)");
+    ok(concclGroupEnd(), "GroupEnd (ring)");
+    Bytes got(inBytes);
+    cudaOk(cudaMemcpyAsync(got.data(), rbuf.p, inBytes, cudaMemcpyDeviceToHost, stream), "d2h");
+    syncStream(stream);
+    CHECK(got == messageBytes(prev, gRank, round, inBytes), "ring round " + std::to_string(round) + " wrong");
+  }
+
+  // Personalised all-to-all: one group, every pair (self too), uneven sizes.
+  for (int round = 0; round < 3; ++round) {
+    std::vector<size_t> sendAt(static_cast<size_t>(n)), recvAt(static_cast<size_t>(n));
+    size_t so = 0, ro = 0;
+    for (int p = 0; p < n; ++p) {
+      sendAt[static_cast<size_t>(p)] = so;
+      recvAt[static_cast<size_t>(p)] = ro;
+      so += messageSize(gRank, p, round) + 256;
+      ro += messageSize(p, gRank, round) + 256;
+    }
+    CHECK(so <= (1u << 20) && ro <= (1u << 20), "all-to-all does not fit");
+    for (int p = 0; p < n; ++p) {
+      Bytes m = messageBytes(gRank, p, round + 100, messageSize(gRank, p, round));
+      if (!m.empty())
+        cudaOk(cudaMemcpyAsync(sbuf.c() + sendAt[static_cast<size_t>(p)], m.data(), m.size(), cudaMemcpyHostToDevice,
+                               stream),
+               "h2d");
+    }
+    ok(concclGroupStart(), "GroupStart");
+    for (int p = 0; p < n; ++p) {
+      ok(concclSend(sbuf.c() + sendAt[static_cast<size_t>(p)], messageSize(gRank, p, round), concclUint8, p, gComm,
+                    stream),
+         "Send (all-to-all)");
+      ok(concclRecv(rbuf.c() + recvAt[static_cast<size_t>(p)], messageSize(p, gRank, round), concclUint8, p, gComm,
+                    stream),
+         "Recv (all-to-all)");
+    }
+    ok(concclGroupEnd(), "GroupEnd (all-to-all)");
+    Bytes got(ro);
+    cudaOk(cudaMemcpyAsync(got.data(), rbuf.p, ro, cudaMemcpyDeviceToHost, stream), "d2h");
+    syncStream(stream);
+    for (int p = 0; p < n; ++p) {
+      const size_t sz = messageSize(p, gRank, round);
+      Bytes want = messageBytes(p, gRank, round + 100, sz);
+      CHECK(std::memcmp(got.data() + recvAt[static_cast<size_t>(p)], want.data(), sz) == 0,
+            "all-to-all round " + std::to_string(round) + " from rank " + std::to_string(p) + " wrong");
+    }
+  }
+
+  // A pipeline of standalone calls: rank 0 sends, each rank receives from prev and forwards to next; floats.
+  {
+    const size_t count = 10000;
+    std::vector<float> seed(count);
+    for (size_t i = 0; i < count; ++i) seed[i] = static_cast<float>(i % 101) * 0.5f;
+    if (gRank == 0) {
+      cudaOk(cudaMemcpyAsync(sbuf.p, seed.data(), count * 4, cudaMemcpyHostToDevice, stream), "h2d");
+      ok(concclSend(sbuf.p, count, concclFloat32, next, gComm, stream), "Send (pipeline)");
+      ok(concclRecv(rbuf.p, count, concclFloat32, prev, gComm, stream), "Recv (pipeline)");
+    } else {
+      ok(concclRecv(rbuf.p, count, concclFloat32, prev, gComm, stream), "Recv (pipeline)");
+      ok(concclSend(rbuf.p, count, concclFloat32, next, gComm, stream), "Send (pipeline)");
+    }
+    std::vector<float> got(count);
+    cudaOk(cudaMemcpyAsync(got.data(), rbuf.p, count * 4, cudaMemcpyDeviceToHost, stream), "d2h");
+    syncStream(stream);
+    CHECK(got == seed, "pipeline: data changed on its way round the ring");
+  }
+
+  // Receive into a window (the sender writes through the window mapping, no export).
+  void* base = nullptr;
+  ok(concclMemAlloc(&base, 1 << 20), "concclMemAlloc");
+  concclWindow_t win = nullptr;
+  ok(concclCommWindowRegister(gComm, base, 1 << 20, &win), "concclCommWindowRegister");
+  {
+    Bytes out = messageBytes(gRank, next, 999, 65536);
+    cudaOk(cudaMemcpyAsync(sbuf.p, out.data(), out.size(), cudaMemcpyHostToDevice, stream), "h2d");
+    char* in = static_cast<char*>(base) + 4096 * static_cast<size_t>(gRank);  // offsets differ: fine for p2p
+    ok(concclGroupStart(), "GroupStart");
+    ok(concclSend(sbuf.p, out.size(), concclUint8, next, gComm, stream), "Send (window)");
+    ok(concclRecv(in, 65536, concclUint8, prev, gComm, stream), "Recv (window)");
+    ok(concclGroupEnd(), "GroupEnd (window)");
+    Bytes got(65536);
+    cudaOk(cudaMemcpyAsync(got.data(), in, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+    syncStream(stream);
+    CHECK(got == messageBytes(prev, gRank, 999, 65536), "receive into a window wrong");
+  }
+  ok(concclCommWindowDeregister(gComm, win), "concclCommWindowDeregister");
+  ok(concclMemFree(base), "concclMemFree");
+  // Collectives still line up after all that.
+  size_t wrong = runCase(Coll::kAllReduce, concclFloat32, concclSum, 4099, false, 0, 77, stream);
+  CHECK(wrong == 0, "AllReduce after Send/Recv: " + std::to_string(wrong) + " wrong");
+  std::fprintf(stderr, "rank %d: Send/Recv ring x40, all-to-all x3, pipeline, window receive OK\n", gRank);
+}
+
+// Rank 0 sends 1000 bytes to rank 1, which expects 2000: both fail with the sizes in the message, the
+// communicator goes out of service, and abort cleans up.
+void scenarioSendRecvMismatch(cudaStream_t stream) {
+  DevBuf buf(4096);
+  concclResult_t r = concclSuccess;
+  if (gRank == 0) r = concclSend(buf.p, 1000, concclUint8, 1, gComm, stream);
+  if (gRank == 1) r = concclRecv(buf.p, 2000, concclUint8, 0, gComm, stream);
+  if (gRank <= 1) expectError(r, concclInvalidArgument, "Send/Recv size mismatch", "same size");
+  concclResult_t async = concclSuccess;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (async == concclSuccess && std::chrono::steady_clock::now() < deadline) {
+    ok(concclCommGetAsyncError(gComm, &async), "concclCommGetAsyncError");
+    if (async == concclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  CHECK(async == concclInvalidArgument, std::string("async error ") + concclGetErrorString(async));
+  syncStream(stream, 30);
+  ok(concclCommAbort(gComm), "concclCommAbort");
+  gComm = nullptr;
+  checkNoMappingsLeft("after abort");
+  checkNothingNamedLeft("after abort");
 }
 
 // A window per rank, one good symmetric call, then a failure the watchdog must turn into an error on every rank
@@ -549,6 +688,12 @@ int main(int argc, char** argv) {
       scenarioCollectives(stream);
     } else if (scenario == "errors") {
       scenarioErrors(stream);
+    } else if (scenario == "sendrecv") {
+      scenarioSendRecv(stream);
+    } else if (scenario == "sendrecv-mismatch") {
+      scenarioSendRecvMismatch(stream);
+      cudaStreamDestroy(stream);
+      return 0;
     } else if (scenario == "symmetric") {
       scenarioSymmetric(stream);
     } else if (scenario.rfind("symmetric-", 0) == 0) {
