@@ -78,6 +78,23 @@ PointerInfo queryPointer(const void* ptr) {
   return info;
 }
 
+// True when `program` fits the small-message kernel's tables (kSmallMaxOps ops, kSmallMaxPointers reduce inputs,
+// at most 255 inputs per reduce), counting what the launch below would put there.
+bool fitsSmallProgram(const sched::RankProgram& program) {
+  int ops = 0;
+  int pointers = 0;
+  for (const sched::Op& op : program.ops) {
+    if (const auto* copy = std::get_if<sched::Copy>(&op); copy != nullptr && copy->bytes == 0) continue;
+    if (const auto* reduce = std::get_if<sched::Reduce>(&op)) {
+      if (reduce->count == 0) continue;
+      pointers += static_cast<int>(reduce->inputs.size());
+      if (pointers > kSmallMaxPointers || reduce->inputs.size() > 255) return false;
+    }
+    if (++ops > kSmallMaxOps) return false;
+  }
+  return true;
+}
+
 // Process-wide table of the peer allocations this process has mapped with cudaIpcOpenMemHandle. Shared by every
 // communicator of the process because CUDA refuses to open one handle twice in a process; reference counted.
 class IpcImportTable {
@@ -665,8 +682,12 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   // The choice is made for the whole call, from every rank's program (each rank has the full schedule), so all
   // ranks of a call take the same path. Mixing was measured unsafe: a kernel that read data right after a
   // copy-engine rank's flag (a stream write after its copy) saw stale data in graph replays on the H200.
+  // The tables' limits are checked for every rank's program too: a rank whose program did not fit would
+  // otherwise fall back to copy engines alone while its peers ran the kernel.
   bool smallCall = smallBytes_ > 0 && programBytes <= smallBytes_;
-  for (int p = 0; smallCall && p < schedule.nranks; ++p) smallCall = copyBytesOf(p) <= smallBytes_;
+  for (int p = 0; smallCall && p < schedule.nranks; ++p) {
+    smallCall = copyBytesOf(p) <= smallBytes_ && fitsSmallProgram(schedule.programs[static_cast<size_t>(p)]);
+  }
   if (smallCall) {
     checkSmallKernelError(s);
     SmallProgram& p = s.smallProgram;
@@ -716,11 +737,10 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
         p.op = reduce->op;
       }
     }
-    if (fits) {
-      launchSmallProgram(p, main);
-      if (eager) ++s.launches;
-      return;
-    }
+    CONCCL_ASSERT(fits);  // checked for every rank above
+    launchSmallProgram(p, main);
+    if (eager) ++s.launches;
+    return;
   }
 
   // The lane rule of the execution model: a lane op is ordered after every M op that precedes it. Track how
