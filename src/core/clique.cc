@@ -6,31 +6,24 @@
 #include "core/types.h"
 
 namespace conccl {
-namespace {
 
 using sched::isReduction;
 using sched::isRooted;
 
-// Throws when rank r's arguments disagree with rank 0's: all ranks must call the same collective with the
-// same count, type, op and root (NCCL's rule; NCCL itself would hang or corrupt memory instead).
-void checkAgreement(const RankArgs& a0, const RankArgs& ar, int r) {
-  auto mismatch = [&](const std::string& what, const std::string& v0, const std::string& vr) {
-    CONCCL_THROW(concclInvalidArgument, std::string("ranks disagree on ") + what + ": rank 0 called " + a0.apiName +
-                                            " with " + v0 + ", rank " + std::to_string(r) + " called " +
-                                            ar.apiName + " with " + vr);
+std::string disagreement(const RankArgs& a, int ra, const RankArgs& b, int rb) {
+  auto differs = [&](const std::string& what, const std::string& va, const std::string& vb) {
+    return "ranks disagree on " + what + ": rank " + std::to_string(ra) + " called " + a.apiName + " with " + va +
+           ", rank " + std::to_string(rb) + " called " + b.apiName + " with " + vb;
   };
-  if (a0.kind != ar.kind) mismatch("the collective", sched::collKindName(a0.kind), sched::collKindName(ar.kind));
-  if (a0.dtype != ar.dtype) mismatch("the datatype", typeName(a0.dtype), typeName(ar.dtype));
-  if (a0.kind != sched::CollKind::kAllToAllv && a0.count != ar.count) {
-    mismatch("the count", std::to_string(a0.count), std::to_string(ar.count));
+  if (a.kind != b.kind) return differs("the collective", sched::collKindName(a.kind), sched::collKindName(b.kind));
+  if (a.dtype != b.dtype) return differs("the datatype", typeName(a.dtype), typeName(b.dtype));
+  if (a.kind != sched::CollKind::kAllToAllv && a.count != b.count) {
+    return differs("the count", std::to_string(a.count), std::to_string(b.count));
   }
-  if (isReduction(a0.kind) && a0.op != ar.op) mismatch("the op", opName(a0.op), opName(ar.op));
-  if (isRooted(a0.kind) && a0.root != ar.root) {
-    mismatch("the root", std::to_string(a0.root), std::to_string(ar.root));
-  }
+  if (isReduction(a.kind) && a.op != b.op) return differs("the op", opName(a.op), opName(b.op));
+  if (isRooted(a.kind) && a.root != b.root) return differs("the root", std::to_string(a.root), std::to_string(b.root));
+  return {};
 }
-
-}  // namespace
 
 void assembleCall(PendingCall& pending, int n) {
   sched::CollectiveCall& call = pending.call;
@@ -64,7 +57,11 @@ void assembleCall(PendingCall& pending, int n) {
   }
   for (int r = 0; r < n; ++r) {
     const RankArgs& ar = *pending.args[r];
-    checkAgreement(a0, ar, r);
+    // All ranks must call the same collective with the same count, type, op and root (NCCL's rule; NCCL itself
+    // would hang or corrupt memory instead).
+    if (std::string problem = disagreement(a0, first, ar, r); !problem.empty()) {
+      CONCCL_THROW(concclInvalidArgument, problem);
+    }
     call.inPlace[r] = ar.inPlace;
     pending.binding.buffers[r] = {const_cast<void*>(ar.sendbuff), ar.recvbuff};
     pending.binding.streams[r] = ar.stream;

@@ -39,8 +39,8 @@ struct RankArgs {
   void* recvbuff = nullptr;
   bool inPlace = false;
   std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;  // AllToAllv
-  std::vector<sched::P2POp> p2p;                                         // SendRecv
-  std::vector<void*> p2pBuffers;                                         // SendRecv, per op
+  std::vector<sched::P2POp> p2p;                                       // SendRecv
+  std::vector<void*> p2pBuffers;                                       // SendRecv, per op
   cudaStream_t stream = nullptr;
   const char* apiName = "";  // for messages, e.g. "concclAllGather"
 };
@@ -101,6 +101,10 @@ class Clique {
   // waiting for this rank to post fail at once (concclInvalidUsage) instead of waiting for the timeout.
   virtual void releaseRank(int rank, bool graceful) = 0;
 };
+
+// What makes ranks ra and rb disagree on a collective call (collective, count, type, op, root), as a message naming
+// both, or "" if they agree.
+std::string disagreement(const RankArgs& a, int ra, const RankArgs& b, int rb);
 
 // Fills pending.call and pending.binding from the posted arguments (pending.args[r] set for every rank of a
 // collective, or for the members of a Send/Recv group) and checks that the ranks agree (collective, count,

@@ -123,6 +123,24 @@ const char* entryName(int32_t kind) {
 
 const char* bufferName(int b) { return b == 0 ? "sendbuff" : "recvbuff"; }
 
+// The arguments a collective's mailbox entry carries (no pointers: they travel as exports or window refs);
+// `vectors`: the entry's AllToAllv vectors.
+RankArgs argsOf(const MailboxEntry& e, const uint64_t* vectors, int n) {
+  RankArgs a;
+  a.kind = static_cast<sched::CollKind>(e.kind);
+  a.dtype = static_cast<concclDataType_t>(e.dtype);
+  a.op = static_cast<concclRedOp_t>(e.op);
+  a.root = e.root;
+  a.count = e.count;
+  a.inPlace = e.inPlace != 0;
+  a.apiName = apiNameOf(a.kind);
+  if (a.kind == sched::CollKind::kAllToAllv) {
+    std::vector<size_t>* parts[4] = {&a.sendCounts, &a.sendDispls, &a.recvCounts, &a.recvDispls};
+    for (int k = 0; k < 4; ++k) parts[k]->assign(vectors + k * n, vectors + (k + 1) * n);
+  }
+  return a;
+}
+
 void copyMessage(char (&dst)[kMessageBytes], const std::string& text) {
   const size_t n = std::min(text.size(), kMessageBytes - 1);
   std::memcpy(dst, text.data(), n);
@@ -188,6 +206,9 @@ struct ProcessClique::Layout {
   }
   uint64_t* vectors(MailboxEntry& e) const {
     return reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&e) + sizeof(MailboxEntry));
+  }
+  const uint64_t* vectors(const MailboxEntry& e) const {
+    return reinterpret_cast<const uint64_t*>(reinterpret_cast<const char*>(&e) + sizeof(MailboxEntry));
   }
 };
 
@@ -440,13 +461,14 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
       symmetric = bindSymmetric(pending, rawRefs, assumed);
       if (symmetric && sched::isRooted(mine.kind) && mine.root != rank_) {
         // Whether the root runs in place is the root's own business (a non-root's buffers say nothing about it):
-        // symmetric only if it changes neither this rank's program nor any rank's copy volume (the path).
+        // symmetric only if it changes neither this rank's program nor what the executor chooses its path from.
         sched::CollectiveCall flipped = pending.call;
         flipped.inPlace[static_cast<size_t>(mine.root)] = !flipped.inPlace[static_cast<size_t>(mine.root)];
         const auto other = schedules_->get(flipped);
         symmetric =
             other->programs[static_cast<size_t>(rank_)] == pending.schedule->programs[static_cast<size_t>(rank_)] &&
-            other->copyBytes == pending.schedule->copyBytes;
+            other->copyBytes == pending.schedule->copyBytes && other->activeOps == pending.schedule->activeOps &&
+            other->reduceInputs == pending.schedule->reduceInputs;
       }
     } catch (const Error&) {
       symmetric = false;  // the regular path below builds the same call again and reports the error everywhere
@@ -532,19 +554,7 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     }
     if (p == rank_) continue;
     peerLaunchedEarly = peerLaunchedEarly || e.launchedEarly != 0;
-    RankArgs a;
-    a.kind = static_cast<sched::CollKind>(e.kind);
-    a.dtype = static_cast<concclDataType_t>(e.dtype);
-    a.op = static_cast<concclRedOp_t>(e.op);
-    a.root = e.root;
-    a.count = e.count;
-    a.inPlace = e.inPlace != 0;
-    a.apiName = apiNameOf(a.kind);
-    if (a.kind == sched::CollKind::kAllToAllv) {
-      const uint64_t* v = layout_->vectors(e);
-      std::vector<size_t>* parts[4] = {&a.sendCounts, &a.sendDispls, &a.recvCounts, &a.recvDispls};
-      for (int k = 0; k < 4; ++k) parts[k]->assign(v + k * n, v + (k + 1) * n);
-    }
+    RankArgs a = argsOf(e, layout_->vectors(e), n);
     for (int b = 0; b < 2; ++b) {
       peerExports[static_cast<size_t>(2 * p + b)] = e.buffers[b];
       peerRefs[static_cast<size_t>(2 * p + b)] = WindowRef{e.windowId[b], e.windowOffset[b]};
@@ -879,26 +889,17 @@ std::string ProcessClique::mismatch(const Unmatched& u, int peer) const {
            " (every rank must make the same calls in the same order)";
   }
   if (e.errorCode != 0) return who + " refused its arguments: " + std::string(e.error);
-  const auto kind = static_cast<sched::CollKind>(m.kind);
-  auto differs = [&](const std::string& what, const std::string& mineV, const std::string& theirs) {
-    return "ranks disagree on " + what + ": " + me + " called " + u.what + " with " + mineV + ", " + who + " with " +
-           theirs;
-  };
-  if (e.dtype != m.dtype) {
-    return differs("the datatype", typeName(static_cast<concclDataType_t>(m.dtype)),
-                   typeName(static_cast<concclDataType_t>(e.dtype)));
+  const RankArgs mine = argsOf(m, layout_->vectors(m), nranks_);
+  const RankArgs peers = argsOf(e, layout_->vectors(e), nranks_);
+  if (std::string problem = disagreement(mine, rank_, peers, peer); !problem.empty()) {
+    return problem + " (" + u.what + ")";
   }
-  if (e.count != m.count) return differs("the count", std::to_string(m.count), std::to_string(e.count));
-  if (sched::isReduction(kind) && e.op != m.op) {
-    return differs("the op", opName(static_cast<concclRedOp_t>(m.op)), opName(static_cast<concclRedOp_t>(e.op)));
-  }
-  if (sched::isRooted(kind) && e.root != m.root)
-    return differs("the root", std::to_string(m.root), std::to_string(e.root));
   // In place or not matters for every rank of the unrooted collectives, only for the root of the rooted ones (a
   // non-root took this path only where the root's choice changes nothing for it).
-  if (!sched::isRooted(kind) && e.inPlace != m.inPlace) {
-    return differs("in-place", m.inPlace ? "an in-place call" : "separate buffers",
-                   e.inPlace ? "an in-place call" : "separate buffers");
+  if (!sched::isRooted(mine.kind) && mine.inPlace != peers.inPlace) {
+    auto how = [](bool inPlace) { return inPlace ? "in place" : "with separate buffers"; };
+    return "ranks disagree on in-place: " + me + " called " + u.what + " " + how(mine.inPlace) + ", " + who + " " +
+           how(peers.inPlace);
   }
   for (const Assumption& a : u.assumed) {
     if (a.peer != peer) continue;

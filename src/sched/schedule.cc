@@ -344,6 +344,30 @@ size_t programCopyBytes(const RankProgram& program) {
   return bytes;
 }
 
+namespace {
+// False for a copy or reduction that has nothing to do.
+bool isActive(const Op& op) {
+  if (const auto* copy = std::get_if<Copy>(&op)) return copy->bytes > 0;
+  if (const auto* reduce = std::get_if<Reduce>(&op)) return reduce->count > 0;
+  return true;
+}
+}  // namespace
+
+size_t programActiveOps(const RankProgram& program) {
+  size_t ops = 0;
+  for (const Op& op : program.ops) ops += isActive(op) ? 1 : 0;
+  return ops;
+}
+
+size_t programReduceInputs(const RankProgram& program) {
+  size_t inputs = 0;
+  for (const Op& op : program.ops) {
+    const auto* reduce = std::get_if<Reduce>(&op);
+    if (reduce != nullptr && reduce->count > 0) inputs += reduce->inputs.size();
+  }
+  return inputs;
+}
+
 Schedule buildSchedule(const CollectiveCall& call, const BuildOptions& options) {
   CONCCL_REQUIRE(options.lanes >= 1, "BuildOptions: lanes must be >= 1");
   CONCCL_REQUIRE(options.pipelineDepth >= 1, "BuildOptions: pipelineDepth must be >= 1");
@@ -385,7 +409,13 @@ Schedule buildSchedule(const CollectiveCall& call, const BuildOptions& options) 
   CONCCL_ASSERT(s.slots <= maxSlots(call.nranks, options));
   CONCCL_ASSERT(s.scratchBytes <= options.scratchBudget);
   s.copyBytes.clear();
-  for (const RankProgram& program : s.programs) s.copyBytes.push_back(programCopyBytes(program));
+  s.activeOps.clear();
+  s.reduceInputs.clear();
+  for (const RankProgram& program : s.programs) {
+    s.copyBytes.push_back(programCopyBytes(program));
+    s.activeOps.push_back(programActiveOps(program));
+    s.reduceInputs.push_back(programReduceInputs(program));
+  }
   return s;
 }
 

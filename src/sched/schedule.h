@@ -98,10 +98,17 @@ struct Schedule {
   // [rank] -> bytes the rank's Copy ops move, filled by buildSchedule (empty in hand-made schedules): executors
   // choose a path per call from it without walking every program on every launch.
   std::vector<size_t> copyBytes;
+  // [rank] -> the ops of the rank's program that do something (copies and reductions of zero size left out) and
+  // the inputs of its non-empty reductions; filled like copyBytes. An executor that packs a program into fixed
+  // tables (the CUDA small-message kernel) checks every rank's fit from these, once per call, not per op.
+  std::vector<size_t> activeOps, reduceInputs;
 };
 
 // Bytes the Copy ops of `program` move.
 size_t programCopyBytes(const RankProgram& program);
+// What Schedule::activeOps and Schedule::reduceInputs hold for `program`.
+size_t programActiveOps(const RankProgram& program);
+size_t programReduceInputs(const RankProgram& program);
 
 // ------------------------------------------------------------------------------------------------
 // What a collective call asks for, with every rank's arguments (the builders are global functions of the

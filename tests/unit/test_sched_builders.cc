@@ -238,5 +238,33 @@ TEST(ScheduleCopyBytes, FilledByTheBuilderForEveryRank) {
   }
 }
 
+// The small-message path checks every rank's fit from Schedule::activeOps / reduceInputs: hand-counted here.
+TEST(ScheduleCopyBytes, ActiveOpsAndReduceInputsForEveryRank) {
+  for (CollKind kind : {CollKind::kAllGather, CollKind::kAllReduce, CollKind::kReduceScatter}) {
+    CollectiveCall call;
+    call.kind = kind;
+    call.nranks = 3;
+    call.count = 4099;
+    call.inPlace.assign(3, false);
+    Schedule s = buildSchedule(call, BuildOptions{});
+    ASSERT_EQ(s.activeOps.size(), s.programs.size());
+    ASSERT_EQ(s.reduceInputs.size(), s.programs.size());
+    for (size_t r = 0; r < s.programs.size(); ++r) {
+      size_t ops = 0, inputs = 0;
+      for (const Op& op : s.programs[r].ops) {
+        if (const auto* copy = std::get_if<Copy>(&op); copy != nullptr && copy->bytes == 0) continue;
+        if (const auto* reduce = std::get_if<Reduce>(&op)) {
+          if (reduce->count == 0) continue;
+          inputs += reduce->inputs.size();
+        }
+        ++ops;
+      }
+      EXPECT_EQ(s.activeOps[r], ops) << collKindName(kind) << " rank " << r;
+      EXPECT_EQ(s.reduceInputs[r], inputs) << collKindName(kind) << " rank " << r;
+      EXPECT_EQ(inputs > 0, kind != CollKind::kAllGather) << collKindName(kind) << " rank " << r;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace conccl::sched::testing

@@ -78,23 +78,6 @@ PointerInfo queryPointer(const void* ptr) {
   return info;
 }
 
-// True when `program` fits the small-message kernel's tables (kSmallMaxOps ops, kSmallMaxPointers reduce inputs,
-// at most 255 inputs per reduce), counting what the launch below would put there.
-bool fitsSmallProgram(const sched::RankProgram& program) {
-  int ops = 0;
-  int pointers = 0;
-  for (const sched::Op& op : program.ops) {
-    if (const auto* copy = std::get_if<sched::Copy>(&op); copy != nullptr && copy->bytes == 0) continue;
-    if (const auto* reduce = std::get_if<sched::Reduce>(&op)) {
-      if (reduce->count == 0) continue;
-      pointers += static_cast<int>(reduce->inputs.size());
-      if (pointers > kSmallMaxPointers || reduce->inputs.size() > 255) return false;
-    }
-    if (++ops > kSmallMaxOps) return false;
-  }
-  return true;
-}
-
 // Process-wide table of the peer allocations this process has mapped with cudaIpcOpenMemHandle. Shared by every
 // communicator of the process because CUDA refuses to open one handle twice in a process; reference counted.
 class IpcImportTable {
@@ -670,10 +653,22 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   // KiB. Putting lane ops on M only adds ordering (it is the host executor's sequential order), so it cannot
   // deadlock where the schedule does not.
   // Bytes each rank's program copies: from the schedule when the builder filled them in.
-  const bool haveCopyBytes = schedule.copyBytes.size() == schedule.programs.size();
+  // Bytes each rank's program copies, and whether it fits the small-message kernel's tables: from the schedule
+  // when the builder filled them in (hand-made schedules: from the programs).
+  const bool haveStats = schedule.copyBytes.size() == schedule.programs.size() &&
+                         schedule.activeOps.size() == schedule.programs.size() &&
+                         schedule.reduceInputs.size() == schedule.programs.size();
   auto copyBytesOf = [&](int r) {
-    return haveCopyBytes ? schedule.copyBytes[static_cast<size_t>(r)]
-                         : sched::programCopyBytes(schedule.programs[static_cast<size_t>(r)]);
+    return haveStats ? schedule.copyBytes[static_cast<size_t>(r)]
+                     : sched::programCopyBytes(schedule.programs[static_cast<size_t>(r)]);
+  };
+  // Every reduction has at most kSmallMaxPointers (< 256) inputs when their total is within it.
+  auto fitsSmallKernel = [&](int r) {
+    const sched::RankProgram& program = schedule.programs[static_cast<size_t>(r)];
+    const size_t ops = haveStats ? schedule.activeOps[static_cast<size_t>(r)] : sched::programActiveOps(program);
+    const size_t inputs =
+        haveStats ? schedule.reduceInputs[static_cast<size_t>(r)] : sched::programReduceInputs(program);
+    return ops <= static_cast<size_t>(kSmallMaxOps) && inputs <= static_cast<size_t>(kSmallMaxPointers);
   };
   const size_t programBytes = copyBytesOf(rank);
   const bool onlyMain = programBytes <= kSingleStreamProgramBytes;
@@ -686,7 +681,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   // otherwise fall back to copy engines alone while its peers ran the kernel.
   bool smallCall = smallBytes_ > 0 && programBytes <= smallBytes_;
   for (int p = 0; smallCall && p < schedule.nranks; ++p) {
-    smallCall = copyBytesOf(p) <= smallBytes_ && fitsSmallProgram(schedule.programs[static_cast<size_t>(p)]);
+    smallCall = copyBytesOf(p) <= smallBytes_ && fitsSmallKernel(p);
   }
   if (smallCall) {
     checkSmallKernelError(s);
@@ -701,14 +696,10 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
     p.doneCounter = eager ? reinterpret_cast<uint32_t*>(s.doneCounterDevice) : nullptr;
     p.doneValue = s.launches + 1;
     int pointers = 0;
-    bool fits = true;
     for (const sched::Op& op : schedule.programs[rank].ops) {
       if (const auto* copy = std::get_if<sched::Copy>(&op); copy != nullptr && copy->bytes == 0) continue;
       if (const auto* reduce = std::get_if<sched::Reduce>(&op); reduce != nullptr && reduce->count == 0) continue;
-      if (p.numOps == kSmallMaxOps) {
-        fits = false;
-        break;
-      }
+      CONCCL_ASSERT(p.numOps < kSmallMaxOps);  // fitsSmallKernel checked every rank above
       SmallOp& out = p.ops[p.numOps++];
       out = SmallOp{};
       if (const auto* copy = std::get_if<sched::Copy>(&op)) {
@@ -723,10 +714,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
         out.kind = kSmallWait;
         out.flag = reinterpret_cast<uint32_t*>(devFlagTable_[rank] + sizeof(uint32_t) * wait->slot);
       } else if (const auto* reduce = std::get_if<sched::Reduce>(&op)) {
-        if (pointers + static_cast<int>(reduce->inputs.size()) > kSmallMaxPointers || reduce->inputs.size() > 255) {
-          fits = false;
-          break;
-        }
+        CONCCL_ASSERT(pointers + static_cast<int>(reduce->inputs.size()) <= kSmallMaxPointers);
         out.kind = kSmallReduce;
         out.inputs = static_cast<uint8_t>(reduce->inputs.size());
         out.firstInput = static_cast<uint16_t>(pointers);
@@ -737,7 +725,6 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
         p.op = reduce->op;
       }
     }
-    CONCCL_ASSERT(fits);  // checked for every rank above
     launchSmallProgram(p, main);
     if (eager) ++s.launches;
     return;
