@@ -79,13 +79,15 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
                           {{"auto", concclEngineAuto}, {"copy", concclEngineCopy}, {"sm", concclEngineSm}},
                           &config.engine);
   long long v = 0;
-  if (envInt("CONCCL_REDUCE_CTAS", 1, kMaxReduceCtas, &v)) config.reduceCtas = static_cast<int>(v);
+  if (envInt("CONCCL_REDUCE_CTAS", 0, kMaxReduceCtas, &v)) config.reduceCtas = static_cast<int>(v);
   if (envInt("CONCCL_LANES", 1, kMaxLanes, &v)) config.lanes = static_cast<int>(v);
   if (envInt("CONCCL_SCRATCH_BYTES", static_cast<long long>(kMinScratchBytes), LLONG_MAX, &v)) {
     config.scratchBytes = static_cast<size_t>(v);
   }
   if (envInt("CONCCL_TIMEOUT_MS", 1, INT_MAX, &v)) config.timeoutMs = static_cast<int>(v);
   if (envInt("CONCCL_SMALL_MESSAGE_BYTES", 0, LLONG_MAX, &v)) config.smallMessageBytes = static_cast<size_t>(v);
+  if (envInt("CONCCL_SINGLE_STREAM_BYTES", 0, LLONG_MAX, &v)) config.singleStreamBytes = static_cast<size_t>(v);
+  if (envInt("CONCCL_MIN_CHUNK_BYTES", 4096, LLONG_MAX, &v)) config.minChunkBytes = static_cast<size_t>(v);
 
   if (user == nullptr) return config;
 
@@ -109,7 +111,7 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
     config.engine = static_cast<concclEngine_t>(user->engine);
   }
   if (user->reduceCtas != CONCCL_CONFIG_UNDEF_INT) {
-    requireRange("reduceCtas", user->reduceCtas, 1, kMaxReduceCtas);
+    requireRange("reduceCtas", user->reduceCtas, 0, kMaxReduceCtas);
     config.reduceCtas = user->reduceCtas;
   }
   if (user->lanes != CONCCL_CONFIG_UNDEF_INT) {

@@ -11,11 +11,16 @@ namespace conccl {
 struct Config {
   concclBackend_t backend = concclBackendHost;
   concclEngine_t engine = concclEngineAuto;
-  int reduceCtas = 4;
+  int reduceCtas = 0;  // 0: auto, from the size of each reduction (exec/cuda/copy_engine_program.h)
   int lanes = 2;
   size_t scratchBytes = size_t{64} << 20;
   int timeoutMs = 300000;
   size_t smallMessageBytes = size_t{64} << 10;
+  // Tuning knobs without a config field (environment only; README table): programs that copy at most
+  // singleStreamBytes run every op on the caller's stream; reduction pipelines cut a share into chunks of at
+  // least minChunkBytes (and at most the scratch budget allows), aiming at kTargetChunks per share.
+  size_t singleStreamBytes = size_t{256} << 10;
+  size_t minChunkBytes = size_t{512} << 10;
 };
 
 // Merges `user` (may be null), the CONCCL_* environment variables and the defaults. `cudaAvailable`

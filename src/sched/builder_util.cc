@@ -181,7 +181,11 @@ void emitReducePipeline(const CollectiveCall& call, const BuildOptions& options,
   CONCCL_REQUIRE(chunkBytes >= kAlign, std::string(collKindName(call.kind)) + ": scratch budget of " +
                                            std::to_string(options.scratchBudget) + " bytes is too small for " +
                                            std::to_string(n) + " ranks");
-  const size_t chunkElems = std::min(chunkBytes / es, maxElems);
+  // A share that fits one scratch chunk is still cut into about targetChunks pieces (none below minChunkBytes), so
+  // that the transfer of piece i+1 overlaps the reduction of piece i at mid sizes too.
+  const size_t pieceBytes =
+      std::max(options.minChunkBytes, roundUp(ceilDiv(maxElems * es, static_cast<size_t>(std::max(options.targetChunks, 1))), kAlign));
+  const size_t chunkElems = std::min(std::min(chunkBytes, pieceBytes) / es, maxElems);
   std::vector<size_t> nchunks(static_cast<size_t>(n));
   size_t maxN = 0;
   for (int r = 0; r < n; ++r) {

@@ -166,6 +166,7 @@ struct BuildOptions {
   int lanes = 2;                     // copy lanes per rank
   int pipelineDepth = 2;             // scratch chunks in flight per peer (>= 1)
   size_t minChunkBytes = 64u << 10;  // below this a pipelined exchange does not split further
+  int targetChunks = 4;              // pieces a reduction pipeline aims to cut a share into (>= 1)
 };
 
 // Byte sizes of rank r's call buffers (index -> bytes): what the executor must bind and what argument

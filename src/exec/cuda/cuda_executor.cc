@@ -33,154 +33,38 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "exec/cuda/copy_engine_program.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
+#include "exec/cuda/ipc_import_table.h"
+#include "exec/cuda/rank_state.h"
 #include "exec/cuda/raii.h"
 #include "exec/cuda/reduce_kernel.h"
 #include "exec/cuda/small_program_kernel.h"
+#include "exec/cuda/small_program_pack.h"
 #include "exec/executor.h"
 #include "sched/schedule.h"
 
 namespace conccl::exec {
 namespace {
 
-// Programs that copy at most this many bytes run all their ops on the caller's stream (see launch()).
-constexpr size_t kSingleStreamProgramBytes = size_t{256} << 10;
-// Operations per cuStreamBatchMemOp call (the driver bounds the count; 256 is the documented maximum).
-constexpr size_t kMaxBatchMemOps = 128;
-
-std::string describePointer(const void* p) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%p", p);
-  return buf;
+// Bytes rank r's program copies, and whether it fits the small-message kernel's tables: from the schedule when the
+// builder filled them in (hand-made schedules: from the programs).
+bool hasProgramStats(const sched::Schedule& schedule) {
+  return schedule.copyBytes.size() == schedule.programs.size() &&
+         schedule.activeOps.size() == schedule.programs.size() &&
+         schedule.reduceInputs.size() == schedule.programs.size();
 }
-std::string describeStream(cudaStream_t s) { return describePointer(static_cast<void*>(s)); }
-
-// What the driver knows about a pointer, from one cuPointerGetAttributes call.
-struct PointerInfo {
-  unsigned int memoryType = 0;  // CUmemorytype; 0: not a CUDA pointer (plain host memory)
-  int device = -1;
-  unsigned int managed = 0;
-  CUdeviceptr base = 0;  // allocation range (0 when the driver does not know it, e.g. some pool allocators)
-  size_t size = 0;
-  unsigned long long bufferId = 0;  // unique per allocation for the life of the process
-};
-
-PointerInfo queryPointer(const void* ptr) {
-  PointerInfo info;
-  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                      CU_POINTER_ATTRIBUTE_IS_MANAGED,  CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                      CU_POINTER_ATTRIBUTE_RANGE_SIZE,  CU_POINTER_ATTRIBUTE_BUFFER_ID};
-  void* data[] = {&info.memoryType, &info.device, &info.managed, &info.base, &info.size, &info.bufferId};
-  // Unlike cuPointerGetAttribute, this does not fail for a pointer CUDA does not know: it leaves the values 0.
-  CU_CHECK(driverApi().pointerGetAttributes(static_cast<unsigned int>(std::size(attributes)), attributes, data,
-                                            reinterpret_cast<CUdeviceptr>(ptr)));
-  return info;
+size_t programCopyBytes(const sched::Schedule& schedule, int r) {
+  const size_t i = static_cast<size_t>(r);
+  return hasProgramStats(schedule) ? schedule.copyBytes[i] : sched::programCopyBytes(schedule.programs[i]);
 }
-
-// Process-wide table of the peer allocations this process has mapped with cudaIpcOpenMemHandle. Shared by every
-// communicator of the process because CUDA refuses to open one handle twice in a process; reference counted.
-class IpcImportTable {
- public:
-  static IpcImportTable& instance() {
-    static IpcImportTable* table = new IpcImportTable;  // never destroyed: process exit unmaps everything anyway
-    return *table;
-  }
-  void* acquire(const BufferExport& b, int device) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    Key key{b.pid, b.allocId, device};
-    auto it = entries_.find(key);
-    if (it != entries_.end()) {
-      ++it->second.refs;
-      return it->second.base;
-    }
-    cudaIpcMemHandle_t handle;
-    static_assert(sizeof(handle) <= sizeof(b.handle));
-    std::memcpy(&handle, b.handle, sizeof(handle));
-    DeviceGuard guard(device);
-    void* base = nullptr;
-    cudaError_t err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      CONCCL_THROW(concclUnhandledCudaError,
-                   std::string("cudaIpcOpenMemHandle failed: ") + cudaGetErrorName(err) + " (" +
-                       cudaGetErrorString(err) + ") for allocation " + std::to_string(b.allocId) + " of pid " +
-                       std::to_string(b.pid) + " (base " + describePointer(reinterpret_cast<void*>(b.base)) + ", " +
-                       std::to_string(b.allocBytes) + " B); " + std::to_string(entries_.size()) +
-                       " allocations of other processes mapped here");
-    }
-    entries_[key] = Entry{base, 1};
-    return base;
-  }
-  size_t size() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return entries_.size();
-  }
-  void release(int64_t pid, uint64_t allocId, int device) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(Key{pid, allocId, device});
-    if (it == entries_.end() || --it->second.refs > 0) return;
-    DeviceGuard guard(device);
-    cudaError_t err = cudaIpcCloseMemHandle(it->second.base);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      CONCCL_WARN(-1, device, std::string("cudaIpcCloseMemHandle failed: ") + cudaGetErrorString(err));
-    }
-    entries_.erase(it);
-  }
-
- private:
-  struct Key {
-    int64_t pid;
-    uint64_t allocId;
-    int device;
-    auto operator<=>(const Key&) const = default;
-  };
-  struct Entry {
-    void* base;
-    int refs;
-  };
-  std::mutex mutex_;
-  std::map<Key, Entry> entries_;
-};
-
-// Everything one rank owns. Lives until releaseRank(rank). In a clique spread over processes, the peers' entries
-// are not local: they only hold the addresses of the peer's flags and (mapped) scratch.
-struct RankState {
-  int rank = 0;
-  int device = 0;
-  bool local = true;
-  void* scratchAddress = nullptr;  // this rank's scratch as this process addresses it (peers: an IPC mapping)
-  std::vector<Stream> lanes;
-  std::vector<Event> joinEvents;  // one per lane: "lane reached the end of the program"
-  Event forkEvent;                // "M reached this point": lanes wait on it before their next op
-  // Completion marker of eager launches, polled by synchronize(): launch k (counted in `launches`) ends with a
-  // stream write of k into this pinned host word. It rides in the program's last memory-op batch, so it costs no
-  // CUDA call of its own where an event record cost one (~3 us in our VM, docs/cuda-executor.md).
-  PinnedBuffer doneCounter;
-  CUdeviceptr doneCounterDevice = 0;
-  uint32_t launches = 0;  // eager launches so far (wraps; compared with wrap-safe arithmetic)
-  // Written 1 by a small-message kernel whose wait timed out (see small_program_kernel.h); checked by launch and
-  // synchronize, which report concclTimeout.
-  PinnedBuffer smallKernelError;
-  uint32_t* smallKernelErrorDevice = nullptr;
-  SmallProgram smallProgram;  // reused by launch() (no allocation on the hot path)
-  // slots x uint32 in pinned, mapped host memory. A Signal is then a stream memory operation (a 32-bit write into
-  // host memory, ordered after the stream's earlier work with a memory barrier) instead of a 4-byte copy: it can
-  // share one cuStreamBatchMemOp with the waits around it, which halves the CUDA calls of a small collective.
-  // Remote cuStreamWriteValue32 into another GPU's memory is not supported from CUDA 13.1; host memory is local to
-  // every GPU, so this works for ranks on different GPUs (and, through shared pinned memory, processes) alike.
-  PinnedBuffer flags;
-  DeviceBuffer scratch;  // config.scratchBytes (may be empty; local ranks only)
-
-  // Per-launch bookkeeping, kept here so that launch() does not allocate.
-  std::vector<int64_t> laneSyncedAt;  // M's op count when the lane last waited on M (-1: not this call)
-  std::vector<bool> laneUsed;
-  std::vector<CUstreamBatchMemOpParams> pendingWaits;
-
-  std::mutex mutex;  // serialises launch / synchronize / release of this rank
-  bool released = false;
-};
+bool programFitsSmallKernel(const sched::Schedule& schedule, int r) {
+  const size_t i = static_cast<size_t>(r);
+  const bool stats = hasProgramStats(schedule);
+  return fitsSmallProgram(stats ? schedule.activeOps[i] : sched::programActiveOps(schedule.programs[i]),
+                          stats ? schedule.reduceInputs[i] : sched::programReduceInputs(schedule.programs[i]));
+}
 
 class CudaExecutor final : public Executor {
  public:
@@ -208,6 +92,12 @@ class CudaExecutor final : public Executor {
   PointerInfo checkedPointer(int rank, const void* ptr, size_t bytes, const char* what) const;
   // Throws concclTimeout if a small-message kernel of the rank gave up waiting (small_program_kernel.h).
   void checkSmallKernelError(const RankState& s) const;
+  // launch()'s parts: concclInvalidUsage when two local ranks share the caller's stream; whether every rank of the
+  // call runs the small-message kernel; that path's launch.
+  void refuseSharedStream(const sched::Schedule& schedule, const CallBinding& binding, int rank) const;
+  bool takesSmallPath(const sched::Schedule& schedule, int rank) const;
+  void launchSmall(RankState& s, const sched::RankProgram& program, const LocationResolver& resolve,
+                   cudaStream_t main, bool eager);
   void enablePeerAccess(const std::vector<int>& unique);
   void initRank(RankState& state);
   void closeAllImports();
@@ -252,14 +142,15 @@ sched::BuildOptions cudaBuildOptions(const Config& config) {
   options.scratchBudget = config.scratchBytes;
   options.lanes = config.lanes;
   options.pipelineDepth = 2;
+  options.minChunkBytes = config.minChunkBytes;
   return options;
 }
 
 void CudaExecutor::initOptions(int n) {
   CONCCL_REQUIRE(n >= 1, "the CUDA executor needs at least one rank");
   CONCCL_REQUIRE(config_.lanes >= 1, "lanes = " + std::to_string(config_.lanes) + " must be at least 1");
-  CONCCL_REQUIRE(config_.reduceCtas >= 1,
-                 "reduceCtas = " + std::to_string(config_.reduceCtas) + " must be at least 1");
+  CONCCL_REQUIRE(config_.reduceCtas >= 0,
+                 "reduceCtas = " + std::to_string(config_.reduceCtas) + " must be 0 (auto) or at least 1");
   options_ = cudaBuildOptions(config_);
   slots_ = sched::maxSlots(n, options_);
   CONCCL_ASSERT(slots_ >= 0);
@@ -619,9 +510,37 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   CONCCL_ASSERT(schedule.nranks == static_cast<int>(ranks_.size()));
   CONCCL_ASSERT(schedule.lanes <= config_.lanes && schedule.slots <= slots_);
   CONCCL_ASSERT(schedule.scratchBytes <= config_.scratchBytes);
+  refuseSharedStream(schedule, binding, rank);
+  DeviceGuard guard(s.device);
   const cudaStream_t main = binding.streams[rank];
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(main, &capture));
+  const bool eager = capture == cudaStreamCaptureStatusNone;
+  const LocationResolver resolve(ranks_, binding);
+  const sched::RankProgram& program = schedule.programs[static_cast<size_t>(rank)];
+
+  if (takesSmallPath(schedule, rank)) {
+    launchSmall(s, program, resolve, main, eager);
+    return;
+  }
+  CopyEngineSetup setup;
+  setup.main = main;
+  setup.eager = eager;
+  // Small programs run every op on M. Forking a lane off M and joining it back costs two CUDA calls each way
+  // (~2-4 us apiece in our VM, docs/cuda-executor.md), far more than the parallel copy queues gain for a few
+  // KiB. Putting lane ops on M only adds ordering (it is the host executor's sequential order), so it cannot
+  // deadlock where the schedule does not.
+  setup.singleStream = programCopyBytes(schedule, rank) <= config_.singleStreamBytes;
+  setup.reduceCtas = config_.reduceCtas;
+  setup.slots = slots_;
+  setup.flagTable = &devFlagTable_;
+  CopyEngineProgram(s, setup, resolve).enqueue(program);
+}
+
+void CudaExecutor::refuseSharedStream(const sched::Schedule& schedule, const CallBinding& binding, int rank) const {
   // Two ranks on one stream deadlock on the first handshake (each waits for a signal queued behind its own
   // wait): refuse instead of hanging.
+  const cudaStream_t main = binding.streams[rank];
   for (int p = 0; p < schedule.nranks; ++p) {
     if (p != rank && ranks_[p]->local && binding.streams[p] == main && schedule.nranks > 1) {
       CONCCL_THROW(concclInvalidUsage, "ranks " + std::to_string(rank) + " and " + std::to_string(p) +
@@ -629,225 +548,32 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
                                            "; every rank needs its own stream");
     }
   }
-  const DriverApi& cu = driverApi();
-  DeviceGuard guard(s.device);
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(main, &capture));
+}
 
-  const std::vector<void*>& myBuffers = binding.buffers[rank];
-  auto resolve = [&](const sched::Location& loc) -> char* {
-    void* base = nullptr;
-    if (loc.buffer == sched::kScratch) {
-      base = ranks_[loc.rank]->scratchAddress;
-    } else {
-      const std::vector<void*>& bufs = loc.rank == rank ? myBuffers : binding.buffers[loc.rank];
-      CONCCL_ASSERT(loc.buffer >= 0 && loc.buffer < static_cast<int>(bufs.size()));
-      base = bufs[loc.buffer];
-    }
-    CONCCL_ASSERT(base != nullptr);
-    return static_cast<char*>(base) + loc.offset;
-  };
-
-  // Small programs run every op on M. Forking a lane off M and joining it back costs two CUDA calls each way
-  // (~2-4 us apiece in our VM, docs/cuda-executor.md), far more than the parallel copy queues gain for a few
-  // KiB. Putting lane ops on M only adds ordering (it is the host executor's sequential order), so it cannot
-  // deadlock where the schedule does not.
-  // Bytes each rank's program copies: from the schedule when the builder filled them in.
-  // Bytes each rank's program copies, and whether it fits the small-message kernel's tables: from the schedule
-  // when the builder filled them in (hand-made schedules: from the programs).
-  const bool haveStats = schedule.copyBytes.size() == schedule.programs.size() &&
-                         schedule.activeOps.size() == schedule.programs.size() &&
-                         schedule.reduceInputs.size() == schedule.programs.size();
-  auto copyBytesOf = [&](int r) {
-    return haveStats ? schedule.copyBytes[static_cast<size_t>(r)]
-                     : sched::programCopyBytes(schedule.programs[static_cast<size_t>(r)]);
-  };
-  // Every reduction has at most kSmallMaxPointers (< 256) inputs when their total is within it.
-  auto fitsSmallKernel = [&](int r) {
-    const sched::RankProgram& program = schedule.programs[static_cast<size_t>(r)];
-    const size_t ops = haveStats ? schedule.activeOps[static_cast<size_t>(r)] : sched::programActiveOps(program);
-    const size_t inputs =
-        haveStats ? schedule.reduceInputs[static_cast<size_t>(r)] : sched::programReduceInputs(program);
-    return ops <= static_cast<size_t>(kSmallMaxOps) && inputs <= static_cast<size_t>(kSmallMaxPointers);
-  };
-  const size_t programBytes = copyBytesOf(rank);
-  const bool onlyMain = programBytes <= kSingleStreamProgramBytes;
-
-  // Small-message path: the whole program as one 1-CTA kernel (small_program_kernel.h), when it fits its tables.
+bool CudaExecutor::takesSmallPath(const sched::Schedule& schedule, int rank) const {
   // The choice is made for the whole call, from every rank's program (each rank has the full schedule), so all
   // ranks of a call take the same path. Mixing was measured unsafe: a kernel that read data right after a
   // copy-engine rank's flag (a stream write after its copy) saw stale data in graph replays on the H200.
   // The tables' limits are checked for every rank's program too: a rank whose program did not fit would
   // otherwise fall back to copy engines alone while its peers ran the kernel.
-  bool smallCall = smallBytes_ > 0 && programBytes <= smallBytes_;
-  for (int p = 0; smallCall && p < schedule.nranks; ++p) {
-    smallCall = copyBytesOf(p) <= smallBytes_ && fitsSmallKernel(p);
+  if (smallBytes_ == 0 || programCopyBytes(schedule, rank) > smallBytes_) return false;
+  for (int p = 0; p < schedule.nranks; ++p) {
+    if (programCopyBytes(schedule, p) > smallBytes_ || !programFitsSmallKernel(schedule, p)) return false;
   }
-  if (smallCall) {
-    checkSmallKernelError(s);
-    SmallProgram& p = s.smallProgram;
-    p.numOps = 0;
-    p.dtype = concclUint8;
-    p.op = concclSum;
-    p.abortWord = abortWordDevice_;
-    p.errorWord = s.smallKernelErrorDevice;
-    p.timeoutNs = static_cast<uint64_t>(config_.timeoutMs) * 1000000ull;
-    const bool eager = capture == cudaStreamCaptureStatusNone;
-    p.doneCounter = eager ? reinterpret_cast<uint32_t*>(s.doneCounterDevice) : nullptr;
-    p.doneValue = s.launches + 1;
-    int pointers = 0;
-    for (const sched::Op& op : schedule.programs[rank].ops) {
-      if (const auto* copy = std::get_if<sched::Copy>(&op); copy != nullptr && copy->bytes == 0) continue;
-      if (const auto* reduce = std::get_if<sched::Reduce>(&op); reduce != nullptr && reduce->count == 0) continue;
-      CONCCL_ASSERT(p.numOps < kSmallMaxOps);  // fitsSmallKernel checked every rank above
-      SmallOp& out = p.ops[p.numOps++];
-      out = SmallOp{};
-      if (const auto* copy = std::get_if<sched::Copy>(&op)) {
-        out.kind = kSmallCopy;
-        out.src = resolve(copy->src);
-        out.dst = resolve(copy->dst);
-        out.size = copy->bytes;
-      } else if (const auto* signal = std::get_if<sched::Signal>(&op)) {
-        out.kind = kSmallSignal;
-        out.flag = reinterpret_cast<uint32_t*>(devFlagTable_[signal->peer] + sizeof(uint32_t) * signal->slot);
-      } else if (const auto* wait = std::get_if<sched::Wait>(&op)) {
-        out.kind = kSmallWait;
-        out.flag = reinterpret_cast<uint32_t*>(devFlagTable_[rank] + sizeof(uint32_t) * wait->slot);
-      } else if (const auto* reduce = std::get_if<sched::Reduce>(&op)) {
-        CONCCL_ASSERT(pointers + static_cast<int>(reduce->inputs.size()) <= kSmallMaxPointers);
-        out.kind = kSmallReduce;
-        out.inputs = static_cast<uint8_t>(reduce->inputs.size());
-        out.firstInput = static_cast<uint16_t>(pointers);
-        for (const auto& in : reduce->inputs) p.pointers[pointers++] = resolve(in);
-        out.dst = resolve(reduce->output);
-        out.size = reduce->count;
-        p.dtype = reduce->dtype;
-        p.op = reduce->op;
-      }
-    }
-    launchSmallProgram(p, main);
-    if (eager) ++s.launches;
-    return;
-  }
+  return true;
+}
 
-  // The lane rule of the execution model: a lane op is ordered after every M op that precedes it. Track how
-  // many ops M has received; a lane waits on M (through forkEvent) only when M moved since it last did.
-  int64_t mainOps = 0;
-  int64_t forkRecordedAt = -1;
-  std::fill(s.laneSyncedAt.begin(), s.laneSyncedAt.end(), -1);
-  std::fill(s.laneUsed.begin(), s.laneUsed.end(), false);
-  auto streamFor = [&](int lane) -> cudaStream_t {
-    if (lane == sched::kMainStream || onlyMain) {
-      ++mainOps;
-      return main;
-    }
-    CONCCL_ASSERT(lane >= 0 && lane < config_.lanes);
-    const size_t l = static_cast<size_t>(lane);
-    // laneSyncedAt starts at -1, so the first op of each lane in a call forks the lane off M: that is the
-    // "program start" rule, and under capture it is what pulls the lane into the caller's graph.
-    if (s.laneSyncedAt[l] != mainOps) {
-      if (forkRecordedAt != mainOps) {
-        CUDA_CHECK(cudaEventRecord(s.forkEvent.get(), main));
-        forkRecordedAt = mainOps;
-      }
-      CUDA_CHECK(cudaStreamWaitEvent(s.lanes[l].get(), s.forkEvent.get(), 0));
-      s.laneSyncedAt[l] = mainOps;
-    }
-    s.laneUsed[l] = true;
-    return s.lanes[l].get();
-  };
-
-  // Consecutive memory operations on M (Waits, and Signals that run on M) are enqueued together: one
-  // cuStreamBatchMemOp, executed in order. The batch is flushed before any other op, so the ordering rules of the
-  // execution model are unchanged; only the number of CUDA calls drops (each costs ~3-4 us in our VM).
-  std::vector<CUstreamBatchMemOpParams>& batch = s.pendingWaits;
-  batch.clear();
-  auto flushBatch = [&] {
-    if (batch.empty()) return;
-    streamFor(sched::kMainStream);
-    for (size_t first = 0; first < batch.size(); first += kMaxBatchMemOps) {
-      const auto count = static_cast<unsigned int>(std::min(kMaxBatchMemOps, batch.size() - first));
-      CU_CHECK(cu.streamBatchMemOp(reinterpret_cast<CUstream>(main), count, batch.data() + first, 0));
-    }
-    batch.clear();
-  };
-  auto writeOp = [](CUdeviceptr address, uint32_t value) {
-    CUstreamBatchMemOpParams op{};
-    op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-    op.writeValue.address = address;
-    op.writeValue.value = value;
-    // The default (not NO_MEMORY_BARRIER): the stream's earlier writes are visible before the flag is.
-    op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-    return op;
-  };
-  auto onMain = [&](int lane) { return lane == sched::kMainStream || onlyMain; };
-
-  for (const sched::Op& op : schedule.programs[rank].ops) {
-    const auto* signalOp = std::get_if<sched::Signal>(&op);
-    const bool batched = std::holds_alternative<sched::Wait>(op) || (signalOp != nullptr && onMain(signalOp->lane));
-    if (!batched) flushBatch();
-    if (const auto* copy = std::get_if<sched::Copy>(&op)) {
-      if (copy->bytes == 0) continue;
-      char* dst = resolve(copy->dst);
-      const char* src = resolve(copy->src);
-      cudaStream_t stream = streamFor(copy->lane);
-      CUDA_CHECK(cudaMemcpyAsync(dst, src, copy->bytes, cudaMemcpyDefault, stream));
-    } else if (signalOp != nullptr) {
-      const sched::Signal& signal = *signalOp;
-      CONCCL_ASSERT(signal.peer >= 0 && signal.peer < schedule.nranks && signal.slot >= 0 && signal.slot < slots_);
-      const CUdeviceptr flag = devFlagTable_[signal.peer] + sizeof(uint32_t) * static_cast<size_t>(signal.slot);
-      if (batched) {
-        batch.push_back(writeOp(flag, 1));
-      } else {
-        cudaStream_t stream = streamFor(signal.lane);
-        CU_CHECK(cu.streamWriteValue32(reinterpret_cast<CUstream>(stream), flag, 1, CU_STREAM_WRITE_VALUE_DEFAULT));
-      }
-    } else if (const auto* wait = std::get_if<sched::Wait>(&op)) {
-      CONCCL_ASSERT(wait->slot >= 0 && wait->slot < slots_);
-      const CUdeviceptr flag = devFlagTable_[rank] + sizeof(uint32_t) * static_cast<size_t>(wait->slot);
-      // Wait for the constant 1 and consume it by writing 0: no sequence numbers, so a captured graph
-      // replays correctly any number of times.
-      CUstreamBatchMemOpParams w{};
-      w.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
-      w.waitValue.address = flag;
-      w.waitValue.value = 1;
-      w.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-      batch.push_back(w);
-      batch.push_back(writeOp(flag, 0));
-    } else if (const auto* reduce = std::get_if<sched::Reduce>(&op)) {
-      if (reduce->count == 0) continue;
-      ReduceArgs args;
-      if (reduce->inputs.size() > static_cast<size_t>(kMaxReduceInputs)) {
-        CONCCL_THROW(concclNotSupported, "a reduction over " + std::to_string(reduce->inputs.size()) +
-                                             " inputs exceeds the kernel's limit of " +
-                                             std::to_string(kMaxReduceInputs));
-      }
-      args.k = static_cast<int>(reduce->inputs.size());
-      for (int j = 0; j < args.k; ++j) args.inputs[j] = resolve(reduce->inputs[static_cast<size_t>(j)]);
-      args.output = resolve(reduce->output);
-      args.count = reduce->count;
-      streamFor(sched::kMainStream);
-      launchReduce(args, reduce->dtype, reduce->op, config_.reduceCtas, main);
-    }
-  }
-
-  // A captured launch must not write the marker: its replays would write a stale count, and the graph's replays
-  // are the caller's to synchronise. Eager launches write it after everything else on M (the write carries a
-  // memory barrier), in the last batch when no lane must be joined first.
-  const bool eager = capture == cudaStreamCaptureStatusNone;
-  const bool lanesUsed = std::find(s.laneUsed.begin(), s.laneUsed.end(), true) != s.laneUsed.end();
-  if (eager && !lanesUsed) batch.push_back(writeOp(s.doneCounterDevice, s.launches + 1));
-  flushBatch();
-  // Program end: M continues only after every lane used in this call has finished.
-  for (size_t l = 0; l < s.laneUsed.size(); ++l) {
-    if (!s.laneUsed[l]) continue;
-    CUDA_CHECK(cudaEventRecord(s.joinEvents[l].get(), s.lanes[l].get()));
-    CUDA_CHECK(cudaStreamWaitEvent(main, s.joinEvents[l].get(), 0));
-  }
-  if (eager && lanesUsed) {
-    CU_CHECK(cu.streamWriteValue32(reinterpret_cast<CUstream>(main), s.doneCounterDevice, s.launches + 1,
-                                   CU_STREAM_WRITE_VALUE_DEFAULT));
-  }
+void CudaExecutor::launchSmall(RankState& s, const sched::RankProgram& program, const LocationResolver& resolve,
+                               cudaStream_t main, bool eager) {
+  checkSmallKernelError(s);
+  SmallProgram& p = s.smallProgram;
+  packSmallProgram(program, s.rank, resolve, devFlagTable_, p);
+  p.abortWord = abortWordDevice_;
+  p.errorWord = s.smallKernelErrorDevice;
+  p.timeoutNs = static_cast<uint64_t>(config_.timeoutMs) * 1000000ull;
+  p.doneCounter = eager ? reinterpret_cast<uint32_t*>(s.doneCounterDevice) : nullptr;
+  p.doneValue = s.launches + 1;
+  launchSmallProgram(p, main);
   if (eager) ++s.launches;
 }
 

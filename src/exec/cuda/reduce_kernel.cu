@@ -8,70 +8,38 @@
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/reduce_kernel.h"
+#include "exec/cuda/reduce_kernel_impl.cuh"
 #include "exec/cuda/reduce_ops.cuh"
 
 namespace conccl::exec {
 namespace {
 
-// Inputs are consumed in batches of kBatch: all loads of a batch are issued before any is used, so each
-// thread keeps kBatch 16-byte loads in flight. With 1024 threads that is 128 KiB per SM for k = 8, about what
-// Little's law asks to read ~100 GB/s per SM at HBM latency.
-constexpr int kBatch = 8;
-static_assert(kMaxReduceInputs % kBatch == 0);
+// The fixed-fan-in kernel is instantiated for the types that carry gradients and activations (fp32, bf16,
+// fp16) and fan-in 2..8 (2..8 ranks of one node); everything else takes the generic kernel. Each instantiation
+// costs compile time, and integers / fp64 are rare in reductions of that size.
+template <typename T>
+constexpr bool kHasFixedKernel =
+    std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
 
-// ---- the kernel ----------------------------------------------------------------------------------------
-template <typename T, typename Op>
-__global__ void __launch_bounds__(kReduceThreads, 1) reduceKernel(ReduceArgs args, bool vectorized) {
-  using A = typename AccOf<T>::type;
-  constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte vector
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int k = args.k;
+// Calls f(std::integral_constant<int, K>{}) for the fixed kernel's fan-in k; false when there is none.
+template <typename F>
+bool visitFixedFanIn(int k, F&& f) {
+  switch (k) {
+    case 2: f(std::integral_constant<int, 2>{}); return true;
+    case 3: f(std::integral_constant<int, 3>{}); return true;
+    case 4: f(std::integral_constant<int, 4>{}); return true;
+    case 5: f(std::integral_constant<int, 5>{}); return true;
+    case 6: f(std::integral_constant<int, 6>{}); return true;
+    case 7: f(std::integral_constant<int, 7>{}); return true;
+    case 8: f(std::integral_constant<int, 8>{}); return true;
+    default: return false;
+  }
+}
+static_assert(kMinFixedFanIn == 2 && kMaxFixedFanIn == 8, "visitFixedFanIn lists fan-ins 2..8");
 
-  size_t done = 0;
-  if (vectorized) {
-    const size_t vectors = args.count / kVec;
-    for (size_t v = first; v < vectors; v += stride) {
-      A acc[kVec];
-      // Both loops unroll completely, so every args.inputs[] index is a constant: the pointers stay in the
-      // kernel parameter bank instead of being copied to local memory.
-#pragma unroll
-      for (int base = 0; base < kMaxReduceInputs; base += kBatch) {
-        if (base >= k) break;
-        uint4 raw[kBatch];
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          if (base + j < k) raw[j] = __ldcs(static_cast<const uint4*>(args.inputs[base + j]) + v);
-        }
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          if (base + j < k) {
-            const T* e = reinterpret_cast<const T*>(&raw[j]);
-#pragma unroll
-            for (int x = 0; x < kVec; ++x) {
-              A value = toAcc<A>(e[x]);
-              acc[x] = (base + j == 0) ? value : Op::apply(acc[x], value);
-            }
-          }
-        }
-      }
-      uint4 out;
-      T* o = reinterpret_cast<T*>(&out);
-#pragma unroll
-      for (int x = 0; x < kVec; ++x) o[x] = fromAcc<T>(finish<Op>(acc[x], k));
-      __stcs(static_cast<uint4*>(args.output) + v, out);
-    }
-    done = vectors * kVec;
-  }
-  // Scalar path: the tail after the last full vector, or everything when a pointer is not 16-byte aligned.
-  for (size_t i = done + first; i < args.count; i += stride) {
-    A acc = toAcc<A>(static_cast<const T*>(args.inputs[0])[i]);
-#pragma unroll
-    for (int j = 1; j < kMaxReduceInputs; ++j) {
-      if (j < k) acc = Op::apply(acc, toAcc<A>(static_cast<const T*>(args.inputs[j])[i]));
-    }
-    static_cast<T*>(args.output)[i] = fromAcc<T>(finish<Op>(acc, k));
-  }
+template <typename T, typename Op, int K>
+const void* fixedKernel() {
+  return reinterpret_cast<const void*>(&reduceFixedKernel<T, Op, K, fixedUnroll(K)>);
 }
 
 template <typename T, typename Op>
@@ -84,10 +52,19 @@ void launchTyped(const ReduceArgs& args, int ctas, cudaStream_t stream) {
   const size_t needed = (units + kReduceThreads - 1) / kReduceThreads;
   const unsigned grid = static_cast<unsigned>(needed < static_cast<size_t>(ctas) ? needed : ctas);
   ReduceArgs a = args;
+  const void* kernel = nullptr;
+  if constexpr (kHasFixedKernel<T>) {
+    if (aligned) visitFixedFanIn(args.k, [&](auto k) { kernel = fixedKernel<T, Op, decltype(k)::value>(); });
+  }
+  if (kernel != nullptr) {
+    void* params[] = {&a};
+    CUDA_CHECK(cudaLaunchKernel(kernel, dim3(grid), dim3(kReduceThreads), params, 0, stream));
+    return;
+  }
   bool vectorized = aligned;
   void* params[] = {&a, &vectorized};
-  CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(&reduceKernel<T, Op>), dim3(grid), dim3(kReduceThreads),
-                              params, 0, stream));
+  CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(&reduceGenericKernel<T, Op>), dim3(grid),
+                              dim3(kReduceThreads), params, 0, stream));
 }
 
 }  // namespace
@@ -98,7 +75,12 @@ void preloadReduceKernels() {
     // cudaFuncGetAttributes forces the lazy loader to load the function (and its module) now.
     using T = typename decltype(type)::type;
     using Op = typename decltype(op)::type;
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&reduceKernel<T, Op>)));
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&reduceGenericKernel<T, Op>)));
+    if constexpr (kHasFixedKernel<T>) {
+      for (int k = kMinFixedFanIn; k <= kMaxFixedFanIn; ++k) {
+        visitFixedFanIn(k, [&](auto K) { CUDA_CHECK(cudaFuncGetAttributes(&attr, fixedKernel<T, Op, decltype(K)::value>())); });
+      }
+    }
   });
 }
 

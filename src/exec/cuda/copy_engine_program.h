@@ -1,0 +1,66 @@
+// The copy-engine path of the CUDA executor: one rank's schedule program enqueued on the caller's stream M and
+// the rank's copy lanes, as the execution model of src/sched/schedule.h asks (docs/cuda-executor.md, "launch()").
+//
+//   Copy   -> cudaMemcpyAsync on its lane (or M)           Signal -> a 32-bit stream write into the peer's flag
+//   Wait   -> stream wait for 1, then write 0 (on M)       Reduce -> the reduction kernel on M
+//
+// Lanes are forked off M with one event when M moved since the lane last synchronised, and joined back at the
+// end; consecutive memory operations on M share one cuStreamBatchMemOp. Everything is capturable.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "exec/cuda/rank_state.h"
+#include "sched/schedule.h"
+
+namespace conccl::exec {
+
+// CTAs of one reduction: `configured` when the config fixes it (> 0); else (auto, 0) one CTA per
+// kAutoReduceBytesPerCta of input read, at most kAutoReduceMaxCtas. Eight SMs at ~110 GB/s of input each keep
+// pace with a peer's NVLink traffic at fan-in 2 (two bytes read per byte received); fewer CTAs for less work,
+// because a CTA with little to do costs its launch more than its reading.
+inline constexpr int kAutoReduceMaxCtas = 8;
+inline constexpr size_t kAutoReduceBytesPerCta = size_t{256} << 10;
+int reduceCtasFor(int configured, size_t inputBytes);
+
+struct CopyEngineSetup {
+  cudaStream_t main = nullptr;  // the caller's stream M
+  bool eager = true;            // false while M is being captured: no done marker
+  bool singleStream = false;    // every op on M (small programs: lanes would only add fork/join calls)
+  int reduceCtas = 0;           // config.reduceCtas (0: auto)
+  int slots = 0;                // flags per rank
+  const std::vector<CUdeviceptr>* flagTable = nullptr;  // [rank] -> flags as the GPUs address them
+};
+
+class CopyEngineProgram {
+ public:
+  CopyEngineProgram(RankState& state, const CopyEngineSetup& setup, const LocationResolver& resolve);
+  // Enqueues every op of `program`, then the program end (lane joins, the done marker).
+  void enqueue(const sched::RankProgram& program);
+
+ private:
+  void copy(const sched::Copy& op);
+  void signal(const sched::Signal& op);
+  void wait(const sched::Wait& op);
+  void reduce(const sched::Reduce& op);
+  void finish();
+
+  bool onMain(int lane) const { return lane == sched::kMainStream || setup_.singleStream; }
+  // The stream an op of `lane` runs on; forks the lane off M first when M moved since the lane last waited on it.
+  cudaStream_t streamFor(int lane);
+  CUdeviceptr flagAddress(int rank, int slot) const;
+  void flushBatch();
+
+  RankState& s_;
+  const CopyEngineSetup& setup_;
+  const LocationResolver& resolve_;
+  int64_t mainOps_ = 0;          // ops put on M so far in this call
+  int64_t forkRecordedAt_ = -1;  // mainOps_ when the fork event was last recorded
+};
+
+}  // namespace conccl::exec

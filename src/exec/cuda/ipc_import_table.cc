@@ -1,0 +1,85 @@
+// See ipc_import_table.h.
+#include "exec/cuda/ipc_import_table.h"
+
+#include <cstdio>
+#include <cstring>
+#include <iterator>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/driver_api.h"
+#include "exec/cuda/raii.h"
+
+namespace conccl::exec {
+
+std::string describePointer(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%p", p);
+  return buf;
+}
+std::string describeStream(cudaStream_t s) { return describePointer(static_cast<void*>(s)); }
+
+PointerInfo queryPointer(const void* ptr) {
+  PointerInfo info;
+  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                      CU_POINTER_ATTRIBUTE_IS_MANAGED,  CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                      CU_POINTER_ATTRIBUTE_RANGE_SIZE,  CU_POINTER_ATTRIBUTE_BUFFER_ID};
+  void* data[] = {&info.memoryType, &info.device, &info.managed, &info.base, &info.size, &info.bufferId};
+  // Unlike cuPointerGetAttribute, this does not fail for a pointer CUDA does not know: it leaves the values 0.
+  CU_CHECK(driverApi().pointerGetAttributes(static_cast<unsigned int>(std::size(attributes)), attributes, data,
+                                            reinterpret_cast<CUdeviceptr>(ptr)));
+  return info;
+}
+
+IpcImportTable& IpcImportTable::instance() {
+  static IpcImportTable* table = new IpcImportTable;  // never destroyed: process exit unmaps everything anyway
+  return *table;
+}
+
+void* IpcImportTable::acquire(const BufferExport& b, int device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Key key{b.pid, b.allocId, device};
+  auto it = entries_.find(key);
+  if (it != entries_.end()) {
+    ++it->second.refs;
+    return it->second.base;
+  }
+  cudaIpcMemHandle_t handle;
+  static_assert(sizeof(handle) <= sizeof(b.handle));
+  std::memcpy(&handle, b.handle, sizeof(handle));
+  DeviceGuard guard(device);
+  void* base = nullptr;
+  cudaError_t err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    CONCCL_THROW(concclUnhandledCudaError,
+                 std::string("cudaIpcOpenMemHandle failed: ") + cudaGetErrorName(err) + " (" +
+                     cudaGetErrorString(err) + ") for allocation " + std::to_string(b.allocId) + " of pid " +
+                     std::to_string(b.pid) + " (base " + describePointer(reinterpret_cast<void*>(b.base)) + ", " +
+                     std::to_string(b.allocBytes) + " B); " + std::to_string(entries_.size()) +
+                     " allocations of other processes mapped here");
+  }
+  entries_[key] = Entry{base, 1};
+  return base;
+}
+
+size_t IpcImportTable::size() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return entries_.size();
+}
+
+void IpcImportTable::release(int64_t pid, uint64_t allocId, int device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = entries_.find(Key{pid, allocId, device});
+  if (it == entries_.end() || --it->second.refs > 0) return;
+  DeviceGuard guard(device);
+  cudaError_t err = cudaIpcCloseMemHandle(it->second.base);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    CONCCL_WARN(-1, device, std::string("cudaIpcCloseMemHandle failed: ") + cudaGetErrorString(err));
+  }
+  entries_.erase(it);
+}
+
+}  // namespace conccl::exec
