@@ -61,13 +61,13 @@ fi
 
 if [[ " $phases " == *" tune "* ]] && [ "$ngpus" -ge 2 ]; then
   mkdir -p "$OUT/tune"
-  for ss in 256K 4M 64M; do
-    CONCCL_SINGLE_STREAM_BYTES=$((${ss%?} * (${ss: -1} == "K" ? 1024 : 1048576))) run_step "tune-ss$ss" 60 \
+  for ss in 262144 4194304 67108864; do
+    CONCCL_SINGLE_STREAM_BYTES=$ss run_step "tune-ss$ss" 60 \
       "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 128K -e 32M -f 4 -c 0 \
       --coll all_gather,reduce_scatter,all_reduce,all_to_all --json "$logs/tune-ss$ss.jsonl"
   done
-  for mc in 256K 1M 4M; do
-    CONCCL_MIN_CHUNK_BYTES=$((${mc%?} * (${mc: -1} == "K" ? 1024 : 1048576))) run_step "tune-mc$mc" 60 \
+  for mc in 524288 2097152 8388608 33554432; do
+    CONCCL_MIN_CHUNK_BYTES=$mc run_step "tune-mc$mc" 60 \
       "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 1M -e 256M -f 4 -c 0 \
       --coll reduce_scatter,all_reduce --json "$logs/tune-mc$mc.jsonl"
   done
@@ -75,7 +75,10 @@ if [[ " $phases " == *" tune "* ]] && [ "$ngpus" -ge 2 ]; then
     run_step "tune-ctas$ctas" 60 "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 16M -e 1G -f 4 -c 0 \
       --reduce-ctas "$ctas" --coll reduce_scatter,all_reduce --json "$logs/tune-ctas$ctas.jsonl"
   done
-  cat "$logs"/tune-*.jsonl >"$OUT/tune.jsonl"
+  for f in "$logs"/tune-*.jsonl; do  # one file, each row tagged with its step
+    tag="$(basename "$f" .jsonl)"
+    sed "s/^{/{\"tune\":\"$tag\",/" "$f"
+  done >"$OUT/tune.jsonl"
 fi
 
 tar -czf "$OUT/logs.tgz" -C "$logs" . 2>/dev/null

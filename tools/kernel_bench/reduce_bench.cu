@@ -99,11 +99,11 @@ exec::ReduceArgs argsFor(const Inputs& b, int k, size_t elemBytes) {
 }
 
 // One shape of the fixed kernel, bf16 sum, launched directly.
-template <int K, int U, int Threads>
+template <int K, int U, int Threads, exec::StorePolicy S = exec::StorePolicy::kStreaming>
 void variant(const char* name, const Inputs& b, int ctas, cudaStream_t stream, int runs) {
   exec::ReduceArgs args = argsFor(b, K, 2);
   const double ms = timeMs(stream, runs, [&] {
-    exec::reduceFixedKernel<__nv_bfloat16, exec::OpSum, K, U, Threads><<<ctas, Threads, 0, stream>>>(args);
+    exec::reduceFixedKernel<__nv_bfloat16, exec::OpSum, K, U, Threads, S><<<ctas, Threads, 0, stream>>>(args);
   });
   report(name, concclBfloat16, concclSum, K, ctas, b.bytes, ms);
 }
@@ -114,6 +114,10 @@ void variants(const Inputs& b, cudaStream_t stream, int runs) {
   variant<K, 1, 1024>("fixed-u1-t1024", b, 4, stream, runs);
   variant<K, u, 1024>("fixed-chosen", b, 4, stream, runs);
   variant<K, 2 * u, 512>("fixed-2u-t512", b, 4, stream, runs);
+  variant<K, u, 1024, exec::StorePolicy::kDefault>("fixed-st-default", b, 4, stream, runs);
+  variant<K, u, 1024, exec::StorePolicy::kL2Only>("fixed-st-cg", b, 4, stream, runs);
+  variant<K, (3 * u + 1) / 2, 1024>("fixed-1.5u-t1024", b, 4, stream, runs);
+  variant<K, 2 * u, 768>("fixed-2u-t768", b, 4, stream, runs);
 }
 
 }  // namespace
@@ -155,6 +159,7 @@ void runReduceBench(size_t inputMiB, int runs) {
   variants<2>(b, stream, runs);
   variants<3>(b, stream, runs);
   variants<4>(b, stream, runs);
+  variants<5>(b, stream, runs);
   variants<8>(b, stream, runs);
   for (auto p : b.in) cudaFree(p);
   cudaFree(b.out);

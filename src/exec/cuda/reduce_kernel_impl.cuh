@@ -86,7 +86,21 @@ __global__ void __launch_bounds__(kReduceThreads, 1) reduceGenericKernel(ReduceA
 // ---- the fixed-fan-in kernel: K inputs known at compile time, every pointer 16-byte aligned -----------------
 // Each thread reduces U vectors per step, at v, v + stride, ..., v + (U-1) stride (every one of them coalesced
 // across the warp), after issuing all K x U loads.
-template <typename T, typename Op, int K, int U>
+// How the fixed kernel stores its results (measured side by side in conccl-kernel-bench).
+enum class StorePolicy { kStreaming, kDefault, kL2Only };
+
+template <StorePolicy S>
+__device__ __forceinline__ void storeVector(uint4* p, const uint4& v) {
+  if constexpr (S == StorePolicy::kStreaming) {
+    __stcs(p, v);
+  } else if constexpr (S == StorePolicy::kL2Only) {
+    __stcg(p, v);
+  } else {
+    *p = v;
+  }
+}
+
+template <typename T, typename Op, int K, int U, StorePolicy S = StorePolicy::kStreaming>
 __device__ __forceinline__ void reduceVectorGroup(const ReduceArgs& args, size_t v, size_t stride) {
   using A = typename AccOf<T>::type;
   constexpr int kVec = 16 / sizeof(T);
@@ -107,11 +121,11 @@ __device__ __forceinline__ void reduceVectorGroup(const ReduceArgs& args, size_t
       for (int j = 1; j < K; ++j) acc = Op::apply(acc, toAcc<A>(reinterpret_cast<const T*>(&raw[u][j])[x]));
       o[x] = fromAcc<T>(finish<Op>(acc, K));
     }
-    __stcs(static_cast<uint4*>(args.output) + v + u * stride, out);
+    storeVector<S>(static_cast<uint4*>(args.output) + v + u * stride, out);
   }
 }
 
-template <typename T, typename Op, int K, int U, int Threads = kReduceThreads>
+template <typename T, typename Op, int K, int U, int Threads = kReduceThreads, StorePolicy S = StorePolicy::kStreaming>
 __global__ void __launch_bounds__(Threads, 1) reduceFixedKernel(ReduceArgs args) {
   constexpr int kVec = 16 / sizeof(T);
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -119,8 +133,8 @@ __global__ void __launch_bounds__(Threads, 1) reduceFixedKernel(ReduceArgs args)
   const size_t vectors = args.count / kVec;
   const size_t group = stride * U;  // vectors the whole grid reduces per step
   const size_t grouped = vectors / group * group;
-  for (size_t base = 0; base < grouped; base += group) reduceVectorGroup<T, Op, K, U>(args, base + first, stride);
-  for (size_t v = grouped + first; v < vectors; v += stride) reduceVectorGroup<T, Op, K, 1>(args, v, stride);
+  for (size_t base = 0; base < grouped; base += group) reduceVectorGroup<T, Op, K, U, S>(args, base + first, stride);
+  for (size_t v = grouped + first; v < vectors; v += stride) reduceVectorGroup<T, Op, K, 1, S>(args, v, stride);
   reduceScalarRange<T, Op>(args, vectors * kVec, first, stride);
 }
 
