@@ -34,7 +34,8 @@ run_step() {  # run_step NAME LIMIT_S CMD...: log to $logs/NAME.log, remember th
 cp "$logs/machine.txt" "$OUT/machine.txt"
 
 if [[ " $phases " == *" kernel "* ]]; then
-  run_step kernel-bench 150 "$bin/conccl-kernel-bench" --read-probe --no-latency --runs 5
+  # shellcheck disable=SC2086
+  run_step kernel-bench 150 "$bin/conccl-kernel-bench" ${KERNEL_ARGS:---read-probe --no-latency --runs 5}
   grep '^#json' "$logs/kernel-bench.log" | sed 's/^#json //' >"$OUT/kernel-bench.jsonl"
   awk '$1=="library" && $5==8 && $3=="sum"' "$logs/kernel-bench.log" | head -30
   grep -E "^(fixed|registers|tma)" "$logs/kernel-bench.log" | awk '$5==8 || $5==4 || $1 ~ /fixed/' | head -40
