@@ -16,11 +16,14 @@ struct Config {
   size_t scratchBytes = size_t{64} << 20;
   int timeoutMs = 300000;
   size_t smallMessageBytes = size_t{64} << 10;
-  // Tuning knobs without a config field (environment only; README table): programs that copy at most
-  // singleStreamBytes run every op on the caller's stream; reduction pipelines cut a share into chunks of at
-  // least minChunkBytes (and at most the scratch budget allows), aiming at kTargetChunks per share.
-  size_t singleStreamBytes = size_t{256} << 10;
-  size_t minChunkBytes = size_t{512} << 10;
+  // Tuning knobs without a config field (environment only; README table), defaults from the 2-GPU sweep of
+  // 2026-11-30 (docs/results/2026-11-30-h200-x2/): programs that copy at most singleStreamBytes run every op on the
+  // caller's stream (lanes cost fork/join calls that small programs do not win back); reduction pipelines cut a
+  // share into pieces of at least minChunkBytes (each piece costs ~3-6 CUDA calls per rank, which 512 KiB - 2 MiB
+  // pieces did not win back below 16 MiB), at most what the scratch allows at pipelineDepth slots per peer.
+  size_t singleStreamBytes = size_t{4} << 20;
+  size_t minChunkBytes = size_t{8} << 20;
+  int pipelineDepth = 2;
 };
 
 // Merges `user` (may be null), the CONCCL_* environment variables and the defaults. `cudaAvailable`

@@ -141,7 +141,7 @@ sched::BuildOptions cudaBuildOptions(const Config& config) {
   sched::BuildOptions options;
   options.scratchBudget = config.scratchBytes;
   options.lanes = config.lanes;
-  options.pipelineDepth = 2;
+  options.pipelineDepth = config.pipelineDepth;
   options.minChunkBytes = config.minChunkBytes;
   return options;
 }

@@ -138,11 +138,12 @@ __global__ void __launch_bounds__(Threads, 1) reduceFixedKernel(ReduceArgs args)
   reduceScalarRange<T, Op>(args, vectors * kVec, first, stride);
 }
 
-// U (vectors per input per step) for fan-in k: at least 8 loads of 16 B in flight per thread (x 1024 threads =
-// 128 KiB per SM, which read ~116-131 GB/s per SM at fan-in 8, docs/cuda-executor.md), at most 10 (40 registers
-// of raw data: 1024-thread CTAs allow 64 registers per thread in all).
+// U (vectors per input per step) for fan-in k, from conccl-kernel-bench's variants on an H200 (bf16 sum, 4 CTAs,
+// 2026-11-30, docs/cuda-executor.md): k = 2 reads ~78 GB/s per SM with U = 4, 6 or 8 and with any store policy
+// (its limit is the stores: one 16-byte store per two loads), k = 3 ~98 with U = 3, k = 4 ~116 with U = 3,
+// k = 5 ~128 with U = 2, k = 8 ~139 with U = 2 (118 with U = 1); k = 6, 7 take U = 1 (~109-112; U = 2 spills).
 inline constexpr int kMinFixedFanIn = 2;
 inline constexpr int kMaxFixedFanIn = 8;
-__host__ __device__ constexpr int fixedUnroll(int k) { return k <= 4 ? (8 + k - 1) / k : (k == 5 ? 2 : 1); }
+__host__ __device__ constexpr int fixedUnroll(int k) { return k == 2 ? 4 : k <= 4 ? 3 : (k == 5 || k == 8) ? 2 : 1; }
 
 }  // namespace conccl::exec
