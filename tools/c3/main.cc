@@ -1,6 +1,7 @@
 // conccl-c3: characterises concurrent computation and communication (C3): for each scenario (a GEMM beside
-// a collective) and strategy, T_g, T_c, T_c3, slowdowns, S, S_ideal, F and the ConCCL taxonomy. See
-// docs/c3.md.
+// a collective) and strategy, in interleaved rounds, T_g, the baseline's (NCCL's) T_c, the strategy's own
+// T_c, T_c3, slowdowns, S, S_ideal, F, the overlap ratio R and the ConCCL taxonomy; `auto` rows from the
+// planner; `--calibrate` measures the planner's slowdowns. See docs/c3.md.
 #include <conccl/conccl.h>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +11,7 @@
 #include <iostream>
 #include <string>
 
+#include "c3/calibration.h"
 #include "c3/report.h"
 #include "c3_options.h"
 #include "core/error.h"
@@ -65,14 +67,16 @@ std::string plotScript(const char* argv0) {
 }
 
 [[maybe_unused]] void printInfo(const RunInfo& info) {
-  std::printf("# conccl-c3 %d.%d.%d  mode %s  device %s  ranks %d  iters %d  warmup %d\n", CONCCL_MAJOR, CONCCL_MINOR,
-              CONCCL_PATCH, info.mode.c_str(), info.device.c_str(), info.ranks, info.iters, info.warmup);
+  std::printf("# conccl-c3 %d.%d.%d  mode %s  device %s  ranks %d  rounds %d  iters %d  warmup %d  baseline %s\n",
+              CONCCL_MAJOR, CONCCL_MINOR, CONCCL_PATCH, info.mode.c_str(), info.device.c_str(), info.ranks,
+              info.rounds, info.iters, info.warmup, info.baseline.c_str());
   for (const std::string& c : info.caveats) std::printf("# caveat: %s\n", c.c_str());
   std::fflush(stdout);
 }
 
 int run(const C3Options& o, const char* argv0) {
   validateOptions(o);
+  if (!o.calibrationFile.empty()) (void)loadCalibration(o.calibrationFile);  // a bad file fails before any GPU work
   const std::vector<Scenario> scenarios = selectScenarios(o);
   if (!o.saveScenariosPath.empty()) {
     saveScenarios(o.saveScenariosPath, scenarios);
@@ -105,13 +109,16 @@ int run(const C3Options& o, const char* argv0) {
     };
     out = runSmSweep(o, scenarios, printInfo, onSmRow, onProxyRow);
   } else {
-    out = runC3(
-        o, scenarios,
-        [](const RunInfo& info) {
-          printInfo(info);
-          std::fputs(formatTableHeader().c_str(), stdout);
-        },
-        onRow);
+    auto onInfo = [](const RunInfo& info) {
+      printInfo(info);
+      std::fputs(formatTableHeader().c_str(), stdout);
+    };
+    out = o.calibrateFile.empty() ? runC3(o, scenarios, onInfo, onRow) : runCalibration(o, onInfo, onRow);
+    std::fputs(formatSummary(out.rows).c_str(), stdout);
+    if (!o.calibrateFile.empty()) {
+      saveCalibration(o.calibrateFile, calibrationFromRows(out.rows), out.info.device, out.info.ranks);
+      std::printf("# wrote %s (use it with --calibration %s)\n", o.calibrateFile.c_str(), o.calibrateFile.c_str());
+    }
   }
   return writeOutputs(o, argv0, out.info, out.rows, out.smRows);
 #else
