@@ -1,9 +1,8 @@
 #include "c3/calibration.h"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
+#include "c3/text_file.h"
 #include "core/error.h"
 
 #if __has_include(<nlohmann/json.hpp>)
@@ -140,23 +139,17 @@ Calibration calibrationFromJson(std::string_view) {
 #endif
 
 Calibration loadCalibration(const std::string& path) {
-  std::ifstream in(path);
-  CONCCL_REQUIRE(in.good(), "cannot read calibration file '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = readTextFile(path, "calibration");
   try {
-    return calibrationFromJson(text.str());
-  } catch (const Error& e) {
-    CONCCL_THROW(e.code(), path + ": " + e.what());
+    return calibrationFromJson(text);
+  } catch (Error& e) {
+    e.addContext(path);
+    throw;
   }
 }
 
 void saveCalibration(const std::string& path, const Calibration& calibration, const std::string& device, int ranks) {
-  const std::string text = calibrationToJson(calibration, device, ranks);
-  std::ofstream out(path);
-  CONCCL_REQUIRE(out.good(), "cannot write calibration file '" + path + "'");
-  out << text;
-  CONCCL_REQUIRE(out.good(), "error writing calibration file '" + path + "'");
+  writeTextFile(path, calibrationToJson(calibration, device, ranks), "calibration");
 }
 
 }  // namespace conccl::c3

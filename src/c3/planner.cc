@@ -100,6 +100,21 @@ bool strategySupports(Strategy s, CollKind kind) {
   return true;
 }
 
+StrategyResources strategyResources(Strategy s, CollKind kind, int gpuSms, int rpCollCtas, int reduceCtas,
+                                    int rpGemmSms, bool ncclPresent) {
+  StrategyResources r;
+  // serial is NCCL's collective, then the GEMM; conccl's only where NCCL is absent.
+  r.conccl = strategyUsesConccl(s) || (s == Strategy::kSerial && !ncclPresent);
+  if (s == Strategy::kNcclRp) {
+    r.gemmSmCount = rpGemmSms > 0 ? rpGemmSms : std::max(8, gpuSms - rpCollCtas);
+    r.collectiveCtas = rpCollCtas;
+  }
+  if (s == Strategy::kConcclRp) r.gemmSmCount = rpGemmSms > 0 ? rpGemmSms : std::max(8, gpuSms - reduceCtas);
+  if (r.conccl && collHasReduction(kind)) r.collectiveCtas = reduceCtas;
+  r.highPriority = s == Strategy::kNcclSp;
+  return r;
+}
+
 StrategyCost Calibration::cost(Strategy s, GemmBound bound, CollKind kind) const {
   if (auto it = kindCosts.find({s, bound, kind}); it != kindCosts.end()) return it->second;
   StrategyCost c;

@@ -41,6 +41,18 @@ bool strategyUsesConccl(Strategy s);  // conccl, conccl+RP
 // AlltoAll (plus Scatter/Gather) only, so nccl-ce has no reduce-scatter, all-reduce or broadcast.
 bool strategySupports(Strategy s, CollKind kind);
 
+// What a strategy asks of the GPU: the GEMM's SM budget, the collective's CTAs and stream priority, and which
+// library runs the collective. RP leaves the collective's share of SMs out of the GEMM: NCCL's maxCTAs
+// (`rpCollCtas`) for nccl+RP, conccl's reduction CTAs (`reduceCtas`, default 4) for conccl+RP.
+struct StrategyResources {
+  int gemmSmCount = 0;     // cuBLASLt SM-count target; 0 = all SMs
+  int collectiveCtas = 0;  // NCCL maxCTAs (nccl+RP) or conccl's reduction CTAs; 0 = the library's default
+  bool highPriority = false;
+  bool conccl = false;  // the collective runs on conccl (else NCCL)
+};
+StrategyResources strategyResources(Strategy s, CollKind kind, int gpuSms, int rpCollCtas = 8, int reduceCtas = 4,
+                                    int rpGemmSms = 0, bool ncclPresent = true);
+
 // How much a strategy slows each side while both run, and what it adds to the collective alone.
 struct StrategyCost {
   double gemmSlowdown = 1.0;      // a: T_g in overlap / T_g

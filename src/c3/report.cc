@@ -2,10 +2,10 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 
 #include "c3/planner.h"
+#include "c3/text_file.h"
 #include "core/error.h"
 
 #if __has_include(<nlohmann/json.hpp>)
@@ -306,11 +306,7 @@ std::string resultsToJson(const RunInfo&, const std::vector<ResultRow>&, const s
 
 void writeResultsJson(const std::string& path, const RunInfo& info, const std::vector<ResultRow>& rows,
                       const std::vector<SmBudgetRow>& smRows) {
-  const std::string text = resultsToJson(info, rows, smRows);
-  std::ofstream out(path);
-  CONCCL_REQUIRE(out.good(), "cannot write results file '" + path + "'");
-  out << text;
-  CONCCL_REQUIRE(out.good(), "error writing results file '" + path + "'");
+  writeTextFile(path, resultsToJson(info, rows, smRows), "results");
 }
 
 }  // namespace conccl::c3

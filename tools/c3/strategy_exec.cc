@@ -1,7 +1,5 @@
 #include "strategy_exec.h"
 
-#include <algorithm>
-
 #include "cuda_timer.h"  // conccl-bench's HasRepeats
 
 namespace conccl::c3 {
@@ -60,10 +58,11 @@ StrategyRun Backends::prepare(Strategy st, const CollectiveSpec& spec) {
     run.unavailable = std::string("skipped: NCCL has no copy-engine ") + collKindName(spec.kind);
     return run;
   }
+  // conccl's reductions keep their default reduceCtas (4); RP leaves those SMs out of the GEMM.
+  const StrategyResources res = strategyResources(st, spec.kind, options_.gpuSms, options_.rpCollCtas, 4,
+                                                  options_.rpGemmSms, ncclBaseline_);
   std::string why;
-  // serial is NCCL's collective, then the GEMM (FACTS.md); without NCCL, the baseline's (conccl's).
-  const bool wantsNccl = strategyUsesNccl(st) || (st == Strategy::kSerial && ncclBaseline_);
-  if (wantsNccl) {
+  if (!res.conccl) {
     const NcclVariant v = st == Strategy::kNcclRp   ? NcclVariant::kReducedCtas
                           : st == Strategy::kNcclCe ? NcclVariant::kCopyEngine
                                                     : NcclVariant::kDefault;
@@ -77,14 +76,8 @@ StrategyRun Backends::prepare(Strategy st, const CollectiveSpec& spec) {
   } else {
     run.unavailable = "skipped: conccl: " + why;
   }
-  // RP: NCCL leaves SMs - maxCTAs to the GEMM; conccl leaves SMs - 4 (its default reduceCtas).
-  if (st == Strategy::kNcclRp) {
-    run.gemmSmTarget = options_.rpGemmSms > 0 ? options_.rpGemmSms : std::max(8, options_.gpuSms - options_.rpCollCtas);
-  }
-  if (st == Strategy::kConcclRp) {
-    run.gemmSmTarget = options_.rpGemmSms > 0 ? options_.rpGemmSms : std::max(8, options_.gpuSms - 4);
-  }
-  run.highPriority = st == Strategy::kNcclSp;
+  run.gemmSmTarget = res.gemmSmCount;
+  run.highPriority = res.highPriority;
   run.mode = st == Strategy::kSerial ? Harness::Mode::kSerial : Harness::Mode::kBoth;
   run.ownIsBaseline = st == Strategy::kSerial || (st == Strategy::kNccl && ncclBaseline_) ||
                       (st == Strategy::kConccl && !ncclBaseline_);
