@@ -184,9 +184,10 @@ std::string formatSummary(const std::vector<ResultRow>& rows) {
   return out;
 }
 
-std::string formatGrid(const std::vector<Scenario>& scenarios, const MachineProfile& machine) {
+std::string formatGrid(const std::vector<Scenario>& scenarios, const MachineProfile& machine,
+                       const Calibration* measured) {
   const CommProfile comm;
-  const Calibration calibration = Calibration::defaults();
+  const Calibration calibration = measured != nullptr ? *measured : Calibration::defaults();
   std::string out =
       format("%-34s %-26s %6s %-7s %-14s %10s %5s %-9s %9s %9s %-8s %-10s\n", "scenario", "gemm", "FLOP/B", "bound",
              "collective", "bytes", "ranks", "coll", "T_g*(ms)", "T_c*(ms)", "class*", "best*");
@@ -201,7 +202,8 @@ std::string formatGrid(const std::vector<Scenario>& scenarios, const MachineProf
                   collBoundName(classifyCollective(s.coll.bytes, halfPeak)), ms(tG).c_str(), ms(tC).c_str(),
                   overlapClassName(classify(tG, tC)), strategyName(p.best));
   }
-  out += "* predicted by the cost model (docs/c3.md) with the default calibration, not measured\n";
+  out += std::string("* predicted by the cost model (docs/c3.md) with ") +
+         (measured != nullptr ? "the given calibration" : "the default calibration") + ", not measured\n";
   return out;
 }
 

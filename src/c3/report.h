@@ -67,8 +67,11 @@ std::string formatSmBudgetTable(const std::vector<SmBudgetRow>& rows);
 // The footer of a run: per strategy, the ok rows, geomean of R and median F over them; for auto, in how
 // many scenarios its T_c3 is within 5% of the best fixed strategy's (issue 12's target for auto).
 std::string formatSummary(const std::vector<ResultRow>& rows);
-// One line per scenario of a grid (--list-grid): shapes, sizes, intensity, bounds, predicted times and class.
-std::string formatGrid(const std::vector<Scenario>& scenarios, const MachineProfile& machine);
+// One line per scenario of a grid (--list-grid): shapes, sizes, intensity, bounds, predicted times, class and
+// the planner's best strategy with `calibration` (nullptr: Calibration::defaults()).
+struct Calibration;
+std::string formatGrid(const std::vector<Scenario>& scenarios, const MachineProfile& machine,
+                       const Calibration* calibration = nullptr);
 
 // Context of a run, written at the top of the JSON.
 struct RunInfo {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "c3/calibration.h"
@@ -76,14 +77,16 @@ std::string plotScript(const char* argv0) {
 
 int run(const C3Options& o, const char* argv0) {
   validateOptions(o);
-  if (!o.calibrationFile.empty()) (void)loadCalibration(o.calibrationFile);  // a bad file fails before any GPU work
+  // A bad calibration file fails here, before any GPU work.
+  const std::optional<Calibration> calibration =
+      o.calibrationFile.empty() ? std::nullopt : std::optional<Calibration>(loadCalibration(o.calibrationFile));
   const std::vector<Scenario> scenarios = selectScenarios(o);
   if (!o.saveScenariosPath.empty()) {
     saveScenarios(o.saveScenariosPath, scenarios);
     std::printf("# wrote %s\n", o.saveScenariosPath.c_str());
   }
   if (o.listGrid) {
-    std::fputs(formatGrid(scenarios, MachineProfile::h200()).c_str(), stdout);
+    std::fputs(formatGrid(scenarios, MachineProfile::h200(), calibration ? &*calibration : nullptr).c_str(), stdout);
     return 0;
   }
 #ifdef CONCCL_HAVE_CUDA

@@ -117,6 +117,30 @@ TEST(C3Report, RoundsGiveMedianAndRangeInTableAndJson) {
   EXPECT_TRUE(doc.contains("baseline"));
 }
 
+TEST(C3Report, AutoRowAndSummary) {
+  const Scenario s = smallGrid().front();
+  // nccl: R = 1.5; conccl: R = 1.1; auto picked conccl (the fastest): within 5% of the best fixed T_c3.
+  ResultRow nccl = makeRow(s, "nccl", computeMetrics(1e-3, 1e-3, 1.5e-3), MachineProfile::h200(), 0.0);
+  ResultRow conccl = makeRow(s, "conccl", computeMetrics(RoundTimes{1e-3, 1e-3, 0.9e-3, 1.1e-3, -1, -1}),
+                             MachineProfile::h200(), 0.0);
+  ResultRow pick = conccl;
+  pick.strategy = "auto";
+  pick.choice = "conccl";
+  pick.bestFixed = "conccl";
+  pick.bestFixedTC3 = 1.1e-3;
+  EXPECT_NE(formatTableRow(pick).find("auto:conccl"), std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(resultsToJson(RunInfo{}, {pick}))["results"][0];
+  EXPECT_EQ(j["choice"], "conccl");
+  EXPECT_EQ(j["best_fixed"], "conccl");
+  EXPECT_NEAR(j["best_fixed_T_c3_ms"].get<double>(), 1.1, 1e-12);
+  const std::string sum = formatSummary({nccl, conccl, pick});
+  EXPECT_NE(sum.find("nccl"), std::string::npos);
+  EXPECT_NE(sum.find("geomean R 1.500"), std::string::npos) << sum;
+  EXPECT_NE(sum.find("geomean R 1.100"), std::string::npos) << sum;
+  EXPECT_NE(sum.find("within 5% of the best fixed T_c3 in 1/1"), std::string::npos) << sum;
+  EXPECT_EQ(std::count(sum.begin(), sum.end(), '\n'), 3);
+}
+
 TEST(C3Report, Bytes) {
   EXPECT_EQ(formatBytes(512), "512 B");
   EXPECT_EQ(formatBytes(1 << 20), "1 MiB");
