@@ -346,6 +346,65 @@ CONCCL_API concclResult_t concclRecv(void* recvbuff, size_t count, concclDataTyp
 /* Size in bytes of one element of datatype (0 for an invalid type). */
 CONCCL_API size_t concclTypeSize(concclDataType_t datatype);
 
+/* ---------------------------------------------------------------------------------------------- */
+/* C3 planning: how to run a GEMM and a collective at the same time (docs/c3.md)                   */
+
+/* The collective of a C3 workload. */
+typedef enum {
+  concclC3AllGather = 0,
+  concclC3ReduceScatter = 1,
+  concclC3AllReduce = 2,
+  concclC3AllToAll = 3,
+  concclC3Broadcast = 4
+} concclC3Collective_t;
+
+/* The strategies conccl-c3 measures (docs/c3.md, "Strategies"). */
+typedef enum {
+  concclC3Serial = 0,   /* the collective (NCCL's; conccl's without NCCL), then the GEMM: overlap cannot pay */
+  concclC3Nccl = 1,     /* NCCL beside the GEMM, default stream priorities */
+  concclC3NcclSp = 2,   /* NCCL on a greatest-priority stream, launched before the GEMM */
+  concclC3NcclRp = 3,   /* NCCL with config.maxCTAs = collectiveCtas, the GEMM limited to gemmSmCount SMs */
+  concclC3NcclCe = 4,   /* NCCL's copy-engine collectives (CTAPolicy ZERO, symmetric windows); AG, A2A only */
+  concclC3Conccl = 5,   /* conccl (copy engines) beside the GEMM on all SMs */
+  concclC3ConcclRp = 6  /* conccl, the GEMM limited to gemmSmCount SMs */
+} concclC3Strategy_t;
+
+/* A GEMM D[M,N] = A[M,K] x B[K,N] and the collective that should run beside it. */
+typedef struct {
+  int64_t m, n, k;
+  concclDataType_t gemmType;       /* concclBfloat16, concclFloat16, concclFloat8e4m3 or concclFloat32 */
+  concclC3Collective_t collective;
+  size_t bytes;                    /* per rank, as nccl-tests counts them: the output of an all-gather, the input
+                                      of a reduce-scatter, the buffer of an all-reduce or broadcast, everything a
+                                      rank sends in an all-to-all */
+  int nranks;                      /* ranks of the collective (>= 1) */
+  int smCount;                     /* SMs of the GPU; 0: 132 (H100/H200) */
+  int allowNccl;                   /* non-zero: the caller can run NCCL, so NCCL strategies are candidates */
+} concclC3Workload_t;
+
+/* The planner's decision. */
+typedef struct {
+  concclC3Strategy_t strategy;
+  int useConccl;              /* 1: run the collective with conccl, 0: with NCCL */
+  int gemmSmCount;            /* SM-count target for the GEMM (cuBLASLt CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET);
+                                 0: all SMs */
+  int collectiveCtas;         /* NCCL config.maxCTAs (NcclRp) or conccl's reduction CTAs (config.reduceCtas,
+                                 default 4, for reduce-scatter / all-reduce on conccl); 0: no SMs or the default */
+  int collectiveHighPriority; /* 1: put the collective on a greatest-priority stream and launch it first */
+  double predictedUs;         /* predicted time of GEMM and collective together, from their common start */
+  double predictedSerialUs;   /* predicted time of one after the other (GEMM + NCCL's collective alone) */
+} concclC3Plan_t;
+
+/* Picks the strategy with the least predicted overlapped time for `workload` and writes it to `plan`. Pure
+ * computation on the host: no GPU, communicator or stream is touched, and it may be called before any other
+ * conccl call. The isolated times are predicted (roofline GEMM at 80% of the H200 datasheet peaks, an
+ * alpha-beta collective of 25 us + 370 GB/s bus bandwidth), the slowdowns each strategy causes come from a
+ * calibration: the file named by CONCCL_C3_CALIBRATION (written by `conccl-c3 --calibrate FILE` on the machine,
+ * read once per path and process), else built-in priors. Serial wins ties.
+ * Errors: concclInvalidArgument for NULL pointers, non-positive dimensions or bytes, nranks < 1, an
+ * unsupported gemmType or collective, or a calibration file that cannot be read. */
+CONCCL_API concclResult_t concclC3Plan(const concclC3Workload_t* workload, concclC3Plan_t* plan);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

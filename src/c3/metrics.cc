@@ -59,25 +59,69 @@ double fractionOfIdeal(double tG, double tC, double tC3) {
   return (s - 1.0) / (ideal - 1.0);
 }
 
+double overlapRatio(double tG, double tC, double tC3) {
+  if (!nonNegative(tG) || !nonNegative(tC) || !positive(tC3) || !positive(std::max(tG, tC))) return kNaN;
+  return tC3 / std::max(tG, tC);
+}
+
 double slowdown(double isolated, double inOverlap) {
   if (!positive(isolated) || !positive(inOverlap)) return kNaN;
   return inOverlap / isolated;
 }
 
-Metrics computeMetrics(double tG, double tC, double tC3, double tGOverlap, double tCOverlap) {
+Metrics computeMetrics(const RoundTimes& t) {
   Metrics m;
-  m.tG = tG;
-  m.tC = tC;
-  m.tC3 = tC3;
-  m.tGOverlap = positive(tGOverlap) ? tGOverlap : kNaN;
-  m.tCOverlap = positive(tCOverlap) ? tCOverlap : kNaN;
-  m.speedup = speedup(tG, tC, tC3);
-  m.idealSpeedup = idealSpeedup(tG, tC);
-  m.fractionOfIdeal = fractionOfIdeal(tG, tC, tC3);
-  m.gemmSlowdown = slowdown(tG, m.tGOverlap);
-  m.collSlowdown = slowdown(tC, m.tCOverlap);
-  m.overlapClass = classify(tG, tC);
+  m.tG = t.tG;
+  m.tC = t.tC;
+  m.tCOwn = positive(t.tCOwn) ? t.tCOwn : t.tC;
+  m.tC3 = t.tC3;
+  m.tGOverlap = positive(t.tGOverlap) ? t.tGOverlap : kNaN;
+  m.tCOverlap = positive(t.tCOverlap) ? t.tCOverlap : kNaN;
+  // The baseline T_c, never the strategy's own, in everything that compares strategies.
+  m.speedup = speedup(t.tG, t.tC, t.tC3);
+  m.idealSpeedup = idealSpeedup(t.tG, t.tC);
+  m.fractionOfIdeal = fractionOfIdeal(t.tG, t.tC, t.tC3);
+  m.overlapRatio = overlapRatio(t.tG, t.tC, t.tC3);
+  m.gemmSlowdown = slowdown(t.tG, m.tGOverlap);
+  m.collSlowdown = slowdown(m.tCOwn, m.tCOverlap);
+  m.overlapClass = classify(t.tG, t.tC);
   return m;
+}
+
+Metrics computeMetrics(double tG, double tC, double tC3, double tGOverlap, double tCOverlap) {
+  return computeMetrics(RoundTimes{tG, tC, tC, tC3, tGOverlap, tCOverlap});
+}
+
+double medianOf(std::vector<double> v) {
+  std::erase_if(v, [](double x) { return !std::isfinite(x); });
+  if (v.empty()) return kNaN;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+RoundSummary summarizeRounds(const std::vector<RoundTimes>& rounds) {
+  // Every numeric field of Metrics, so that median/min/max are taken the same way for each.
+  static constexpr double Metrics::*kFields[] = {
+      &Metrics::tG,           &Metrics::tC,           &Metrics::tCOwn,           &Metrics::tC3,
+      &Metrics::tGOverlap,    &Metrics::tCOverlap,    &Metrics::speedup,         &Metrics::idealSpeedup,
+      &Metrics::fractionOfIdeal, &Metrics::overlapRatio, &Metrics::gemmSlowdown, &Metrics::collSlowdown};
+  std::vector<Metrics> per;
+  for (const RoundTimes& t : rounds) per.push_back(computeMetrics(t));
+  RoundSummary out;
+  out.rounds = rounds;
+  for (double Metrics::*f : kFields) {
+    std::vector<double> v;
+    for (const Metrics& m : per) {
+      if (std::isfinite(m.*f)) v.push_back(m.*f);
+    }
+    out.median.*f = medianOf(v);
+    out.min.*f = v.empty() ? kNaN : *std::min_element(v.begin(), v.end());
+    out.max.*f = v.empty() ? kNaN : *std::max_element(v.begin(), v.end());
+  }
+  out.median.overlapClass = classify(out.median.tG, out.median.tC);
+  out.min.overlapClass = out.max.overlapClass = out.median.overlapClass;
+  return out;
 }
 
 }  // namespace conccl::c3

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <string>
 
 #include "c3/metrics.h"
@@ -18,7 +19,7 @@ struct StrategyInfo {
 constexpr StrategyInfo kStrategies[] = {
     {Strategy::kSerial, "serial"},      {Strategy::kNccl, "nccl"},      {Strategy::kNcclSp, "nccl+SP"},
     {Strategy::kNcclRp, "nccl+RP"},     {Strategy::kNcclCe, "nccl-ce"}, {Strategy::kConccl, "conccl"},
-    {Strategy::kConcclRp, "conccl+RP"},
+    {Strategy::kConcclRp, "conccl+RP"}, {Strategy::kAuto, "auto"},
 };
 
 std::string lower(std::string_view s) {
@@ -55,14 +56,20 @@ std::optional<Strategy> parseStrategy(std::string_view name) {
 const std::vector<Strategy>& allStrategies() {
   static const std::vector<Strategy> all = [] {
     std::vector<Strategy> v;
-    for (const StrategyInfo& info : kStrategies) v.push_back(info.strategy);
+    for (const StrategyInfo& info : kStrategies) {
+      if (info.strategy != Strategy::kAuto) v.push_back(info.strategy);
+    }
     return v;
   }();
   return all;
 }
 
 std::vector<Strategy> parseStrategyList(std::string_view list) {
-  if (lower(trim(list)) == "all") return allStrategies();
+  if (lower(trim(list)) == "all") {
+    std::vector<Strategy> all = allStrategies();
+    all.push_back(Strategy::kAuto);
+    return all;
+  }
   std::vector<Strategy> out;
   size_t pos = 0;
   while (pos <= list.size()) {
@@ -93,7 +100,23 @@ bool strategySupports(Strategy s, CollKind kind) {
   return true;
 }
 
+StrategyResources strategyResources(Strategy s, CollKind kind, int gpuSms, int rpCollCtas, int reduceCtas,
+                                    int rpGemmSms, bool ncclPresent) {
+  StrategyResources r;
+  // serial is NCCL's collective, then the GEMM; conccl's only where NCCL is absent.
+  r.conccl = strategyUsesConccl(s) || (s == Strategy::kSerial && !ncclPresent);
+  if (s == Strategy::kNcclRp) {
+    r.gemmSmCount = rpGemmSms > 0 ? rpGemmSms : std::max(8, gpuSms - rpCollCtas);
+    r.collectiveCtas = rpCollCtas;
+  }
+  if (s == Strategy::kConcclRp) r.gemmSmCount = rpGemmSms > 0 ? rpGemmSms : std::max(8, gpuSms - reduceCtas);
+  if (r.conccl && collHasReduction(kind)) r.collectiveCtas = reduceCtas;
+  r.highPriority = s == Strategy::kNcclSp;
+  return r;
+}
+
 StrategyCost Calibration::cost(Strategy s, GemmBound bound, CollKind kind) const {
+  if (auto it = kindCosts.find({s, bound, kind}); it != kindCosts.end()) return it->second;
   StrategyCost c;
   if (auto it = costs.find({s, bound}); it != costs.end()) c = it->second;
   if ((s == Strategy::kConccl || s == Strategy::kConcclRp) && collHasReduction(kind)) {
@@ -155,22 +178,53 @@ double predictOverlapTime(double tG, double tC, const StrategyCost& cost) {
   return y + (1.0 - y / x) * tG;
 }
 
+std::optional<StrategyCost> inferCost(double tG, double tC, double tGOverlap, double tCOverlap) {
+  auto finitePositive = [](double t) { return std::isfinite(t) && t > 0; };
+  if (!finitePositive(tG) || !finitePositive(tC) || !finitePositive(tGOverlap) || !finitePositive(tCOverlap)) {
+    return std::nullopt;
+  }
+  // A side that made (almost) no progress beside the other is capped at 1000x slower: the model then
+  // reads as serial, which is what was measured.
+  constexpr double kMaxSlowdown = 1000;
+  StrategyCost c;
+  if (tCOverlap <= tGOverlap) {
+    // The collective ran beside the GEMM all along; the GEMM did tCOverlap / a of its work meanwhile.
+    c.collSlowdown = tCOverlap / tC;
+    const double doneBeside = tG - (tGOverlap - tCOverlap);  // = tCOverlap / a
+    c.gemmSlowdown = tCOverlap / std::max(doneBeside, tCOverlap / kMaxSlowdown);
+  } else {
+    c.gemmSlowdown = tGOverlap / tG;
+    const double doneBeside = tC - (tCOverlap - tGOverlap);  // = tGOverlap / b
+    c.collSlowdown = tGOverlap / std::max(doneBeside, tGOverlap / kMaxSlowdown);
+  }
+  c.gemmSlowdown = std::max(1.0, c.gemmSlowdown);
+  c.collSlowdown = std::max(1.0, c.collSlowdown);
+  return c;
+}
+
 Plan plan(const GemmShape& gemm, const CollectiveSpec& coll, double tG, double tC, const Calibration& calibration,
-          const std::vector<Strategy>& candidates, const MachineProfile& machine) {
+          const std::vector<Strategy>& candidates, const MachineProfile& machine,
+          const std::map<Strategy, double>& ownCollTimes) {
   const GemmBound bound = classifyGemm(gemm, machine);
   Plan result;
   double bestTime = 0;
   bool haveBest = false;
   for (Strategy s : candidates) {
-    if (!strategySupports(s, coll.kind)) continue;
+    if (s == Strategy::kAuto || !strategySupports(s, coll.kind)) continue;
     const StrategyCost cost = calibration.cost(s, bound, coll.kind);
     Prediction p;
     p.strategy = s;
     p.tG = tG;
-    p.tC = tC * cost.collTimeScale + cost.collExtraLatency;
+    p.tCBase = tC;
+    if (auto it = ownCollTimes.find(s); it != ownCollTimes.end()) {
+      p.tC = it->second;
+    } else {
+      p.tC = s == Strategy::kSerial ? tC : tC * cost.collTimeScale + cost.collExtraLatency;
+    }
     p.tC3 = s == Strategy::kSerial ? p.tG + p.tC : predictOverlapTime(p.tG, p.tC, cost);
-    p.speedup = speedup(p.tG, p.tC, p.tC3);
-    p.fractionOfIdeal = fractionOfIdeal(p.tG, p.tC, p.tC3);
+    p.speedup = speedup(p.tG, p.tCBase, p.tC3);
+    p.fractionOfIdeal = fractionOfIdeal(p.tG, p.tCBase, p.tC3);
+    p.overlapRatio = overlapRatio(p.tG, p.tCBase, p.tC3);
     result.predictions.push_back(p);
     // Strictly less: on a tie the earlier candidate stays, and serial comes first in allStrategies().
     if (!haveBest || p.tC3 < bestTime) {

@@ -16,19 +16,23 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "c3/workload.h"
 
 namespace conccl::c3 {
 
-enum class Strategy { kSerial, kNccl, kNcclSp, kNcclRp, kNcclCe, kConccl, kConcclRp };
+// kAuto is not a way of running: it is the planner's pick among the others, per scenario.
+enum class Strategy { kSerial, kNccl, kNcclSp, kNcclRp, kNcclCe, kConccl, kConcclRp, kAuto };
 
-const char* strategyName(Strategy s);  // "serial", "nccl", "nccl+SP", "nccl+RP", "nccl-ce", "conccl", "conccl+RP"
+// "serial", "nccl", "nccl+SP", "nccl+RP", "nccl-ce", "conccl", "conccl+RP", "auto"
+const char* strategyName(Strategy s);
 std::optional<Strategy> parseStrategy(std::string_view name);  // case-insensitive; "ncclce" for "nccl-ce" too
-// Comma-separated list ("serial,nccl,conccl"), or "all". Duplicates are dropped, order is kept. Throws
-// conccl::Error(concclInvalidArgument) naming the first unknown entry.
+// Comma-separated list ("serial,nccl,conccl,auto"), or "all" (every fixed strategy, then auto). Duplicates
+// are dropped, order is kept. Throws conccl::Error(concclInvalidArgument) naming the first unknown entry.
 std::vector<Strategy> parseStrategyList(std::string_view list);
+// The fixed strategies (everything but auto), serial first: the planner's candidates.
 const std::vector<Strategy>& allStrategies();
 
 bool strategyUsesNccl(Strategy s);    // nccl, nccl+SP, nccl+RP, nccl-ce
@@ -36,6 +40,18 @@ bool strategyUsesConccl(Strategy s);  // conccl, conccl+RP
 // Whether the strategy can run this collective at all. NCCL 2.28's copy-engine path covers AllGather and
 // AlltoAll (plus Scatter/Gather) only, so nccl-ce has no reduce-scatter, all-reduce or broadcast.
 bool strategySupports(Strategy s, CollKind kind);
+
+// What a strategy asks of the GPU: the GEMM's SM budget, the collective's CTAs and stream priority, and which
+// library runs the collective. RP leaves the collective's share of SMs out of the GEMM: NCCL's maxCTAs
+// (`rpCollCtas`) for nccl+RP, conccl's reduction CTAs (`reduceCtas`, default 4) for conccl+RP.
+struct StrategyResources {
+  int gemmSmCount = 0;     // cuBLASLt SM-count target; 0 = all SMs
+  int collectiveCtas = 0;  // NCCL maxCTAs (nccl+RP) or conccl's reduction CTAs; 0 = the library's default
+  bool highPriority = false;
+  bool conccl = false;  // the collective runs on conccl (else NCCL)
+};
+StrategyResources strategyResources(Strategy s, CollKind kind, int gpuSms, int rpCollCtas = 8, int reduceCtas = 4,
+                                    int rpGemmSms = 0, bool ncclPresent = true);
 
 // How much a strategy slows each side while both run, and what it adds to the collective alone.
 struct StrategyCost {
@@ -46,13 +62,18 @@ struct StrategyCost {
 };
 
 // Per strategy and GEMM boundedness, because memory-bound GEMMs fight the collective for HBM bandwidth
-// where compute-bound ones mostly fight it for SMs (FACTS.md, probe 3).
+// where compute-bound ones mostly fight it for SMs (FACTS.md, probe 3); measured calibrations
+// (`conccl-c3 --calibrate`) also key by collective kind, because a reduction takes SMs that a copy does not.
 struct Calibration {
   std::map<std::pair<Strategy, GemmBound>, StrategyCost> costs;
+  std::map<std::tuple<Strategy, GemmBound, CollKind>, StrategyCost> kindCosts;  // measured; preferred
   // Extra GEMM slowdown factor when a copy-engine strategy runs a collective with a reduction, because
-  // its reduction kernel takes `reduceCtas` SMs (default 4).
+  // its reduction kernel takes `reduceCtas` SMs (default 4). Applied to `costs` priors only: a measured
+  // kindCosts entry already contains it.
   double ceReductionGemmSlowdown = 1.03;
 
+  // kindCosts for (s, bound, kind) if measured, else costs for (s, bound) (+ the reduction factor), else
+  // no slowdown at all.
   StrategyCost cost(Strategy s, GemmBound bound, CollKind kind) const;
   // Priors from the measurements quoted in FACTS.md; replace them with the slowdowns conccl-c3 measures.
   static Calibration defaults();
@@ -73,13 +94,23 @@ double modelHalfPeakSize(CollKind kind, int ranks, const CommProfile& comm);
 // The overlap model above.
 double predictOverlapTime(double tG, double tC, const StrategyCost& cost);
 
+// The inverse of the model: the slowdowns (a, b) that make it reproduce one concurrent measurement, from the
+// isolated times and the times each side took inside the concurrent run (both from the common start).
+// The side that finished first ran beside the other all along, so its slowdown is its overlap time over its
+// isolated time; the other side did that long at 1/a (1/b) of its speed, then the rest alone:
+//     T_g,overlap = T_c,overlap + T_g - T_c,overlap / a   when the collective finishes first.
+// Slowdowns below 1 (noise) are reported as 1; missing or inconsistent times give nullopt.
+std::optional<StrategyCost> inferCost(double tG, double tC, double tGOverlap, double tCOverlap);
+
 struct Prediction {
   Strategy strategy = Strategy::kSerial;
   double tG = 0;
-  double tC = 0;  // this strategy's isolated collective time
+  double tC = 0;      // this strategy's isolated collective time
+  double tCBase = 0;  // the baseline's (NCCL's) isolated collective time
   double tC3 = 0;
-  double speedup = 0;          // against this strategy's own T_g + T_c
+  double speedup = 0;          // against the baseline: (T_g + T_c,base) / T_c3
   double fractionOfIdeal = 0;  // likewise
+  double overlapRatio = 0;     // T_c3 / max(T_g, T_c,base)
 };
 
 struct Plan {
@@ -87,9 +118,11 @@ struct Plan {
   Strategy best = Strategy::kSerial;    // least T_c3; serial wins ties (it needs nothing)
 };
 
-// tC is the isolated time of the collective on NCCL (SM kernels); each strategy's own T_c is derived
-// from it with collTimeScale and collExtraLatency.
+// tC is the isolated time of the collective on NCCL (SM kernels, the baseline); each strategy's own T_c is
+// taken from `ownCollTimes` where given (measured), else derived from tC with collTimeScale and
+// collExtraLatency. Serial is NCCL's collective, then the GEMM: T_g + its own T_c.
 Plan plan(const GemmShape& gemm, const CollectiveSpec& coll, double tG, double tC, const Calibration& calibration,
-          const std::vector<Strategy>& candidates, const MachineProfile& machine = MachineProfile::h200());
+          const std::vector<Strategy>& candidates, const MachineProfile& machine = MachineProfile::h200(),
+          const std::map<Strategy, double>& ownCollTimes = {});
 
 }  // namespace conccl::c3

@@ -1,9 +1,7 @@
 // Scenario JSON load/save with nlohmann/json (Debian: nlohmann-json3-dev; header-only). A build without
 // it still links: the functions then throw concclNotSupported.
-#include <fstream>
-#include <sstream>
-
 #include "c3/scenario.h"
+#include "c3/text_file.h"
 #include "core/error.h"
 
 #if __has_include(<nlohmann/json.hpp>)
@@ -117,12 +115,9 @@ std::vector<Scenario> scenariosFromJson(std::string_view) {
 #endif
 
 std::vector<Scenario> loadScenarios(const std::string& path) {
-  std::ifstream in(path);
-  CONCCL_REQUIRE(in.good(), "cannot open scenario file '" + path + "'");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
+  const std::string text = readTextFile(path, "scenario");
   try {
-    return scenariosFromJson(buffer.str());
+    return scenariosFromJson(text);
   } catch (Error& e) {
     e.addContext(path);
     throw;
@@ -130,11 +125,7 @@ std::vector<Scenario> loadScenarios(const std::string& path) {
 }
 
 void saveScenarios(const std::string& path, const std::vector<Scenario>& scenarios) {
-  const std::string text = scenariosToJson(scenarios);
-  std::ofstream out(path);
-  CONCCL_REQUIRE(out.good(), "cannot write scenario file '" + path + "'");
-  out << text;
-  CONCCL_REQUIRE(out.good(), "error writing scenario file '" + path + "'");
+  writeTextFile(path, scenariosToJson(scenarios), "scenario");
 }
 
 }  // namespace conccl::c3

@@ -18,8 +18,11 @@ struct C3Options {
   std::string scenariosFile;
   std::string grid = "builtin";
   std::string filter;  // keep scenarios whose name contains this
-  int iters = 20;
-  int warmup = 5;
+  int rounds = 5;  // interleaved rounds (T_g, T_c, own T_c, T_c3, T_g, ...) per strategy and scenario
+  int iters = 10;  // gated runs per measurement in a round (its median is the round's value)
+  int warmup = 2;  // untimed runs of each measurement before the first round
+  std::string calibrationFile;  // --calibration: measured slowdowns for the planner (auto, predictions)
+  std::string calibrateFile;    // --calibrate: measure the calibration scenarios and write this file
   std::string jsonPath;
   std::string plotPath;
   std::string saveScenariosPath;

@@ -1,5 +1,7 @@
-// The measuring half of conccl-c3 (CUDA, cuBLASLt, NCCL, conccl). The interface has no CUDA types so that
-// main.cc compiles in builds without CUDA; gpu_runner.cc is only compiled when CONCCL_HAVE_CUDA.
+// The measuring half of conccl-c3 (CUDA, cuBLASLt, NCCL, conccl): runs the grid, the calibration and the
+// one-GPU sweep and turns the measurements into report rows. The interface has no CUDA types so that main.cc
+// compiles in builds without CUDA; gpu_runner.cc and its parts (gemm, green_context, collectives, harness,
+// strategy_exec, rounds) are only compiled when CONCCL_HAVE_CUDA.
 #pragma once
 
 #include <functional>
@@ -23,9 +25,14 @@ using SmRowCallback = std::function<void(const SmBudgetRow&)>;
 // Called once the run's context (devices, caveats) is known, before the first row.
 using InfoCallback = std::function<void(const RunInfo&)>;
 
-// Every scenario under every selected strategy across options.ranks GPUs. Throws conccl::Error.
+// Every scenario under every selected strategy across options.ranks GPUs, in interleaved rounds, with the
+// baseline T_c (NCCL's) in every row; an `auto` row per scenario when auto is selected. Throws conccl::Error.
 GpuRunOutput runC3(const C3Options& options, const std::vector<Scenario>& scenarios, const InfoCallback& onInfo,
                    const RowCallback& onRow);
+
+// The calibration scenarios (calibrationScenarios() for the run's rank count) under every selected fixed
+// strategy; calibrationFromRows() of the rows is the calibration. Throws conccl::Error.
+GpuRunOutput runCalibration(const C3Options& options, const InfoCallback& onInfo, const RowCallback& onRow);
 
 // One-GPU mode: GEMM time vs SM budget, then each GEMM beside an SM copy kernel (an SM-collective proxy)
 // and beside conccl with all ranks on the one GPU. Throws conccl::Error.

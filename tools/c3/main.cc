@@ -1,6 +1,7 @@
 // conccl-c3: characterises concurrent computation and communication (C3): for each scenario (a GEMM beside
-// a collective) and strategy, T_g, T_c, T_c3, slowdowns, S, S_ideal, F and the ConCCL taxonomy. See
-// docs/c3.md.
+// a collective) and strategy, in interleaved rounds, T_g, the baseline's (NCCL's) T_c, the strategy's own
+// T_c, T_c3, slowdowns, S, S_ideal, F, the overlap ratio R and the ConCCL taxonomy; `auto` rows from the
+// planner; `--calibrate` measures the planner's slowdowns. See docs/c3.md.
 #include <conccl/conccl.h>
 
 #include <CLI/CLI.hpp>
@@ -8,8 +9,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 
+#include "c3/calibration.h"
 #include "c3/report.h"
 #include "c3_options.h"
 #include "core/error.h"
@@ -65,21 +68,25 @@ std::string plotScript(const char* argv0) {
 }
 
 [[maybe_unused]] void printInfo(const RunInfo& info) {
-  std::printf("# conccl-c3 %d.%d.%d  mode %s  device %s  ranks %d  iters %d  warmup %d\n", CONCCL_MAJOR, CONCCL_MINOR,
-              CONCCL_PATCH, info.mode.c_str(), info.device.c_str(), info.ranks, info.iters, info.warmup);
+  std::printf("# conccl-c3 %d.%d.%d  mode %s  device %s  ranks %d  rounds %d  iters %d  warmup %d  baseline %s\n",
+              CONCCL_MAJOR, CONCCL_MINOR, CONCCL_PATCH, info.mode.c_str(), info.device.c_str(), info.ranks,
+              info.rounds, info.iters, info.warmup, info.baseline.c_str());
   for (const std::string& c : info.caveats) std::printf("# caveat: %s\n", c.c_str());
   std::fflush(stdout);
 }
 
 int run(const C3Options& o, const char* argv0) {
   validateOptions(o);
+  // A bad calibration file fails here, before any GPU work.
+  const std::optional<Calibration> calibration =
+      o.calibrationFile.empty() ? std::nullopt : std::optional<Calibration>(loadCalibration(o.calibrationFile));
   const std::vector<Scenario> scenarios = selectScenarios(o);
   if (!o.saveScenariosPath.empty()) {
     saveScenarios(o.saveScenariosPath, scenarios);
     std::printf("# wrote %s\n", o.saveScenariosPath.c_str());
   }
   if (o.listGrid) {
-    std::fputs(formatGrid(scenarios, MachineProfile::h200()).c_str(), stdout);
+    std::fputs(formatGrid(scenarios, MachineProfile::h200(), calibration ? &*calibration : nullptr).c_str(), stdout);
     return 0;
   }
 #ifdef CONCCL_HAVE_CUDA
@@ -105,13 +112,16 @@ int run(const C3Options& o, const char* argv0) {
     };
     out = runSmSweep(o, scenarios, printInfo, onSmRow, onProxyRow);
   } else {
-    out = runC3(
-        o, scenarios,
-        [](const RunInfo& info) {
-          printInfo(info);
-          std::fputs(formatTableHeader().c_str(), stdout);
-        },
-        onRow);
+    auto onInfo = [](const RunInfo& info) {
+      printInfo(info);
+      std::fputs(formatTableHeader().c_str(), stdout);
+    };
+    out = o.calibrateFile.empty() ? runC3(o, scenarios, onInfo, onRow) : runCalibration(o, onInfo, onRow);
+    std::fputs(formatSummary(out.rows).c_str(), stdout);
+    if (!o.calibrateFile.empty()) {
+      saveCalibration(o.calibrateFile, calibrationFromRows(out.rows), out.info.device, out.info.ranks);
+      std::printf("# wrote %s (use it with --calibration %s)\n", o.calibrateFile.c_str(), o.calibrateFile.c_str());
+    }
   }
   return writeOutputs(o, argv0, out.info, out.rows, out.smRows);
 #else

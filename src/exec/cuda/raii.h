@@ -66,6 +66,12 @@ class Stream : public UniqueHandle<cudaStream_t, cudaStreamDestroy> {
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     return Stream(s);
   }
+  // Non-blocking with a priority (cudaDeviceGetStreamPriorityRange: numerically lower = greater priority).
+  static Stream createNonBlocking(int priority) {
+    cudaStream_t s = nullptr;
+    CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority));
+    return Stream(s);
+  }
 
  private:
   explicit Stream(cudaStream_t s) : UniqueHandle(s) {}
@@ -78,6 +84,12 @@ class Event : public UniqueHandle<cudaEvent_t, cudaEventDestroy> {
   static Event createForOrdering() {
     cudaEvent_t e = nullptr;
     CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return Event(e);
+  }
+  // An event that cudaEventElapsedTime can read (the tools' timing).
+  static Event createForTiming() {
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreate(&e));
     return Event(e);
   }
 

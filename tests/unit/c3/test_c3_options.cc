@@ -21,7 +21,12 @@ TEST(C3Options, Defaults) {
   const C3Options o = parse("");
   EXPECT_EQ(o.ranks, 0);
   EXPECT_EQ(o.grid, "builtin");
-  EXPECT_EQ(selectedStrategies(o), allStrategies());
+  std::vector<Strategy> withAuto = allStrategies();
+  withAuto.push_back(Strategy::kAuto);
+  EXPECT_EQ(selectedStrategies(o), withAuto);
+  EXPECT_EQ(o.rounds, 5);  // FACTS.md: >= 5 interleaved rounds
+  EXPECT_TRUE(o.calibrationFile.empty());
+  EXPECT_TRUE(o.calibrateFile.empty());
   EXPECT_FALSE(o.smSweep);
   EXPECT_NO_THROW(validateOptions(o));
   EXPECT_EQ(selectScenarios(o).size(), builtinGrid().size());
@@ -31,12 +36,14 @@ TEST(C3Options, ParsesEverything) {
   const C3Options o = parse(
       "-g 4 --devices 0,1,2,3 --strategies serial,nccl+RP,conccl --grid small --iters 7 --warmup 2 "
       "--json out.json --plot out.png --rp-coll-ctas 16 --rp-gemm-sms 112 --sm-sweep --sweep-sms 132,64 "
-      "--filter ag");
+      "--filter ag --rounds 7 --calibration cal.json");
   EXPECT_EQ(o.ranks, 4);
   EXPECT_EQ(o.devices, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(selectedStrategies(o), (std::vector<Strategy>{Strategy::kSerial, Strategy::kNcclRp, Strategy::kConccl}));
   EXPECT_EQ(o.iters, 7);
   EXPECT_EQ(o.warmup, 2);
+  EXPECT_EQ(o.rounds, 7);
+  EXPECT_EQ(o.calibrationFile, "cal.json");
   EXPECT_EQ(o.jsonPath, "out.json");
   EXPECT_EQ(o.plotPath, "out.png");
   EXPECT_EQ(o.rpCollCtas, 16);
@@ -50,6 +57,8 @@ TEST(C3Options, ParsesEverything) {
 TEST(C3Options, RejectsBadValues) {
   EXPECT_THROW(parse("--grid huge"), CLI::ValidationError);
   EXPECT_THROW(parse("--iters 0"), CLI::ValidationError);
+  EXPECT_THROW(parse("--rounds 0"), CLI::ValidationError);
+  EXPECT_THROW(validateOptions(parse("--sm-sweep --calibrate cal.json")), Error);
   EXPECT_THROW(parse("--ranks -1"), CLI::ValidationError);
   EXPECT_THROW(parse("--bogus"), CLI::ExtrasError);
   EXPECT_THROW(validateOptions(parse("--strategies nccl,foo")), Error);

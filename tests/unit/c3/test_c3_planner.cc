@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <tuple>
 
 #include "c3/planner.h"
 #include "core/error.h"
@@ -16,7 +18,11 @@ TEST(C3Strategy, NamesAndLists) {
   EXPECT_EQ(parseStrategy("ncclce"), Strategy::kNcclCe);
   EXPECT_EQ(parseStrategyList("serial, conccl,nccl,conccl"),
             (std::vector<Strategy>{Strategy::kSerial, Strategy::kConccl, Strategy::kNccl}));
-  EXPECT_EQ(parseStrategyList("all"), allStrategies());
+  std::vector<Strategy> withAuto = allStrategies();
+  withAuto.push_back(Strategy::kAuto);
+  EXPECT_EQ(parseStrategyList("all"), withAuto);
+  EXPECT_EQ(parseStrategy("AUTO"), Strategy::kAuto);
+  EXPECT_EQ(std::count(allStrategies().begin(), allStrategies().end(), Strategy::kAuto), 0);
   EXPECT_THROW(parseStrategyList("nccl,bogus"), Error);
   EXPECT_THROW(parseStrategyList(" , "), Error);
   try {
@@ -75,8 +81,11 @@ TEST(C3Planner, PicksCopyEnginesForComputeBoundAndSerialWhenOverlapCannotPay) {
   for (const Prediction& pr : p.predictions) {
     if (pr.strategy == Strategy::kSerial) {
       EXPECT_DOUBLE_EQ(pr.tC3, 2.8e-3);
+      EXPECT_NEAR(pr.fractionOfIdeal, 0.0, 1e-12);
     }
     EXPECT_GE(pr.tC3, std::max(pr.tG, pr.tC) - 1e-15);
+    EXPECT_DOUBLE_EQ(pr.tCBase, 1.4e-3);
+    EXPECT_NEAR(pr.overlapRatio, pr.tC3 / 1.4e-3, 1e-12);
   }
 
   // A calibration in which overlap makes everything 3x slower: serial wins.
@@ -108,6 +117,67 @@ TEST(C3Planner, CopyEngineIssueCostLosesAtTinySizes) {
   const CollectiveSpec ag{CollKind::kAllGather, 1 << 20, 8, Dtype::kBf16};
   const Plan p = plan(g, ag, 20e-6, 10e-6, Calibration::defaults(), {Strategy::kNccl, Strategy::kConccl});
   EXPECT_EQ(p.best, Strategy::kNccl);
+}
+
+TEST(C3Planner, MeasuredOwnTimesAndTheBaselineInF) {
+  // A strategy whose own collective is slower than NCCL's: F is against NCCL's T_c, so it is lower than it
+  // would be against its own, and the planner takes the measured own time over the derived one.
+  const GemmShape square{8192, 8192, 8192, Dtype::kBf16};
+  const CollectiveSpec ag{CollKind::kAllGather, 256 << 20, 8, Dtype::kBf16};
+  Calibration none;
+  for (Strategy s : allStrategies()) {
+    for (GemmBound b : {GemmBound::kCompute, GemmBound::kMemory}) none.costs[{s, b}] = {1.0, 1.0, 1.0, 0.0};
+  }
+  const Plan p = plan(square, ag, 1.0, 1.0, none, {Strategy::kNccl, Strategy::kConccl}, MachineProfile::h200(),
+                      {{Strategy::kConccl, 1.5}});
+  ASSERT_EQ(p.predictions.size(), 2u);
+  EXPECT_DOUBLE_EQ(p.predictions[1].tC, 1.5);
+  EXPECT_DOUBLE_EQ(p.predictions[1].tC3, 1.5);
+  EXPECT_NEAR(p.predictions[1].fractionOfIdeal, 1.0 / 3.0, 1e-12);  // own T_c in F would say 100%
+  EXPECT_DOUBLE_EQ(p.predictions[0].fractionOfIdeal, 1.0);
+  EXPECT_EQ(p.best, Strategy::kNccl);
+  // auto among the candidates is ignored: it is the pick, not a way of running.
+  EXPECT_EQ(plan(square, ag, 1.0, 1.0, none, {Strategy::kAuto, Strategy::kNccl}).predictions.size(), 1u);
+}
+
+TEST(C3Model, InferCostInvertsTheModel) {
+  // Whatever the slowdowns, the inferred ones reproduce the concurrent time they came from.
+  for (auto [tG, tC, a, b] : {std::tuple{2.0, 1.0, 1.3, 1.2}, std::tuple{1.0, 2.0, 1.5, 1.1},
+                              std::tuple{1.0, 1.0, 1.01, 1.05}, std::tuple{1.0, 0.3, 2.0, 3.0}}) {
+    const double x = a * tG, y = b * tC;
+    // Each side's end inside the concurrent run, as the model has it.
+    const double tC3 = predictOverlapTime(tG, tC, {a, b});
+    const double gEnd = x <= y ? x : tC3;
+    const double cEnd = x <= y ? tC3 : y;
+    const std::optional<StrategyCost> c = inferCost(tG, tC, gEnd, cEnd);
+    ASSERT_TRUE(c.has_value());
+    EXPECT_NEAR(predictOverlapTime(tG, tC, *c), tC3, 1e-12) << tG << " " << tC << " " << a << " " << b;
+    // The side that finished first is recovered exactly.
+    if (x <= y) {
+      EXPECT_NEAR(c->gemmSlowdown, a, 1e-12);
+    } else {
+      EXPECT_NEAR(c->collSlowdown, b, 1e-12);
+    }
+  }
+  // Serial behaviour (the GEMM made no progress beside the collective) reads as serial.
+  const std::optional<StrategyCost> serialLike = inferCost(1.0, 1.0, 2.0, 1.0);
+  ASSERT_TRUE(serialLike.has_value());
+  EXPECT_NEAR(predictOverlapTime(1.0, 1.0, *serialLike), 2.0, 2e-3);
+  // Noise below 1 is read as no slowdown; missing times give nothing.
+  EXPECT_DOUBLE_EQ(inferCost(1.0, 1.0, 0.99, 0.98)->gemmSlowdown, 1.0);
+  EXPECT_FALSE(inferCost(1.0, 1.0, NAN, 1.0).has_value());
+  EXPECT_FALSE(inferCost(0.0, 1.0, 1.0, 1.0).has_value());
+}
+
+TEST(C3Calibration, MeasuredKindEntriesWinOverPriors) {
+  Calibration cal = Calibration::defaults();
+  const StrategyCost prior = cal.cost(Strategy::kConccl, GemmBound::kCompute, CollKind::kReduceScatter);
+  EXPECT_DOUBLE_EQ(prior.gemmSlowdown, 1.01 * 1.03);  // the prior with the reduction factor
+  cal.kindCosts[{Strategy::kConccl, GemmBound::kCompute, CollKind::kReduceScatter}] = {1.2, 1.1, 1.3, 0.0};
+  const StrategyCost measured = cal.cost(Strategy::kConccl, GemmBound::kCompute, CollKind::kReduceScatter);
+  EXPECT_DOUBLE_EQ(measured.gemmSlowdown, 1.2);  // as measured: the reduction's SMs are in it already
+  EXPECT_DOUBLE_EQ(measured.collTimeScale, 1.3);
+  EXPECT_DOUBLE_EQ(cal.cost(Strategy::kConccl, GemmBound::kCompute, CollKind::kAllGather).gemmSlowdown, 1.01);
 }
 
 }  // namespace

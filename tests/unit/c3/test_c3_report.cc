@@ -30,8 +30,8 @@ TEST(C3Report, TableHasTheColumnsAndValues) {
   ResultRow skipped =
       makeSkippedRow(smallGrid()[2], "nccl-ce", "skipped: no CE reduce-scatter in NCCL", MachineProfile::h200(), 0.0);
   const std::string t = formatTable({exampleRow(), skipped});
-  for (const char* col : {"scenario", "strategy", "T_g(ms)", "T_c(ms)", "T_c3(ms)", "g-slow", "c-slow", "S", "S_ideal",
-                          "F", "class", "gemm", "coll"}) {
+  for (const char* col : {"scenario", "strategy", "T_g(ms)", "T_c(ms)", "own(ms)", "T_c3(ms)", "rng", "R", "R-range",
+                          "g-slow", "c-slow", "S", "S_ideal", "F", "F-range", "class", "gemm", "coll"}) {
     EXPECT_NE(t.find(col), std::string::npos) << col;
   }
   // S = 1.8 / 1.2 = 1.5, S_ideal = 1.8, F = 0.5 / 0.8 = 62.5% -> "62%" or "63%".
@@ -85,6 +85,60 @@ TEST(C3Report, JsonHasEveryFieldAndNullsForUndefined) {
   EXPECT_TRUE(s["class"].is_null());
   EXPECT_EQ(doc["sm_budget"][0]["sms"], 128);
   EXPECT_NEAR(doc["sm_budget"][0]["time_ms"].get<double>(), 1.2, 1e-12);
+}
+
+TEST(C3Report, RoundsGiveMedianAndRangeInTableAndJson) {
+  const Scenario s = smallGrid().front();
+  // Three rounds of conccl: T_g 1.0/1.1/0.9 ms, NCCL T_c 0.8, conccl's own 0.7, T_c3 1.2/1.3/1.1 ms.
+  std::vector<RoundTimes> rounds = {{1.0e-3, 0.8e-3, 0.7e-3, 1.2e-3, 1.1e-3, 0.8e-3},
+                                    {1.1e-3, 0.8e-3, 0.7e-3, 1.3e-3, 1.2e-3, 0.8e-3},
+                                    {0.9e-3, 0.8e-3, 0.7e-3, 1.1e-3, 1.0e-3, 0.8e-3}};
+  ResultRow r = makeRow(s, "conccl", summarizeRounds(rounds), MachineProfile::h200(), 0.0);
+  r.baseline = "nccl";
+  EXPECT_DOUBLE_EQ(r.metrics.tC3, 1.2e-3);
+  EXPECT_DOUBLE_EQ(r.low.tC3, 1.1e-3);
+  EXPECT_DOUBLE_EQ(r.high.tC3, 1.3e-3);
+  const std::string line = formatTableRow(r);
+  EXPECT_NE(line.find("0.700"), std::string::npos);  // own T_c beside the baseline's 0.800
+  EXPECT_NE(line.find("0.800"), std::string::npos);
+  EXPECT_NE(line.find("17%"), std::string::npos);  // T_c3 range 0.2 / 1.2
+  EXPECT_NE(line.find("1.18-1.22"), std::string::npos) << line;  // R = T_c3 / T_g per round
+  const nlohmann::json doc = nlohmann::json::parse(resultsToJson(RunInfo{}, {r}));
+  const nlohmann::json& j = doc["results"][0];
+  EXPECT_EQ(j["baseline"], "nccl");
+  EXPECT_NEAR(j["T_c_own_ms"].get<double>(), 0.7, 1e-12);
+  EXPECT_NEAR(j["T_c_ms"].get<double>(), 0.8, 1e-12);
+  EXPECT_NEAR(j["R"].get<double>(), 1.2 / 1.0, 1e-9);
+  EXPECT_NEAR(j["min"]["T_c3_ms"].get<double>(), 1.1, 1e-12);
+  EXPECT_NEAR(j["max"]["T_g_ms"].get<double>(), 1.1, 1e-12);
+  ASSERT_EQ(j["rounds"]["T_c3_ms"].size(), 3u);
+  EXPECT_NEAR(j["rounds"]["T_g_ms"][2].get<double>(), 0.9, 1e-12);
+  EXPECT_TRUE(doc.contains("rounds"));
+  EXPECT_TRUE(doc.contains("baseline"));
+}
+
+TEST(C3Report, AutoRowAndSummary) {
+  const Scenario s = smallGrid().front();
+  // nccl: R = 1.5; conccl: R = 1.1; auto picked conccl (the fastest): within 5% of the best fixed T_c3.
+  ResultRow nccl = makeRow(s, "nccl", computeMetrics(1e-3, 1e-3, 1.5e-3), MachineProfile::h200(), 0.0);
+  ResultRow conccl = makeRow(s, "conccl", computeMetrics(RoundTimes{1e-3, 1e-3, 0.9e-3, 1.1e-3, -1, -1}),
+                             MachineProfile::h200(), 0.0);
+  ResultRow pick = conccl;
+  pick.strategy = "auto";
+  pick.choice = "conccl";
+  pick.bestFixed = "conccl";
+  pick.bestFixedTC3 = 1.1e-3;
+  EXPECT_NE(formatTableRow(pick).find("auto:conccl"), std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(resultsToJson(RunInfo{}, {pick}))["results"][0];
+  EXPECT_EQ(j["choice"], "conccl");
+  EXPECT_EQ(j["best_fixed"], "conccl");
+  EXPECT_NEAR(j["best_fixed_T_c3_ms"].get<double>(), 1.1, 1e-12);
+  const std::string sum = formatSummary({nccl, conccl, pick});
+  EXPECT_NE(sum.find("nccl"), std::string::npos);
+  EXPECT_NE(sum.find("geomean R 1.500"), std::string::npos) << sum;
+  EXPECT_NE(sum.find("geomean R 1.100"), std::string::npos) << sum;
+  EXPECT_NE(sum.find("within 5% of the best fixed T_c3 in 1/1"), std::string::npos) << sum;
+  EXPECT_EQ(std::count(sum.begin(), sum.end(), '\n'), 3);
 }
 
 TEST(C3Report, Bytes) {

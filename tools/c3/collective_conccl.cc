@@ -1,0 +1,124 @@
+// conccl's collectives and the SM-copy proxy (collectives.h).
+#include <algorithm>
+
+#include "c3_check.h"
+#include "collectives.h"
+#include "kernels.h"
+
+namespace conccl::c3 {
+namespace {
+
+concclDataType_t concclType(Dtype d) {
+  switch (d) {
+    case Dtype::kBf16:
+      return concclBfloat16;
+    case Dtype::kFp16:
+      return concclFloat16;
+    case Dtype::kFp8E4M3:
+      return concclFloat8e4m3;
+    case Dtype::kFp32:
+      return concclFloat32;
+  }
+  return concclBfloat16;
+}
+
+exec::DeviceBuffer allocateOn(int device, size_t bytes) {
+  exec::DeviceGuard guard(device);
+  return exec::DeviceBuffer::allocate(std::max<size_t>(bytes, 256));
+}
+
+class ConcclCollective : public Collective {
+ public:
+  ConcclCollective(const ConcclComms& comms, const CollectiveSpec& spec) : comms_(comms.comms()), spec_(spec) {
+    const auto [sendBytes, recvBytes] = bufferBytes(spec);
+    for (int dev : comms.devices()) {
+      send_.push_back(allocateOn(dev, sendBytes));
+      recv_.push_back(allocateOn(dev, recvBytes));
+    }
+  }
+  void enqueue(const std::vector<cudaStream_t>& streams) override {
+    const concclDataType_t type = concclType(spec_.dtype);
+    const size_t count = spec_.callCount();
+    C3_CONCCL_CHECK(concclGroupStart());
+    for (size_t r = 0; r < comms_.size(); ++r) {
+      const void* s = send_[r].get();
+      void* d = recv_[r].get();
+      switch (spec_.kind) {
+        case CollKind::kAllGather:
+          C3_CONCCL_CHECK(concclAllGather(s, d, count, type, comms_[r], streams[r]));
+          break;
+        case CollKind::kReduceScatter:
+          C3_CONCCL_CHECK(concclReduceScatter(s, d, count, type, concclSum, comms_[r], streams[r]));
+          break;
+        case CollKind::kAllReduce:
+          C3_CONCCL_CHECK(concclAllReduce(s, d, count, type, concclSum, comms_[r], streams[r]));
+          break;
+        case CollKind::kAllToAll:
+          C3_CONCCL_CHECK(concclAllToAll(s, d, count, type, comms_[r], streams[r]));
+          break;
+        case CollKind::kBroadcast:
+          C3_CONCCL_CHECK(concclBroadcast(s, d, count, type, 0, comms_[r], streams[r]));
+          break;
+      }
+    }
+    C3_CONCCL_CHECK(concclGroupEnd());
+  }
+
+ private:
+  std::vector<concclComm_t> comms_;
+  CollectiveSpec spec_;
+  std::vector<exec::DeviceBuffer> send_, recv_;
+};
+
+class SmCopyCollective : public Collective {
+ public:
+  SmCopyCollective(int device, uint64_t bytes, int ctas)
+      : bytes_(size_t(bytes) / 16 * 16), ctas_(ctas), src_(allocateOn(device, bytes_)), dst_(allocateOn(device, bytes_)) {}
+  void enqueue(const std::vector<cudaStream_t>& streams) override {
+    CUDA_CHECK(launchSmCopy(dst_.get(), src_.get(), bytes_, ctas_, streams[0]));
+  }
+
+ private:
+  size_t bytes_;
+  int ctas_;
+  exec::DeviceBuffer src_, dst_;
+};
+
+}  // namespace
+
+std::pair<size_t, size_t> bufferBytes(const CollectiveSpec& c) {
+  const size_t part = size_t(c.callCount()) * dtypeSize(c.dtype);
+  const size_t whole = part * size_t(c.ranks);
+  switch (c.kind) {
+    case CollKind::kAllGather:
+      return {part, whole};
+    case CollKind::kReduceScatter:
+      return {whole, part};
+    case CollKind::kAllToAll:
+      return {whole, whole};
+    case CollKind::kAllReduce:
+    case CollKind::kBroadcast:
+      return {part, part};
+  }
+  return {part, part};
+}
+
+ConcclComms::ConcclComms(const std::vector<int>& devices) : devices_(devices), comms_(devices.size()) {
+  concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
+  config.backend = concclBackendCuda;
+  C3_CONCCL_CHECK(concclCommInitAll(comms_.data(), int(devices.size()), devices.data(), &config));
+}
+
+ConcclComms::~ConcclComms() {
+  for (concclComm_t c : comms_) concclCommDestroy(c);
+}
+
+std::unique_ptr<Collective> makeConcclCollective(const ConcclComms& comms, const CollectiveSpec& spec) {
+  return std::make_unique<ConcclCollective>(comms, spec);
+}
+
+std::unique_ptr<Collective> makeSmCopyCollective(int device, uint64_t bytes, int ctas) {
+  return std::make_unique<SmCopyCollective>(device, bytes, ctas);
+}
+
+}  // namespace conccl::c3
