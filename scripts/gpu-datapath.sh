@@ -4,8 +4,9 @@
 # a short summary last.
 #   1. conccl-kernel-bench: the reduction kernel (fan-in 2..8, fp32/bf16/fp16, 1/4/8 CTAs) and the read probe;
 #   2. the GPU correctness tests of the executor and the collectives (both paths);
-#   3. conccl-bench across the GPUs, conccl vs NCCL: reductions 1 MB..1 GB, every collective 8 B..64 MB, and the
-#      tuning sweeps of CONCCL_SINGLE_STREAM_BYTES / CONCCL_MIN_CHUNK_BYTES (TUNE=0 skips them).
+#   3. conccl-bench across the GPUs, conccl vs NCCL: reductions 1 MB..1 GB, every collective 8 B..64 MB;
+#   4. tuning sweeps: CONCCL_SINGLE_STREAM_BYTES, CONCCL_MIN_CHUNK_BYTES, the copy-engine exchange into scratch
+#      (CONCCL_PEER_REDUCE=0) against reading the peers in place, reduction CTAs.
 # Env: PHASES (default "kernel tests bench tune").
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -35,10 +36,11 @@ cp "$logs/machine.txt" "$OUT/machine.txt"
 
 if [[ " $phases " == *" kernel "* ]]; then
   # shellcheck disable=SC2086
-  run_step kernel-bench 150 "$bin/conccl-kernel-bench" ${KERNEL_ARGS:---read-probe --no-latency --runs 5}
+  run_step kernel-bench 150 "$bin/conccl-kernel-bench" ${KERNEL_ARGS:---read-probe --peer-probe --no-latency --runs 5}
   grep '^#json' "$logs/kernel-bench.log" | sed 's/^#json //' >"$OUT/kernel-bench.jsonl"
   awk '$1=="library" && $5==8 && $3=="sum"' "$logs/kernel-bench.log" | head -30
   grep -E "^(fixed|registers|tma)" "$logs/kernel-bench.log" | awk '$5==8 || $5==4 || $1 ~ /fixed/' | head -40
+  grep -E "^(local|peer) |contention" "$logs/kernel-bench.log"
 fi
 
 if [[ " $phases " == *" tests "* ]]; then
@@ -72,6 +74,8 @@ if [[ " $phases " == *" tune "* ]] && [ "$ngpus" -ge 2 ]; then
       "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 1M -e 256M -f 4 -c 0 \
       --coll reduce_scatter,all_reduce --json "$logs/tune-mc$mc.jsonl"
   done
+  CONCCL_PEER_REDUCE=0 run_step "tune-push" 90 "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 1M -e 1G -f 4 \
+    -c 0 --coll reduce_scatter,all_reduce,reduce --json "$logs/tune-push.jsonl"
   for ctas in 4 8 16; do
     run_step "tune-ctas$ctas" 60 "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 16M -e 1G -f 4 -c 0 \
       --reduce-ctas "$ctas" --coll reduce_scatter,all_reduce --json "$logs/tune-ctas$ctas.jsonl"

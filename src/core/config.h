@@ -24,6 +24,9 @@ struct Config {
   size_t singleStreamBytes = size_t{4} << 20;
   size_t minChunkBytes = size_t{8} << 20;
   int pipelineDepth = 2;
+  // Reductions read the peers' inputs where they lie when every GPU pair has peer access (sched::emitPullReduce);
+  // CONCCL_PEER_REDUCE=0 keeps the copy-engine exchange into scratch (for comparison).
+  bool peerReduce = true;
 };
 
 // Merges `user` (may be null), the CONCCL_* environment variables and the defaults. `cudaAvailable`

@@ -467,7 +467,7 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
         const auto other = schedules_->get(flipped);
         symmetric =
             other->programs[static_cast<size_t>(rank_)] == pending.schedule->programs[static_cast<size_t>(rank_)] &&
-            other->copyBytes == pending.schedule->copyBytes && other->activeOps == pending.schedule->activeOps &&
+            other->workBytes == pending.schedule->workBytes && other->activeOps == pending.schedule->activeOps &&
             other->reduceInputs == pending.schedule->reduceInputs;
       }
     } catch (const Error&) {
@@ -603,13 +603,7 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
       }
       slot = executor_->importBuffer(loc.rank, e);
     };
-    for (const sched::Op& op : pending.schedule->programs[static_cast<size_t>(rank_)].ops) {
-      if (const auto* copy = std::get_if<sched::Copy>(&op)) {
-        if (copy->bytes == 0) continue;
-        bind(copy->src);
-        bind(copy->dst);
-      }
-    }
+    sched::forEachPeerLocation(pending.schedule->programs[static_cast<size_t>(rank_)], rank_, bind);
   } catch (Error& e) {
     // Mapping a peer's buffer can fail here only (CUDA): then this rank cannot run its part, so the others must
     // not wait for it. Agreement errors are identical on every rank and leave the communicator usable, unless
@@ -749,8 +743,8 @@ void ProcessClique::launchSendRecv(CallTicket& ticket) {
     auto schedule = std::make_shared<sched::Schedule>(*schedules_->get(pending.call));
     // The partners' programs here are only their share with this rank, so their copy volume is unknown: take the
     // copy-engine path, as every rank of a Send/Recv group across processes does, so partners never mix paths.
-    for (size_t p = 0; p < schedule->copyBytes.size(); ++p) {
-      if (static_cast<int>(p) != rank_) schedule->copyBytes[p] = std::numeric_limits<size_t>::max();
+    for (size_t p = 0; p < schedule->workBytes.size(); ++p) {
+      if (static_cast<int>(p) != rank_) schedule->workBytes[p] = std::numeric_limits<size_t>::max();
     }
     pending.schedule = std::move(schedule);
   } catch (Error& e) {
@@ -778,23 +772,25 @@ bool ProcessClique::bindSymmetric(PendingCall& pending, const WindowRef (&mine)[
     pending.binding.buffers[static_cast<size_t>(p)].assign(2, nullptr);
     pending.binding.streams[static_cast<size_t>(p)] = nullptr;
   }
-  for (const sched::Op& op : pending.schedule->programs[static_cast<size_t>(rank_)].ops) {
-    const auto* copy = std::get_if<sched::Copy>(&op);
-    if (copy == nullptr || copy->bytes == 0) continue;
-    for (const sched::Location* loc : {&copy->src, &copy->dst}) {
-      if (loc->rank == rank_ || loc->buffer == sched::kScratch) continue;
-      CONCCL_ASSERT(loc->buffer >= 0 && loc->buffer < 2);
-      void*& slot = pending.binding.buffers[static_cast<size_t>(loc->rank)][static_cast<size_t>(loc->buffer)];
-      if (slot != nullptr) continue;
-      const WindowRef& ref = mine[loc->buffer];
-      if (ref.id == 0) return false;
-      const size_t bytes = sched::bufferBytes(pending.call, loc->rank)[static_cast<size_t>(loc->buffer)];
-      slot = peerAddress(loc->rank, ref, bytes);
-      if (slot == nullptr) return false;
-      assumed.push_back(Assumption{loc->rank, loc->buffer, ref});
-    }
-  }
-  return true;
+  bool bound = true;
+  sched::forEachPeerLocation(pending.schedule->programs[static_cast<size_t>(rank_)], rank_,
+                             [&](const sched::Location& loc) {
+                               if (!bound || loc.buffer == sched::kScratch) return;
+                               CONCCL_ASSERT(loc.buffer >= 0 && loc.buffer < 2);
+                               void*& slot = pending.binding.buffers[static_cast<size_t>(loc.rank)]
+                                                                    [static_cast<size_t>(loc.buffer)];
+                               if (slot != nullptr) return;
+                               const WindowRef& ref = mine[loc.buffer];
+                               const size_t bytes =
+                                   sched::bufferBytes(pending.call, loc.rank)[static_cast<size_t>(loc.buffer)];
+                               slot = ref.id == 0 ? nullptr : peerAddress(loc.rank, ref, bytes);
+                               if (slot == nullptr) {
+                                 bound = false;
+                                 return;
+                               }
+                               assumed.push_back(Assumption{loc.rank, loc.buffer, ref});
+                             });
+  return bound;
 }
 
 ProcessClique::WindowRef ProcessClique::findWindow(const void* ptr, size_t bytes) const {

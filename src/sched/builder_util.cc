@@ -165,6 +165,10 @@ void emitReducePipeline(const CollectiveCall& call, const BuildOptions& options,
   const size_t es = typeSize(call.dtype);
   const int lanes = options.lanes;
   const int layoutDepth = options.pipelineDepth;
+  if (options.peerReads) {
+    emitPullReduce(call, options, shares, schedule);
+    return;
+  }
   const auto peers = static_cast<size_t>(n - 1);
   size_t maxElems = 0;
   for (const ReduceShare& s : shares) maxElems = std::max(maxElems, s.elems);

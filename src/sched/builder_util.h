@@ -70,6 +70,12 @@ struct ReduceShare {
 void emitReducePipeline(const CollectiveCall& call, const BuildOptions& options, const std::vector<ReduceShare>& shares,
                         Schedule& schedule);
 
+// The same shares for ranks that can read each other's memory (BuildOptions::peerReads): each reducer reads every
+// rank's contribution where it lies, piece by piece, and pushes each reduced piece on (pull_reduce.cc). Uses no
+// scratch. emitReducePipeline calls it when options.peerReads is set.
+void emitPullReduce(const CollectiveCall& call, const BuildOptions& options, const std::vector<ReduceShare>& shares,
+                    Schedule& schedule);
+
 // Sets `slots` to one more than the highest slot used (0 if none).
 void finalizeSlots(Schedule& schedule);
 

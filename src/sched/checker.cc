@@ -305,10 +305,11 @@ class Checker {
             if (red->inputs.empty()) fail(opStr(id) + ": Reduce without inputs");
             const size_t bytes = red->count * es;
             for (const Location& in : red->inputs) {
-              if (in.rank != r) fail(opStr(id) + ": Reduce reads another rank's memory (" + locStr(in) + ")");
+              if (in.rank != r && !s.peerReads)
+                fail(opStr(id) + ": Reduce reads another rank's memory (" + locStr(in) + ") without peerReads");
               checkLoc(k32, r, ii, in, bytes, "reduce input");
               const Location& out = red->output;
-              if (in.buffer == out.buffer && !(in == out) && in.offset < out.offset + bytes &&
+              if (in.rank == out.rank && in.buffer == out.buffer && !(in == out) && in.offset < out.offset + bytes &&
                   out.offset < in.offset + bytes) {
                 fail(opStr(id) + ": Reduce output partially overlaps input " + locStr(in));
               }

@@ -344,6 +344,14 @@ size_t programCopyBytes(const RankProgram& program) {
   return bytes;
 }
 
+size_t programWorkBytes(const RankProgram& program) {
+  size_t bytes = programCopyBytes(program);
+  for (const Op& op : program.ops) {
+    if (const auto* reduce = std::get_if<Reduce>(&op)) bytes += reduce->count * detail::typeSize(reduce->dtype);
+  }
+  return bytes;
+}
+
 namespace {
 // False for a copy or reduction that has nothing to do.
 bool isActive(const Op& op) {
@@ -409,10 +417,12 @@ Schedule buildSchedule(const CollectiveCall& call, const BuildOptions& options) 
   CONCCL_ASSERT(s.slots <= maxSlots(call.nranks, options));
   CONCCL_ASSERT(s.scratchBytes <= options.scratchBudget);
   s.copyBytes.clear();
+  s.workBytes.clear();
   s.activeOps.clear();
   s.reduceInputs.clear();
   for (const RankProgram& program : s.programs) {
     s.copyBytes.push_back(programCopyBytes(program));
+    s.workBytes.push_back(programWorkBytes(program));
     s.activeOps.push_back(programActiveOps(program));
     s.reduceInputs.push_back(programReduceInputs(program));
   }

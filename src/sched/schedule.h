@@ -19,8 +19,9 @@
 //     consumed the previous signal of the same flag (in this call or the previous one). This is what makes
 //     schedules replayable in CUDA graphs: the values are constants, never sequence numbers.
 //   * Copy moves `bytes` bytes; a Copy is issued by the rank whose program holds it and must have that
-//     rank as its source or destination. Reduce runs on SMs (CUDA) and reads and writes the issuing rank's
-//     memory only.
+//     rank as its source or destination. Reduce runs on SMs (CUDA) and writes the issuing rank's memory; it
+//     reads the issuing rank's memory, or other ranks' memory when the schedule was built with
+//     BuildOptions::peerReads (the executor can address it: peer access between GPUs).
 //   * Memory of a rank: its call buffers (by index, see CollectiveCall::bufferBytes) and its scratch
 //     (kScratch), which persists across calls and has undefined contents at the start of a call.
 //   * Another rank may touch rank q's memory only after q's program started and before it ended: the
@@ -71,7 +72,8 @@ struct Wait {
 };
 
 // output[i] = op(inputs[0][i], ..., inputs[k-1][i]) for i < count; concclAvg divides the sum by k.
-// All locations belong to the issuing rank. `output` may equal one input exactly (element-wise in place).
+// `output` belongs to the issuing rank; inputs too, unless built with peerReads. `output` may equal one input
+// exactly (element-wise in place).
 struct Reduce {
   std::vector<Location> inputs;
   Location output;
@@ -95,17 +97,43 @@ struct Schedule {
   size_t scratchBytes = 0;            // scratch per rank used by this schedule (<= the call's scratch budget)
   std::vector<RankProgram> programs;  // one per rank
   std::string algorithm;              // e.g. "direct", "direct-pipelined(chunks=12)": for logs and tools
+  bool peerReads = false;             // some Reduce reads another rank's memory (built with peerReads)
   // [rank] -> bytes the rank's Copy ops move, filled by buildSchedule (empty in hand-made schedules): executors
   // choose a path per call from it without walking every program on every launch.
   std::vector<size_t> copyBytes;
+  // [rank] -> copyBytes plus the bytes the rank's reductions produce: the size of a rank's part of the call, from
+  // which executors choose a path (a reduction reading its peers' inputs in place copies nothing); filled likewise.
+  std::vector<size_t> workBytes;
   // [rank] -> the ops of the rank's program that do something (copies and reductions of zero size left out) and
   // the inputs of its non-empty reductions; filled like copyBytes. An executor that packs a program into fixed
   // tables (the CUDA small-message kernel) checks every rank's fit from these, once per call, not per op.
   std::vector<size_t> activeOps, reduceInputs;
 };
 
+// Calls f(location) for every location of another rank (call buffers and scratch) that `program` of rank `rank`
+// touches: copy sources and destinations, reduction inputs (peerReads) and outputs; empty ops are skipped. What a
+// process must map of its peers' memory for the program.
+template <typename F>
+void forEachPeerLocation(const RankProgram& program, int rank, F&& f) {
+  for (const Op& op : program.ops) {
+    if (const auto* copy = std::get_if<Copy>(&op)) {
+      if (copy->bytes == 0) continue;
+      if (copy->src.rank != rank) f(copy->src);
+      if (copy->dst.rank != rank) f(copy->dst);
+    } else if (const auto* red = std::get_if<Reduce>(&op)) {
+      if (red->count == 0) continue;
+      for (const Location& in : red->inputs) {
+        if (in.rank != rank) f(in);
+      }
+      if (red->output.rank != rank) f(red->output);
+    }
+  }
+}
+
 // Bytes the Copy ops of `program` move.
 size_t programCopyBytes(const RankProgram& program);
+// What Schedule::workBytes holds for `program`.
+size_t programWorkBytes(const RankProgram& program);
 // What Schedule::activeOps and Schedule::reduceInputs hold for `program`.
 size_t programActiveOps(const RankProgram& program);
 size_t programReduceInputs(const RankProgram& program);
@@ -167,6 +195,9 @@ struct BuildOptions {
   int pipelineDepth = 2;             // scratch chunks in flight per peer (>= 1)
   size_t minChunkBytes = 64u << 10;  // below this a pipelined exchange does not split further
   int targetChunks = 4;              // pieces a reduction pipeline aims to cut a share into (>= 1)
+  // Ranks can read each other's memory in a Reduce (GPUs with peer access, ranks of one GPU, one process's host
+  // memory): reducers read the peers' inputs where they lie instead of receiving them into scratch.
+  bool peerReads = false;
 };
 
 // Byte sizes of rank r's call buffers (index -> bytes): what the executor must bind and what argument

@@ -54,6 +54,20 @@ TEST_P(SchedMatrix, TinyScratch) {
   }
 }
 
+// Reducers reading the peers' inputs in place (the CUDA executor with peer access, the host executor).
+TEST_P(SchedMatrix, PeerReads) {
+  const auto [kind, n, countIdx, inPlace] = GetParam();
+  BuildOptions o;
+  o.peerReads = true;
+  expectValid(matrixCall(kind, n, countIdx, inPlace), o);
+  for (int depth = 1; depth <= 3; ++depth) {
+    if (kCounts[countIdx] == (size_t{1} << 20) && depth != 1 + n % 3) continue;
+    BuildOptions tiny = tinyOptions(depth, 1 + (n + depth) % 4);
+    tiny.peerReads = true;
+    expectValid(matrixCall(kind, n, countIdx, inPlace), tiny);
+  }
+}
+
 std::string matrixName(const ::testing::TestParamInfo<MatrixParam>& info) {
   const auto [kind, n, countIdx, inPlace] = info.param;
   return std::string(collKindName(kind)) + "_n" + std::to_string(n) + "_c" + std::to_string(kCounts[countIdx]) +
@@ -235,6 +249,30 @@ TEST(ScheduleCopyBytes, FilledByTheBuilderForEveryRank) {
       total += s.copyBytes[r];
     }
     EXPECT_GT(total, 0u) << collKindName(kind);
+  }
+}
+
+// Executors size a rank's part of a call from Schedule::workBytes: copies plus reduction outputs, so that a
+// reduction reading its peers in place (no copies at all) is not mistaken for a small call.
+TEST(ScheduleCopyBytes, WorkBytesCountReductionOutputs) {
+  for (bool peerReads : {false, true}) {
+    CollectiveCall call;
+    call.kind = CollKind::kReduceScatter;
+    call.nranks = 2;
+    call.count = 1 << 20;
+    call.dtype = concclFloat32;
+    call.inPlace.assign(2, false);
+    BuildOptions o;
+    o.peerReads = peerReads;
+    Schedule s = buildSchedule(call, o);
+    ASSERT_EQ(s.workBytes.size(), s.programs.size());
+    for (size_t r = 0; r < s.programs.size(); ++r) {
+      EXPECT_EQ(s.workBytes[r], programWorkBytes(s.programs[r]));
+      // Each rank produces its whole share (4 MiB); pushed schedules also copy the peer's half into its scratch.
+      EXPECT_EQ(s.workBytes[r], (size_t{4} << 20) + (peerReads ? 0 : (size_t{4} << 20))) << "peerReads " << peerReads;
+      if (peerReads) EXPECT_EQ(s.copyBytes[r], 0u);
+    }
+    EXPECT_EQ(s.peerReads, peerReads);
   }
 }
 

@@ -48,16 +48,16 @@
 namespace conccl::exec {
 namespace {
 
-// Bytes rank r's program copies, and whether it fits the small-message kernel's tables: from the schedule when the
-// builder filled them in (hand-made schedules: from the programs).
+// The size of rank r's part of a call (copies + reduction outputs), and whether its program fits the small-message
+// kernel's tables: from the schedule when the builder filled them in (hand-made schedules: from the programs).
 bool hasProgramStats(const sched::Schedule& schedule) {
-  return schedule.copyBytes.size() == schedule.programs.size() &&
+  return schedule.workBytes.size() == schedule.programs.size() &&
          schedule.activeOps.size() == schedule.programs.size() &&
          schedule.reduceInputs.size() == schedule.programs.size();
 }
-size_t programCopyBytes(const sched::Schedule& schedule, int r) {
+size_t programWorkBytes(const sched::Schedule& schedule, int r) {
   const size_t i = static_cast<size_t>(r);
-  return hasProgramStats(schedule) ? schedule.copyBytes[i] : sched::programCopyBytes(schedule.programs[i]);
+  return hasProgramStats(schedule) ? schedule.workBytes[i] : sched::programWorkBytes(schedule.programs[i]);
 }
 bool programFitsSmallKernel(const sched::Schedule& schedule, int r) {
   const size_t i = static_cast<size_t>(r);
@@ -174,15 +174,18 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
     if (!seen) unique.push_back(d);
   }
   enablePeerAccess(unique);
-  // The small-message kernel dereferences peer pointers: every pair of devices needs peer access.
-  smallBytes_ = config.engine == concclEngineCopy ? 0 : config.smallMessageBytes;
+  // The small-message kernel and reductions reading the peers' inputs dereference peer pointers: every pair of
+  // devices needs peer access.
+  bool allPeers = true;
   for (int a : unique) {
     for (int b : unique) {
       int can = 1;
       if (a != b) CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
-      if (!can) smallBytes_ = 0;
+      allPeers = allPeers && can;
     }
   }
+  smallBytes_ = config.engine == concclEngineCopy || !allPeers ? 0 : config.smallMessageBytes;
+  options_.peerReads = allPeers && config.peerReduce;
 
   for (int d : unique) {
     DeviceGuard guard(d);
@@ -219,16 +222,16 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
   const int device = topo.devices[topo.localRank];
   // Small-message kernels poll flags: never across processes that share a GPU (their contexts time-slice, a
   // polling kernel would hold the GPU while its peer cannot run), and only with peer access to every GPU.
+  // Reductions reading the peers' inputs need peer access to every other GPU (a peer process's buffer on this GPU
+  // is an IPC mapping any kernel may read).
   smallBytes_ = config.engine == concclEngineCopy ? 0 : config.smallMessageBytes;
+  bool allPeers = true;
   for (int r = 0; r < n; ++r) {
     if (r == topo.localRank) continue;
     int can = 1;
-    if (topo.devices[r] == device) {
-      can = topo.pids[r] == topo.pids[topo.localRank] ? 1 : 0;
-    } else {
-      CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device, topo.devices[r]));
-    }
-    if (!can) smallBytes_ = 0;
+    if (topo.devices[r] != device) CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device, topo.devices[r]));
+    allPeers = allPeers && can;
+    if (!can || (topo.devices[r] == device && topo.pids[r] != topo.pids[topo.localRank])) smallBytes_ = 0;
   }
   {
     DeviceGuard guard(device);
@@ -258,20 +261,24 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
   RankState& self = *ranks_[static_cast<size_t>(localRank_)];
   // The same exchange settles the small-message threshold: every process must choose the same path for a call
   // (see launch), so all use the smallest one (0 when any process cannot use the kernel).
-  std::string mine(sizeof(BufferExport) + sizeof(uint64_t), '\0');
+  // So does the reduction shape: schedules are built in every process and must agree, so peer reads are used only
+  // when every process can use them.
+  std::string mine(sizeof(BufferExport) + 2 * sizeof(uint64_t), '\0');
   if (self.scratch) {
     BufferExport e = exportBuffer(localRank_, self.scratch.get(), self.scratch.bytes(), "scratch");
     std::memcpy(mine.data(), &e, sizeof(e));
   }
-  const uint64_t localSmall = smallBytes_;
-  std::memcpy(mine.data() + sizeof(BufferExport), &localSmall, sizeof(localSmall));
+  const uint64_t localChoice[2] = {smallBytes_, allPeers && config.peerReduce ? 1u : 0u};
+  std::memcpy(mine.data() + sizeof(BufferExport), localChoice, sizeof(localChoice));
   std::vector<std::string> all = topo.allGather(mine);
   CONCCL_ASSERT(static_cast<int>(all.size()) == n);
+  options_.peerReads = true;
   for (int r = 0; r < n; ++r) {
     CONCCL_ASSERT(all[static_cast<size_t>(r)].size() == mine.size());
-    uint64_t small = 0;
-    std::memcpy(&small, all[static_cast<size_t>(r)].data() + sizeof(BufferExport), sizeof(small));
-    smallBytes_ = std::min<size_t>(smallBytes_, small);
+    uint64_t choice[2] = {0, 0};
+    std::memcpy(choice, all[static_cast<size_t>(r)].data() + sizeof(BufferExport), sizeof(choice));
+    smallBytes_ = std::min<size_t>(smallBytes_, choice[0]);
+    options_.peerReads = options_.peerReads && choice[1] != 0;
     if (r == localRank_) continue;
     BufferExport e;
     std::memcpy(&e, all[static_cast<size_t>(r)].data(), sizeof(e));
@@ -530,7 +537,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   // (~2-4 us apiece in our VM, docs/cuda-executor.md), far more than the parallel copy queues gain for a few
   // KiB. Putting lane ops on M only adds ordering (it is the host executor's sequential order), so it cannot
   // deadlock where the schedule does not.
-  setup.singleStream = programCopyBytes(schedule, rank) <= config_.singleStreamBytes;
+  setup.singleStream = programWorkBytes(schedule, rank) <= config_.singleStreamBytes;
   setup.reduceCtas = config_.reduceCtas;
   setup.slots = slots_;
   setup.flagTable = &devFlagTable_;
@@ -556,9 +563,9 @@ bool CudaExecutor::takesSmallPath(const sched::Schedule& schedule, int rank) con
   // copy-engine rank's flag (a stream write after its copy) saw stale data in graph replays on the H200.
   // The tables' limits are checked for every rank's program too: a rank whose program did not fit would
   // otherwise fall back to copy engines alone while its peers ran the kernel.
-  if (smallBytes_ == 0 || programCopyBytes(schedule, rank) > smallBytes_) return false;
+  if (smallBytes_ == 0 || programWorkBytes(schedule, rank) > smallBytes_) return false;
   for (int p = 0; p < schedule.nranks; ++p) {
-    if (programCopyBytes(schedule, p) > smallBytes_ || !programFitsSmallKernel(schedule, p)) return false;
+    if (programWorkBytes(schedule, p) > smallBytes_ || !programFitsSmallKernel(schedule, p)) return false;
   }
   return true;
 }

@@ -25,6 +25,7 @@ class HostExecutor final : public Executor {
     options_.scratchBudget = config.scratchBytes;
     options_.lanes = config.lanes;
     options_.pipelineDepth = 2;
+    options_.peerReads = config.peerReduce;  // every rank is a thread of this process: all memory is addressable
     const int slots = sched::maxSlots(nranks, options_);
     for (auto& r : ranks_) r.flags.assign(slots, 0);
   }

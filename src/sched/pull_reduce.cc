@@ -1,0 +1,121 @@
+// The reduction shape for ranks that can read each other's memory (GPUs with peer access, ranks of one GPU, the
+// host): each reducer reads every rank's contribution to its share where it lies, in one Reduce per piece,
+// instead of having the peers push their contributions into its scratch first (emitReducePipeline).
+//
+// Why: with two GPUs the push pipeline moves every received byte through HBM three times (the copy engine
+// writes it into scratch, the kernel reads it, the kernel reads the local input beside it) and its reduction
+// kernel must wait for each piece's data flag; reading the peer's buffer over NVLink in the kernel removes the
+// scratch round trip, the per-piece handshakes and most of the CUDA calls (2 GPUs, 2026-11-30, see
+// docs/cuda-executor.md). The reduced share still travels to the other ranks (AllReduce) on copy engines, piece by
+// piece behind the reduction.
+//
+// Program of rank `me`:
+//   ready -> every peer (my buffers may be read / written); wait ready <- every peer;
+//   per piece c of my share: Reduce(all ranks' inputs of piece c) -> output; AllReduce: push piece c to every
+//     peer's recvbuff on the lanes;
+//   join the lanes used; done -> every peer (I no longer touch its memory); wait done <- every peer.
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "sched/builder_util.h"
+
+namespace conccl::sched::detail {
+
+namespace {
+
+constexpr size_t kAlign = 256;
+
+size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+Location plus(Location l, size_t bytes) {
+  l.offset += bytes;
+  return l;
+}
+
+}  // namespace
+
+void emitPullReduce(const CollectiveCall& call, const BuildOptions& options, const std::vector<ReduceShare>& shares,
+                    Schedule& schedule) {
+  const int n = call.nranks;
+  CONCCL_ASSERT(n >= 2 && shares.size() == static_cast<size_t>(n));
+  const size_t es = typeSize(call.dtype);
+  const int lanes = options.lanes;
+  size_t maxElems = 0;
+  for (const ReduceShare& s : shares) maxElems = std::max(maxElems, s.elems);
+  // Pieces only matter where a reduced share is pushed on (AllReduce): piece c travels while c+1 is reduced. Each
+  // piece costs a kernel launch and a copy per peer, so none is smaller than minChunkBytes.
+  bool anyGather = false;
+  for (const ReduceShare& s : shares) anyGather = anyGather || !s.gatherTo.empty();
+  size_t pieceElems = std::max<size_t>(maxElems, 1);
+  if (anyGather) {
+    const size_t target = roundUp(ceilDiv(maxElems * es, static_cast<size_t>(std::max(options.targetChunks, 1))), kAlign);
+    pieceElems = std::max<size_t>(1, std::min(maxElems, std::max(options.minChunkBytes, target) / es));
+  }
+  size_t maxPieces = 0;
+  for (const ReduceShare& s : shares) maxPieces = std::max(maxPieces, ceilDiv(s.elems, pieceElems));
+  schedule.scratchBytes = 0;
+  schedule.peerReads = true;
+  schedule.algorithm = "pull-reduce(pieces=" + std::to_string(maxPieces) +
+                       ",pieceBytes=" + std::to_string(std::min(pieceElems, maxElems) * es) + ")";
+
+  // reads[me][q]: me's reductions read q's memory; writes[me][q]: me pushes into q's memory.
+  auto reads = [&](int me, int q) { return q != me && shares[static_cast<size_t>(me)].elems > 0; };
+  auto writes = [&](int me, int q) {
+    return q != me && shares[static_cast<size_t>(me)].elems > 0 && !shares[static_cast<size_t>(me)].gatherTo.empty();
+  };
+  auto touches = [&](int me, int q) { return reads(me, q) || writes(me, q); };
+
+  for (int me = 0; me < n; ++me) {
+    std::vector<Op>& ops = schedule.programs[static_cast<size_t>(me)].ops;
+    const ReduceShare& share = shares[static_cast<size_t>(me)];
+    // Start: tell every peer that touches my memory that my program started; wait for every peer I touch.
+    for (int o = 1; o < n; ++o) {
+      const int p = (me + o) % n;
+      if (touches(p, me)) ops.push_back(Signal{p, readySlot(n, me), kMainStream});
+    }
+    for (int o = 1; o < n; ++o) {
+      const int q = (me + o) % n;
+      if (touches(me, q)) ops.push_back(Wait{readySlot(n, q)});
+    }
+    std::vector<bool> laneUsed(static_cast<size_t>(lanes), false);
+    for (size_t off = 0, c = 0; off < share.elems; off += pieceElems, ++c) {
+      const size_t count = std::min(pieceElems, share.elems - off);
+      Reduce red;
+      red.inputs.reserve(static_cast<size_t>(n));
+      for (int q = 0; q < n; ++q) red.inputs.push_back(plus(share.inputs[static_cast<size_t>(q)], off * es));
+      red.output = plus(share.output, off * es);
+      red.count = count;
+      red.dtype = call.dtype;
+      red.op = call.op;
+      ops.push_back(std::move(red));
+      if (share.gatherTo.empty()) continue;
+      for (int o = 1; o < n; ++o) {
+        const int p = (me + o) % n;
+        const int lane = static_cast<int>((static_cast<size_t>(o - 1) + c) % static_cast<size_t>(lanes));
+        ops.push_back(Copy{plus(share.output, off * es), plus(share.gatherTo[static_cast<size_t>(p)], off * es),
+                           count * es, lane});
+        laneUsed[static_cast<size_t>(lane)] = true;
+      }
+    }
+    // End: M joins the lanes that pushed (each signals this rank itself), so that "done" follows every read (the
+    // reductions on M) and every write; then done to every peer I touched, and wait for every peer touching me.
+    for (int l = 0; l < lanes; ++l) {
+      if (laneUsed[static_cast<size_t>(l)]) ops.push_back(Signal{me, joinSlot(n, options.pipelineDepth, l), l});
+    }
+    for (int l = 0; l < lanes; ++l) {
+      if (laneUsed[static_cast<size_t>(l)]) ops.push_back(Wait{joinSlot(n, options.pipelineDepth, l)});
+    }
+    for (int o = 1; o < n; ++o) {
+      const int q = (me + o) % n;
+      if (touches(me, q)) ops.push_back(Signal{q, doneSlot(n, me), kMainStream});
+    }
+    for (int o = 1; o < n; ++o) {
+      const int p = (me + o) % n;
+      if (touches(p, me)) ops.push_back(Wait{doneSlot(n, p)});
+    }
+  }
+}
+
+}  // namespace conccl::sched::detail
