@@ -4,6 +4,8 @@
 #include <chrono>
 #include <map>
 
+#include "host_clock.h"
+#include "thread_team.h"
 #include "types.h"
 
 namespace conccl::bench {
@@ -82,28 +84,47 @@ VariantResult RunVariant(Backend& backend, const BenchOptions& o, const CollDesc
         backend.CopyIn(r, bufs.send()[r], inputs[r].data(), inputs[r].size());
       }
     };
-    auto launch = [&] {
-      backend.GroupStart();
+    // One launch of ranks [first, first + count), inside GroupStart/End when `group`.
+    auto issue = [&](int first, int count, bool group) {
+      if (group) backend.GroupStart();
       try {
-        for (int r = 0; r < n; ++r) coll.run(backend, args, r, bufs.send()[r], bufs.recv()[r]);
+        for (int r = first; r < first + count; ++r) coll.run(backend, args, r, bufs.send()[r], bufs.recv()[r]);
       } catch (...) {
         try {
-          backend.GroupEnd();  // close the group; the first error is the one reported
+          if (group) backend.GroupEnd();  // close the group; the first error is the one reported
         } catch (...) {
         }
         throw;
       }
-      backend.GroupEnd();
+      if (group) backend.GroupEnd();
+    };
+    // `iters` iterations: this thread issues every rank in one group (-t 1), or a team of threads (-t N) each
+    // issues its own ranks; also the per-rank host time of a launch (median).
+    const int per_thread = n / o.threads;
+    // A rank's Send and Recv of the ring must be one group even on its own thread (nccl-tests does the same):
+    // issued one by one, each rank's send would wait for a receive queued behind the peer's send.
+    const bool thread_group = per_thread > 1 || coll.kind == CollKind::kSendRecv;
+    auto timed = [&](int iters, bool graph) -> std::pair<std::vector<double>, double> {
+      if (o.threads > 1) {
+        TeamTiming team = TimeThreads(
+            backend, o.threads, [&](int t) { issue(t * per_thread, per_thread, thread_group); }, iters);
+        return {std::move(team.seconds), team.host_s};
+      }
+      HostClock clock;
+      std::vector<double> seconds = backend.Time([&] { clock.Measure(n, [&] { issue(0, n, true); }); }, iters, graph);
+      return {std::move(seconds), ComputeStats(clock.samples()).p50_s};
     };
     upload();
-    if (o.warmup > 0) backend.Time(launch, o.warmup, o.graph);
-    v.time = ComputeStats(backend.Time(launch, o.iters, o.graph));
+    if (o.warmup > 0) timed(o.warmup, o.graph);
+    auto [seconds, host_s] = timed(o.iters, o.graph);
+    v.time = ComputeStats(std::move(seconds));
+    v.host_s = host_s;
     v.algbw = AlgBw(args.counts.size * es, v.time.mean_s);
     v.busbw = v.algbw * coll.bus_factor(n);
     if (o.check) {
       // The timed loop may have changed the data (in-place reductions); check one fresh run.
       upload();
-      backend.Time(launch, 1, false);
+      timed(1, false);
       size_t wrong = 0;
       Bytes got(args.counts.recv * es);
       for (int r = 0; r < n; ++r) {
@@ -148,6 +169,7 @@ RowResult RunCase(Backend& backend, const BenchOptions& o, const CollDesc& coll,
   row.redop = coll.reduces ? RedOpName(args.op) : "none";
   row.root = coll.uses_root ? args.root : -1;
   row.nranks = args.nranks;
+  row.threads = o.threads;
   row.gpus_shared = backend.GpusShared();
 
   // Fresh random inputs per size, one seeded generator per rank, and the host reference.
@@ -184,7 +206,8 @@ size_t RunSweep(const BenchOptions& o, const std::vector<Backend*>& backends, co
 
   size_t total_wrong = 0;
   for (const CollDesc* coll : o.colls) {
-    table << "#\n# Collective " << coll->name << " (" << FactorText(*coll) << ", nranks " << o.nranks << ")\n";
+    table << "#\n# Collective " << coll->name << " (" << FactorText(*coll) << ", nranks " << o.nranks << ", threads "
+          << o.threads << ")\n";
     for (const std::string& line : ColumnHeader()) table << line << "\n";
     std::map<std::string, std::pair<double, int>> busbw_sum;  // backend -> (sum, rows)
     std::map<std::string, bool> noted;
