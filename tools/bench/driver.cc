@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 
 #include "host_clock.h"
@@ -141,6 +142,23 @@ VariantResult RunVariant(Backend& backend, const BenchOptions& o, const CollDesc
   return v;
 }
 
+// Random inputs of `count` elements. Unchecked cases above kTiledInputBytes repeat one random block instead
+// (random values, never zeros): generating gigabytes per rank, backend and case on one core would take most
+// of a GPU sweep's wall time, and copies and reductions run at the same speed on repeated data.
+constexpr size_t kTiledInputBytes = 64u << 20;
+
+Bytes InputData(bool check, concclDataType_t type, size_t count, uint64_t seed, int op, int nranks) {
+  const size_t es = DTypeOf(type).size;
+  if (check || count * es <= kTiledInputBytes) return RandomElements(type, count, seed, op, nranks);
+  const size_t block_elems = kTiledInputBytes / es;
+  const Bytes block = RandomElements(type, block_elems, seed, op, nranks);
+  Bytes out(count * es);
+  for (size_t off = 0; off < out.size(); off += block.size()) {
+    std::memcpy(out.data() + off, block.data(), std::min(block.size(), out.size() - off));
+  }
+  return out;
+}
+
 std::string FactorText(const CollDesc& c) {
   const double f = c.bus_factor(4);
   if (f == 1.0) return "busbw = algbw";
@@ -176,9 +194,8 @@ RowResult RunCase(Backend& backend, const BenchOptions& o, const CollDesc& coll,
   std::vector<Bytes> inputs(args.nranks);
   const int data_op = coll.reduces ? op : -1;
   for (int r = 0; r < args.nranks; ++r) {
-    inputs[r] =
-        RandomElements(type, args.counts.send, InputSeed(o.seed, r, bytes, static_cast<int>(coll.kind), type, data_op),
-                       data_op, args.nranks);
+    inputs[r] = InputData(o.check, type, args.counts.send,
+                          InputSeed(o.seed, r, bytes, static_cast<int>(coll.kind), type, data_op), data_op, args.nranks);
   }
   std::vector<std::optional<Bytes>> expected(args.nranks);
   std::vector<std::vector<double>> scales(args.nranks);
