@@ -110,7 +110,9 @@ std::string Finish(BenchOptions& o, const std::string& b, const std::string& e, 
     o.nranks *= o.threads;
   }
   if (o.threads > 1 && o.graph) return "-G 1 needs -t 1 (one thread captures every rank's stream)";
-  if (o.root < 0 || o.root >= o.nranks) return "-r " + std::to_string(o.root) + ": root must be in [0, -g)";
+  if (o.root < 0 || o.root >= o.nranks) {
+    return "-r " + std::to_string(o.root) + ": root must be in [0, ranks) (ranks = -g x -t)";
+  }
 
   o.types.clear();
   for (const std::string& name : SplitList(d)) {
