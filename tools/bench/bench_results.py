@@ -65,6 +65,7 @@ def read_conccl_bench(lines: Iterable[str]) -> List[Point]:
 
 
 _ROW = re.compile(r"^\s+\d+\s+\d+\s+\S+\s+\S+\s+-?\d+\s")
+_THREADS = re.compile(r"^# nThread (\d+) ")
 
 
 def _number(text: str) -> Optional[float]:
@@ -77,7 +78,11 @@ def _number(text: str) -> Optional[float]:
 def read_nccl_tests(lines: Iterable[str], coll: str) -> List[Point]:
     """Rows of one nccl-tests run (`coll`: conccl-bench name). Variants printed as N/A are skipped."""
     points = []
+    threads = 1
     for line in lines:
+        m = _THREADS.match(line)
+        if m:
+            threads = int(m.group(1))
         if not _ROW.match(line):
             continue
         cols = line.split()
@@ -90,7 +95,7 @@ def read_nccl_tests(lines: Iterable[str], coll: str) -> List[Point]:
                 continue
             wrong = _number(cols[base + 3])
             points.append(Point("nccl-tests", coll, size, in_place, time_us, busbw,
-                                None if wrong is None else int(wrong)))
+                                None if wrong is None else int(wrong), threads=threads))
     return points
 
 
@@ -140,6 +145,16 @@ def read_nccl_tests_file(path: str) -> List[Point]:
             points += read_nccl_tests(chunk, coll)
         chunk = []
         coll = NCCL_TESTS_COLL.get(m.group(1))
+    return points
+
+
+def tag_threads(points: List[Point]) -> List[Point]:
+    """When runs with different thread counts are mixed (-g 2 and -t 2 files together), name the threaded ones
+    "<source> -t<N>" so that they become their own series; single-mode input is returned unchanged."""
+    if len({p.threads for p in points}) > 1:
+        for p in points:
+            if p.threads > 1:
+                p.source = f"{p.source} -t{p.threads}"
     return points
 
 

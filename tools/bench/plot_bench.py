@@ -6,7 +6,8 @@ docs/results.
 
 --bench: conccl-bench JSON lines (every backend in it is drawn); --nccl-tests: nccl-tests text output, one run per
 file (named like all_gather_perf.log) or several after '# nccl-tests: <stem>_perf' lines (scripts/gpu-sweep.sh).
-Both may repeat. Out-of-place rows unless --in-place. The table has per collective and size: busbw of conccl, NCCL
+Both may repeat; when -g and -t runs are mixed, the threaded ones are drawn as "<source> -t<N>" (the table keeps
+the unthreaded ones: give one mode per --md). Out-of-place rows unless --in-place. The table has per collective and size: busbw of conccl, NCCL
 and nccl-tests (GB/s), speed = t_NCCL / t_conccl, the SMs conccl-bench reports for conccl, and host_us of both.
 Needs matplotlib only for --png.
 """
@@ -25,7 +26,7 @@ def load(bench_files, nt_files):
         points += br.read_conccl_bench_file(path)
     for path in nt_files or []:
         points += br.read_nccl_tests_file(path)
-    return points
+    return br.tag_threads(points)
 
 
 def series(points, in_place):
@@ -59,9 +60,12 @@ def plot(points, png, in_place=False, title=None):
     nrows = (len(colls) + ncols - 1) // ncols
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.6 * nrows), squeeze=False)
     for ax, coll in zip(axes.flat, colls):
-        for source in sorted(data[coll], key=lambda s: list(STYLE).index(s) if s in STYLE else 99):
+        for source in sorted(data[coll], key=lambda s: (list(STYLE).index(s.split()[0]) if s.split()[0] in STYLE
+                                                        else 99, s)):
             xs, ys = zip(*data[coll][source])
-            color, line, marker = STYLE.get(source, (None, "-", "."))
+            color, line, marker = STYLE.get(source.split()[0], (None, "-", "."))
+            if " -t" in source:
+                line = ":"
             ax.plot(xs, ys, line, color=color, marker=marker, markersize=3, linewidth=1.2, label=source)
         ax.set_xscale("log", base=2)
         ax.set_title(coll)

@@ -69,6 +69,15 @@ class ReadersTest(unittest.TestCase):
         self.assertEqual(br.nccl_tests_coll("all_reduce_perf"), "all_reduce")
         self.assertEqual(br.nccl_tests_coll("reduce_perf.log"), "reduce")
 
+    def test_mixed_thread_modes_become_separate_series(self):
+        pts = br.read_conccl_bench(bench_rows("conccl", "all_gather", [(8, 10.0, 0.0, False)]) +
+                                   bench_rows("conccl", "all_gather", [(8, 12.0, 0.0, False)], threads=2))
+        pts += br.read_nccl_tests(NCCL_TESTS_TEXT.replace("nThread 1", "nThread 2").splitlines(), "all_gather")
+        self.assertEqual(pts[-1].threads, 2)
+        self.assertEqual(sorted({p.source for p in br.tag_threads(pts)}), ["conccl", "conccl -t2", "nccl-tests -t2"])
+        single = br.read_conccl_bench(bench_rows("conccl", "all_gather", [(8, 12.0, 0.0, False)], threads=2))
+        self.assertEqual({p.source for p in br.tag_threads(single)}, {"conccl"})
+
     def test_conccl_bench_rows(self):
         lines = bench_rows("conccl", "all_gather", [(8, 10.0, 0.0, False), (1 << 20, 20.0, 26.0, True)], threads=2)
         lines.append(json.dumps({"backend": "conccl", "coll": "all_to_all", "size": 8, "in_place": True,
