@@ -69,32 +69,49 @@ fi
 
 bench="$stage/bin/conccl-bench"
 nvidia-smi -L >"$logs/gpus.txt" 2>&1
-for mode in $modes; do
-  flags=$(mode_flags "$mode")
-  common=(--backend "$backends" $flags -n "$iters" -w "$warmup" --coll "$colls")
+
+bench_step() {  # bench_step MODE small|large
+  local mode="$1" part="$2"
+  local common=(--backend "$backends" $(mode_flags "$mode") -n "$iters" -w "$warmup" --coll "$colls")
   # Checked up to SMALL_MAX; above it unchecked, so that host-side data generation and checking of gigabytes
   # do not take the budget (the inputs are still random, see driver.cc).
-  run_step "bench-$mode-small" 120 "$bench" "${common[@]}" -b 8 -e "$small_max" -f 2 -c 1 \
-    --json "$logs/bench-$mode-small.jsonl"
-  if [ "$(bytes_of "$bench_max")" -ge $((256 << 20)) ]; then
+  if [ "$part" = small ]; then
+    run_step "bench-$mode-small" 120 "$bench" "${common[@]}" -b 8 -e "$small_max" -f 2 -c 1 \
+      --json "$logs/bench-$mode-small.jsonl"
+  elif [ "$(bytes_of "$bench_max")" -ge $((256 << 20)) ]; then
     run_step "bench-$mode-large" 150 "$bench" "${common[@]}" -b 256M -e "$bench_max" -f 4 -c 0 \
       --json "$logs/bench-$mode-large.jsonl"
   fi
-  cat "$logs"/bench-"$mode"-*.jsonl >"$OUT/bench-$mode.jsonl" 2>/dev/null
-  grep -hE "Out of bounds|: error:|unavailable" "$logs"/bench-"$mode"-*.log | head -6
+}
 
-  if [ -n "$nt_dir" ]; then
-    : >"$OUT/nccl-tests-$mode.txt"
-    for stem in all_gather reduce_scatter all_reduce broadcast reduce alltoall gather scatter sendrecv; do
-      coll="$stem"
-      [ "$stem" = alltoall ] && coll=all_to_all
-      [[ ",$colls," == *",$coll,"* ]] || continue
-      args=(-b 8 -e "$bench_max" -f 2 $flags -c 1 -n "$iters" -w "$warmup")
-      run_step "nt-$mode-$stem" 40 "$nt_dir/${stem}_perf" "${args[@]}"
-      echo "# nccl-tests: ${stem}_perf ${args[*]}" >>"$OUT/nccl-tests-$mode.txt"
-      cat "$logs/nt-$mode-$stem.log" >>"$OUT/nccl-tests-$mode.txt"
-    done
-  fi
+nccl_tests_steps() {  # nccl_tests_steps MODE: every *_perf of COLLS, one combined log per mode
+  local mode="$1" stem coll
+  [ -n "$nt_dir" ] || return
+  : >"$OUT/nccl-tests-$mode.txt"
+  for stem in all_gather reduce_scatter all_reduce broadcast reduce alltoall gather scatter sendrecv; do
+    coll="$stem"
+    [ "$stem" = alltoall ] && coll=all_to_all
+    [[ ",$colls," == *",$coll,"* ]] || continue
+    local args=(-b 8 -e "$bench_max" -f 2 $(mode_flags "$mode") -c 1 -n "$iters" -w "$warmup")
+    run_step "nt-$mode-$stem" 40 "$nt_dir/${stem}_perf" "${args[@]}"
+    echo "# nccl-tests: ${stem}_perf ${args[*]}" >>"$OUT/nccl-tests-$mode.txt"
+    cat "$logs/nt-$mode-$stem.log" >>"$OUT/nccl-tests-$mode.txt" 2>/dev/null
+  done
+}
+
+# Most important first, should the budget run out: the -g mode whole, then the -t mode's small sizes and
+# nccl-tests (host cost shows at small sizes), its large sizes last.
+for mode in $modes; do
+  bench_step "$mode" small
+  [ "$mode" = g ] && bench_step "$mode" large
+  nccl_tests_steps "$mode"
+done
+for mode in $modes; do
+  [ "$mode" != g ] && bench_step "$mode" large
+done
+for mode in $modes; do
+  cat "$logs"/bench-"$mode"-*.jsonl >"$OUT/bench-$mode.jsonl" 2>/dev/null
+  grep -hE "Out of bounds|: error:|unavailable" "$logs"/bench-"$mode"-*.log 2>/dev/null | sed "s/^/$mode: /" | head -6
 done
 
 tar -czf "$OUT/logs.tgz" -C "$logs" . 2>/dev/null
