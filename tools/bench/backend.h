@@ -1,6 +1,7 @@
 // The small interface every conccl-bench backend implements (conccl CUDA, conccl host, NCCL, NCCL-CE).
-// NCCL-shaped: one communicator per rank, all ranks driven from this thread, collectives issued between
-// GroupStart/GroupEnd. No CUDA types, so the driver and its tests build without CUDA.
+// NCCL-shaped: one communicator per rank, all ranks driven from this thread with collectives issued between
+// GroupStart/GroupEnd, or (-t) one host thread per rank or per group of ranks (thread_team.h). No CUDA types,
+// so the driver and its tests build without CUDA.
 #ifndef CONCCL_TOOLS_BENCH_BACKEND_H_
 #define CONCCL_TOOLS_BENCH_BACKEND_H_
 
@@ -8,9 +9,12 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "rank_timer.h"
 
 namespace conccl::bench {
 
@@ -80,6 +84,12 @@ class Backend {
   // iteration in seconds (GPU backends: CUDA events per rank, the slowest rank per iteration). With
   // `graph`, the loop is captured once in a CUDA graph per rank and replayed. Waits for completion.
   virtual std::vector<double> Time(const std::function<void()>& launch, int iters, bool graph) = 0;
+  // Thread-per-rank mode (-t): a timer of `ranks` for `iters` iterations, made and used on the one thread that
+  // drives those ranks (GPU backends: CUDA events on the ranks' streams). Default: wall clock, right for
+  // backends whose calls return when complete.
+  virtual std::unique_ptr<RankTimer> MakeRankTimer(const std::vector<int>& /*ranks*/, int iters) {
+    return std::make_unique<WallClockTimer>(iters);
+  }
 };
 
 }  // namespace conccl::bench

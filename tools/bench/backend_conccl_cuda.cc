@@ -44,6 +44,9 @@ class ConcclCudaBackend final : public ConcclBackend {
   std::vector<double> Time(const std::function<void()>& launch, int iters, bool graph) override {
     return TimeWithEvents(streams_, launch, iters, graph);
   }
+  std::unique_ptr<RankTimer> MakeRankTimer(const std::vector<int>& ranks, int iters) override {
+    return MakeEventTimer(streams_, ranks, iters);
+  }
 
  protected:
   cudaStream_t StreamOf(int rank) const override { return streams_[rank]; }

@@ -178,6 +178,10 @@ std::vector<double> NcclBackend::Time(const std::function<void()>& launch, int i
   return TimeWithEvents(streams_, launch, iters, graph);
 }
 
+std::unique_ptr<RankTimer> NcclBackend::MakeRankTimer(const std::vector<int>& ranks, int iters) {
+  return MakeEventTimer(streams_, ranks, iters);
+}
+
 std::unique_ptr<Backend> MakeNcclBackend(const BenchOptions& options) { return std::make_unique<NcclBackend>(options); }
 
 }  // namespace conccl::bench

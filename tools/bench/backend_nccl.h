@@ -58,6 +58,7 @@ class NcclBackend : public Backend {
   void Recv(int rank, void* recv, size_t count, concclDataType_t type, int peer) override;
 
   std::vector<double> Time(const std::function<void()>& launch, int iters, bool graph) override;
+  std::unique_ptr<RankTimer> MakeRankTimer(const std::vector<int>& ranks, int iters) override;
 
  protected:
   struct NoInit {};

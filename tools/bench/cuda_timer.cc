@@ -74,6 +74,55 @@ class EventTable {
   std::vector<std::vector<cudaEvent_t>> events_;
 };
 
+// Per iteration i (events 2i, 2i+1 of each row), the longest elapsed time of the `rows` ranks, in seconds.
+std::vector<double> SlowestRank(const EventTable& events, int rows, int iters) {
+  std::vector<double> seconds(iters, 0.0);
+  for (int i = 0; i < iters; ++i) {
+    for (int r = 0; r < rows; ++r) {
+      float ms = 0;
+      BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, events.at(r, 2 * i), events.at(r, 2 * i + 1)));
+      seconds[i] = std::max(seconds[i], ms * 1e-3);
+    }
+  }
+  return seconds;
+}
+
+std::vector<int> DevicesOf(const RankStreams& streams, const std::vector<int>& ranks) {
+  std::vector<int> devices;
+  for (int r : ranks) devices.push_back(streams.devices()[r]);
+  return devices;
+}
+
+// Row k of the event table belongs to ranks[k].
+class EventRankTimer final : public RankTimer {
+ public:
+  EventRankTimer(const RankStreams& streams, const std::vector<int>& ranks, int iters)
+      : streams_(streams), ranks_(ranks), devices_(DevicesOf(streams, ranks)), events_(devices_, 2 * iters),
+        iters_(iters) {}
+  void Start(int iter) override { Record(2 * iter); }
+  void Stop(int iter) override { Record(2 * iter + 1); }
+  std::vector<double> Finish() override {
+    for (size_t k = 0; k < ranks_.size(); ++k) {
+      DeviceGuard guard(devices_[k]);
+      BENCH_CUDA_CHECK(cudaStreamSynchronize(streams_[ranks_[k]]));
+    }
+    return SlowestRank(events_, static_cast<int>(ranks_.size()), iters_);
+  }
+
+ private:
+  void Record(int index) {
+    for (size_t k = 0; k < ranks_.size(); ++k) {
+      DeviceGuard guard(devices_[k]);
+      BENCH_CUDA_CHECK(cudaEventRecord(events_.at(static_cast<int>(k), index), streams_[ranks_[k]]));
+    }
+  }
+
+  const RankStreams& streams_;
+  std::vector<int> ranks_, devices_;
+  EventTable events_;
+  int iters_;
+};
+
 class GraphExec {
  public:
   ~GraphExec() {
@@ -86,73 +135,72 @@ class GraphExec {
 
 }  // namespace
 
+std::unique_ptr<RankTimer> MakeEventTimer(const RankStreams& streams, const std::vector<int>& ranks, int iters) {
+  auto timer = std::make_unique<EventRankTimer>(streams, ranks, iters);
+  if (!ranks.empty()) BENCH_CUDA_CHECK(cudaSetDevice(streams.devices()[ranks.front()]));
+  return timer;
+}
+
 std::vector<double> TimeWithEvents(const RankStreams& streams, const std::function<void()>& launch, int iters,
                                    bool graph) {
   const std::vector<int>& devices = streams.devices();
   const int n = static_cast<int>(devices.size());
+  if (!graph) {
+    std::vector<int> all(n);
+    for (int r = 0; r < n; ++r) all[r] = r;
+    EventRankTimer timer(streams, all, iters);
+    for (int i = 0; i < iters; ++i) {
+      timer.Start(i);
+      launch();
+      timer.Stop(i);
+    }
+    return timer.Finish();
+  }
   // Events 2i and 2i+1 bracket iteration i; the last two fork and join the captured streams.
   EventTable events(devices, 2 * iters + 2);
-  const unsigned record_flags = graph ? cudaEventRecordExternal : cudaEventRecordDefault;
   auto record_all = [&](int index) {
     for (int r = 0; r < n; ++r) {
       DeviceGuard guard(devices[r]);
-      BENCH_CUDA_CHECK(cudaEventRecordWithFlags(events.at(r, index), streams[r], record_flags));
+      BENCH_CUDA_CHECK(cudaEventRecordWithFlags(events.at(r, index), streams[r], cudaEventRecordExternal));
     }
   };
 
   GraphExec g;
-  if (graph) {
-    // One capture over every rank's stream: rank 0's stream forks to the others and joins them at the end,
-    // so the cross-rank dependencies a library adds inside a group stay within one graph.
-    const int fork = 2 * iters, join = 2 * iters + 1;
-    {
-      DeviceGuard guard(devices[0]);
-      BENCH_CUDA_CHECK(cudaStreamBeginCapture(streams[0], cudaStreamCaptureModeRelaxed));
-      BENCH_CUDA_CHECK(cudaEventRecord(events.at(0, fork), streams[0]));
-    }
-    for (int r = 1; r < n; ++r) {
-      DeviceGuard guard(devices[r]);
-      BENCH_CUDA_CHECK(cudaStreamWaitEvent(streams[r], events.at(0, fork), 0));
-    }
-    try {
-      for (int i = 0; i < iters; ++i) {
-        record_all(2 * i);
-        launch();
-        record_all(2 * i + 1);
-      }
-    } catch (...) {
-      DeviceGuard guard(devices[0]);
-      cudaStreamEndCapture(streams[0], &g.graph_);
-      throw;
-    }
-    for (int r = 1; r < n; ++r) {
-      DeviceGuard guard(devices[r]);
-      BENCH_CUDA_CHECK(cudaEventRecord(events.at(r, join), streams[r]));
-      DeviceGuard guard0(devices[0]);
-      BENCH_CUDA_CHECK(cudaStreamWaitEvent(streams[0], events.at(r, join), 0));
-    }
+  // One capture over every rank's stream: rank 0's stream forks to the others and joins them at the end,
+  // so the cross-rank dependencies a library adds inside a group stay within one graph.
+  const int fork = 2 * iters, join = 2 * iters + 1;
+  {
     DeviceGuard guard(devices[0]);
-    BENCH_CUDA_CHECK(cudaStreamEndCapture(streams[0], &g.graph_));
-    BENCH_CUDA_CHECK(cudaGraphInstantiate(&g.exec_, g.graph_, 0));
-    BENCH_CUDA_CHECK(cudaGraphLaunch(g.exec_, streams[0]));
-  } else {
+    BENCH_CUDA_CHECK(cudaStreamBeginCapture(streams[0], cudaStreamCaptureModeRelaxed));
+    BENCH_CUDA_CHECK(cudaEventRecord(events.at(0, fork), streams[0]));
+  }
+  for (int r = 1; r < n; ++r) {
+    DeviceGuard guard(devices[r]);
+    BENCH_CUDA_CHECK(cudaStreamWaitEvent(streams[r], events.at(0, fork), 0));
+  }
+  try {
     for (int i = 0; i < iters; ++i) {
       record_all(2 * i);
       launch();
       record_all(2 * i + 1);
     }
+  } catch (...) {
+    DeviceGuard guard(devices[0]);
+    cudaStreamEndCapture(streams[0], &g.graph_);
+    throw;
   }
+  for (int r = 1; r < n; ++r) {
+    DeviceGuard guard(devices[r]);
+    BENCH_CUDA_CHECK(cudaEventRecord(events.at(r, join), streams[r]));
+    DeviceGuard guard0(devices[0]);
+    BENCH_CUDA_CHECK(cudaStreamWaitEvent(streams[0], events.at(r, join), 0));
+  }
+  DeviceGuard guard(devices[0]);
+  BENCH_CUDA_CHECK(cudaStreamEndCapture(streams[0], &g.graph_));
+  BENCH_CUDA_CHECK(cudaGraphInstantiate(&g.exec_, g.graph_, 0));
+  BENCH_CUDA_CHECK(cudaGraphLaunch(g.exec_, streams[0]));
   streams.SynchronizeAll();
-
-  std::vector<double> seconds(iters, 0.0);
-  for (int i = 0; i < iters; ++i) {
-    for (int r = 0; r < n; ++r) {
-      float ms = 0;
-      BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, events.at(r, 2 * i), events.at(r, 2 * i + 1)));
-      seconds[i] = std::max(seconds[i], ms * 1e-3);
-    }
-  }
-  return seconds;
+  return SlowestRank(events, n, iters);
 }
 
 }  // namespace conccl::bench

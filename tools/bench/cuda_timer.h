@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,11 @@ class RankStreams {
 // graph (rank 0's stream forks to the others, events are recorded as external event nodes) and launched once.
 std::vector<double> TimeWithEvents(const RankStreams& streams, const std::function<void()>& launch, int iters,
                                    bool graph);
+
+// Thread-per-rank mode (-t): an event pair per rank of `ranks` and iteration on those ranks' streams; Finish
+// waits for those streams and returns the slowest of these ranks per iteration. Use it on one thread only;
+// it makes the first rank's device current on that thread (as nccl-tests' threads do).
+std::unique_ptr<RankTimer> MakeEventTimer(const RankStreams& streams, const std::vector<int>& ranks, int iters);
 
 // True when some device appears more than once.
 bool HasRepeats(const std::vector<int>& devices);

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <map>
 
+#include "host_clock.h"
+#include "thread_team.h"
 #include "types.h"
 
 namespace conccl::bench {
@@ -75,35 +78,55 @@ VariantResult RunVariant(Backend& backend, const BenchOptions& o, const CollDesc
       }
     }
     bufs.Prepare();
-    const Bytes poison(args.counts.recv * es, kPoison);
+    // Only a checked run needs the poison (and the time to write gigabytes of it).
+    const Bytes poison(o.check ? args.counts.recv * es : 0, kPoison);
     auto upload = [&] {
       for (int r = 0; r < n; ++r) {
-        if (!in_place) backend.CopyIn(r, bufs.recv()[r], poison.data(), poison.size());
+        if (!in_place && o.check) backend.CopyIn(r, bufs.recv()[r], poison.data(), poison.size());
         backend.CopyIn(r, bufs.send()[r], inputs[r].data(), inputs[r].size());
       }
     };
-    auto launch = [&] {
-      backend.GroupStart();
+    // One launch of ranks [first, first + count), inside GroupStart/End when `group`.
+    auto issue = [&](int first, int count, bool group) {
+      if (group) backend.GroupStart();
       try {
-        for (int r = 0; r < n; ++r) coll.run(backend, args, r, bufs.send()[r], bufs.recv()[r]);
+        for (int r = first; r < first + count; ++r) coll.run(backend, args, r, bufs.send()[r], bufs.recv()[r]);
       } catch (...) {
         try {
-          backend.GroupEnd();  // close the group; the first error is the one reported
+          if (group) backend.GroupEnd();  // close the group; the first error is the one reported
         } catch (...) {
         }
         throw;
       }
-      backend.GroupEnd();
+      if (group) backend.GroupEnd();
+    };
+    // `iters` iterations: this thread issues every rank in one group (-t 1), or a team of threads (-t N) each
+    // issues its own ranks; also the per-rank host time of a launch (median).
+    const int per_thread = n / o.threads;
+    // A rank's Send and Recv of the ring must be one group even on its own thread (nccl-tests does the same):
+    // issued one by one, each rank's send would wait for a receive queued behind the peer's send.
+    const bool thread_group = per_thread > 1 || coll.kind == CollKind::kSendRecv;
+    auto timed = [&](int iters, bool graph) -> std::pair<std::vector<double>, double> {
+      if (o.threads > 1) {
+        TeamTiming team = TimeThreads(
+            backend, o.threads, [&](int t) { issue(t * per_thread, per_thread, thread_group); }, iters);
+        return {std::move(team.seconds), team.host_s};
+      }
+      HostClock clock;
+      std::vector<double> seconds = backend.Time([&] { clock.Measure(n, [&] { issue(0, n, true); }); }, iters, graph);
+      return {std::move(seconds), ComputeStats(clock.samples()).p50_s};
     };
     upload();
-    if (o.warmup > 0) backend.Time(launch, o.warmup, o.graph);
-    v.time = ComputeStats(backend.Time(launch, o.iters, o.graph));
+    if (o.warmup > 0) timed(o.warmup, o.graph);
+    auto [seconds, host_s] = timed(o.iters, o.graph);
+    v.time = ComputeStats(std::move(seconds));
+    v.host_s = host_s;
     v.algbw = AlgBw(args.counts.size * es, v.time.mean_s);
     v.busbw = v.algbw * coll.bus_factor(n);
     if (o.check) {
       // The timed loop may have changed the data (in-place reductions); check one fresh run.
       upload();
-      backend.Time(launch, 1, false);
+      timed(1, false);
       size_t wrong = 0;
       Bytes got(args.counts.recv * es);
       for (int r = 0; r < n; ++r) {
@@ -118,6 +141,25 @@ VariantResult RunVariant(Backend& backend, const BenchOptions& o, const CollDesc
     v.error = e.what();
   }
   return v;
+}
+
+// Random inputs of `count` elements. Unchecked cases above kTiledInputBytes repeat one random block instead
+// (random values, never zeros): generating gigabytes per rank, backend and case on one core would take most
+// of a GPU sweep's wall time, and copies and reductions run at the same speed on repeated data.
+constexpr size_t kTiledInputBytes = 64u << 20;
+
+Bytes InputData(bool check, concclDataType_t type, size_t count, uint64_t seed, int op, int nranks) {
+  const size_t es = DTypeOf(type).size;
+  if (check || count * es <= kTiledInputBytes) return RandomElements(type, count, seed, op, nranks);
+  const size_t block_elems = kTiledInputBytes / es;
+  const Bytes block = RandomElements(type, block_elems, seed, op, nranks);
+  Bytes out;
+  out.reserve(count * es);
+  while (out.size() < count * es) {
+    const size_t n = std::min(block.size(), count * es - out.size());
+    out.insert(out.end(), block.begin(), block.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+  return out;
 }
 
 std::string FactorText(const CollDesc& c) {
@@ -148,15 +190,15 @@ RowResult RunCase(Backend& backend, const BenchOptions& o, const CollDesc& coll,
   row.redop = coll.reduces ? RedOpName(args.op) : "none";
   row.root = coll.uses_root ? args.root : -1;
   row.nranks = args.nranks;
+  row.threads = o.threads;
   row.gpus_shared = backend.GpusShared();
 
   // Fresh random inputs per size, one seeded generator per rank, and the host reference.
   std::vector<Bytes> inputs(args.nranks);
   const int data_op = coll.reduces ? op : -1;
   for (int r = 0; r < args.nranks; ++r) {
-    inputs[r] =
-        RandomElements(type, args.counts.send, InputSeed(o.seed, r, bytes, static_cast<int>(coll.kind), type, data_op),
-                       data_op, args.nranks);
+    inputs[r] = InputData(o.check, type, args.counts.send,
+                          InputSeed(o.seed, r, bytes, static_cast<int>(coll.kind), type, data_op), data_op, args.nranks);
   }
   std::vector<std::optional<Bytes>> expected(args.nranks);
   std::vector<std::vector<double>> scales(args.nranks);
@@ -184,7 +226,8 @@ size_t RunSweep(const BenchOptions& o, const std::vector<Backend*>& backends, co
 
   size_t total_wrong = 0;
   for (const CollDesc* coll : o.colls) {
-    table << "#\n# Collective " << coll->name << " (" << FactorText(*coll) << ", nranks " << o.nranks << ")\n";
+    table << "#\n# Collective " << coll->name << " (" << FactorText(*coll) << ", nranks " << o.nranks << ", threads "
+          << o.threads << ")\n";
     for (const std::string& line : ColumnHeader()) table << line << "\n";
     std::map<std::string, std::pair<double, int>> busbw_sum;  // backend -> (sum, rows)
     std::map<std::string, bool> noted;
@@ -233,6 +276,7 @@ size_t RunSweep(const BenchOptions& o, const std::vector<Backend*>& backends, co
             if (out.json) {
               *out.json << JsonRow(row, false).dump() << "\n";
               if (coll->in_place) *out.json << JsonRow(row, true).dump() << "\n";
+              *out.json << std::flush;  // a sweep stopped by its timeout keeps the rows it finished
             }
             table << std::flush;
           }

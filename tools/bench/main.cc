@@ -49,8 +49,8 @@ int Main(int argc, char** argv) {
   }
 
   std::ostringstream header;
-  header << "# conccl-bench  nThread 1 nGpus " << o.nranks << " minBytes " << o.min_bytes << " maxBytes " << o.max_bytes
-         << " step: ";
+  header << "# conccl-bench  nThread " << o.threads << " nGpus " << o.nranks / o.threads << " minBytes "
+         << o.min_bytes << " maxBytes " << o.max_bytes << " step: ";
   if (o.step_factor > 1.0) {
     header << o.step_factor << "(factor)";
   } else {
@@ -107,7 +107,8 @@ int Main(int argc, char** argv) {
       {"metadata", true},         {"tool", "conccl-bench"},
       {"date", UtcNow()},         {"host", Hostname()},
       {"machine", machine},       {"command", o.command_line},
-      {"nranks", o.nranks},       {"devices", RankDevices(o)},
+      {"nranks", o.nranks},       {"threads", o.threads},
+      {"devices", RankDevices(o)},
       {"backends", backend_meta}, {"colls", colls},
       {"types", types},           {"ops", ops},
       {"iters", o.iters},         {"warmup", o.warmup},

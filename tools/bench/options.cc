@@ -95,14 +95,24 @@ std::string Finish(BenchOptions& o, const std::string& b, const std::string& e, 
   if (o.min_bytes > o.max_bytes) return "-b must not be larger than -e";
   if (o.step_factor <= 1.0 && o.step_bytes == 0 && o.min_bytes != o.max_bytes) return "-i 0 needs -f > 1";
 
+  // nccl-tests: -g GPUs per thread, -t threads; rank r is driven by thread r / g.
   if (!o.devices.empty()) {
-    if (g_given && o.nranks != static_cast<int>(o.devices.size())) {
-      return "-g " + std::to_string(o.nranks) + " does not match the " + std::to_string(o.devices.size()) +
+    if (g_given && o.nranks * o.threads != static_cast<int>(o.devices.size())) {
+      return "-g " + std::to_string(o.nranks) + " x -t " + std::to_string(o.threads) + " does not match the " +
+             std::to_string(o.devices.size()) + " devices of --devices";
+    }
+    if (o.devices.size() % static_cast<size_t>(o.threads) != 0) {
+      return "-t " + std::to_string(o.threads) + " does not divide the " + std::to_string(o.devices.size()) +
              " devices of --devices";
     }
     o.nranks = static_cast<int>(o.devices.size());
+  } else {
+    o.nranks *= o.threads;
   }
-  if (o.root < 0 || o.root >= o.nranks) return "-r " + std::to_string(o.root) + ": root must be in [0, -g)";
+  if (o.threads > 1 && o.graph) return "-G 1 needs -t 1 (one thread captures every rank's stream)";
+  if (o.root < 0 || o.root >= o.nranks) {
+    return "-r " + std::to_string(o.root) + ": root must be in [0, ranks) (ranks = -g x -t)";
+  }
 
   o.types.clear();
   for (const std::string& name : SplitList(d)) {
@@ -177,9 +187,12 @@ ParseResult ParseOptions(int argc, const char* const* argv) {
   app.add_option("-w,--warmup_iters", o.warmup, "Warm-up iterations per size")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
-  CLI::Option* g_opt = app.add_option("-g,--ngpus", o.nranks, "Ranks in this process (CUDA devices 0..g-1)")
+  CLI::Option* g_opt = app.add_option("-g,--ngpus", o.nranks, "Ranks per thread (all ranks: CUDA devices 0..g*t-1)")
                            ->check(CLI::Range(1, 1024))
                            ->capture_default_str();
+  app.add_option("-t,--nthreads", o.threads, "Host threads, each driving -g ranks on its own streams (no group)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   app.add_option("--devices", o.devices, "CUDA device of each rank, repeats allowed (e.g. 0,1,1,2)")
       ->delimiter(',')
       ->check(CLI::NonNegativeNumber);

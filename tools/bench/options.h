@@ -25,7 +25,8 @@ struct BenchOptions {
   size_t step_bytes = 1u << 20;                            // -i
   int iters = 20;                                          // -n
   int warmup = 5;                                          // -w
-  int nranks = 1;                                          // -g
+  int nranks = 1;                                          // ranks in all: -g x -t (or the --devices count)
+  int threads = 1;                                         // -t: host threads, each drives nranks / threads ranks
   std::vector<int> devices;                                // --devices (one per rank; empty: 0..nranks-1)
   bool check = true;                                       // -c
   bool graph = false;                                      // -G

@@ -51,18 +51,25 @@ std::string Percentiles(const VariantResult& v) {
   return "  " + TimeUs(v.time.p50_s) + "  " + TimeUs(v.time.p99_s);
 }
 
+std::string HostTime(const VariantResult& v) {
+  if (!v.present || !v.error.empty()) return Printf("  %7s", "N/A");
+  return "  " + TimeUs(v.host_s);
+}
+
 }  // namespace
 
 std::vector<std::string> ColumnHeader() {
   return {
-      Printf("# %10s  %12s  %8s  %6s  %6s  %31s  %31s  %-8s  %5s  %16s  %16s", "", "", "", "", "",
-             "out-of-place           ", "in-place           ", "", "", "out-of-place", "in-place"),
-      Printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %-8s  %5s  %7s  %7s  %7s  %7s",
+      Printf("# %10s  %12s  %8s  %6s  %6s  %31s  %31s  %-8s  %5s  %16s  %16s  %16s", "", "", "", "", "",
+             "out-of-place           ", "in-place           ", "", "", "out-of-place", "in-place", "host per call"),
+      Printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %-8s  %5s  %7s  %7s  %7s  %7s  %7s  "
+             "%7s",
              "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
-             "#wrong", "backend", "sms", "p50", "p99", "p50", "p99"),
-      Printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %-8s  %5s  %7s  %7s  %7s  %7s",
+             "#wrong", "backend", "sms", "p50", "p99", "p50", "p99", "oop", "ip"),
+      Printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %-8s  %5s  %7s  %7s  %7s  %7s  %7s  "
+             "%7s",
              "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "", "",
-             "(us)", "(us)", "(us)", "(us)"),
+             "(us)", "(us)", "(us)", "(us)", "(us)", "(us)"),
   };
 }
 
@@ -79,6 +86,7 @@ std::string FormatRow(const RowResult& row) {
   s += Variant(row.out_of_place) + Variant(row.in_place);
   s += Printf("  %-8s  %5s", row.backend.c_str(), SmLabel(row.sms).c_str());
   s += Percentiles(row.out_of_place) + Percentiles(row.in_place);
+  s += HostTime(row.out_of_place) + HostTime(row.in_place);
   return s;
 }
 
@@ -93,6 +101,7 @@ nlohmann::json JsonRow(const RowResult& row, bool in_place) {
       {"redop", row.redop},
       {"root", row.root},
       {"nranks", row.nranks},
+      {"threads", row.threads},
       {"gpus_shared", row.gpus_shared},
       {"in_place", in_place},
       {"sms", row.sms.sms},
@@ -105,6 +114,7 @@ nlohmann::json JsonRow(const RowResult& row, bool in_place) {
   j["time_us"] = num(v.time.mean_s * 1e6);
   j["p50_us"] = num(v.time.p50_s * 1e6);
   j["p99_us"] = num(v.time.p99_s * 1e6);
+  j["host_us"] = num(v.host_s * 1e6);
   j["algbw_GBps"] = num(v.algbw);
   j["busbw_GBps"] = num(v.busbw);
   j["wrong"] = ok && v.wrong ? nlohmann::json(*v.wrong) : nlohmann::json(nullptr);

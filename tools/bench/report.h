@@ -31,6 +31,7 @@ struct VariantResult {
   TimeStats time;
   double algbw = 0;             // GB/s
   double busbw = 0;             // GB/s
+  double host_s = 0;            // host time per rank of one launch (median): wall time inside the calls
   std::optional<size_t> wrong;  // nullopt: not checked (-c 0)
   std::string error;            // non-empty: the backend failed
 };
@@ -44,6 +45,7 @@ struct RowResult {
   std::string redop;  // "none" for data movement
   int root = -1;      // -1 when not applicable
   int nranks = 1;
+  int threads = 1;  // host threads driving the ranks (-t)
   bool gpus_shared = false;
   SmUsage sms;
   VariantResult out_of_place;
@@ -51,7 +53,7 @@ struct RowResult {
 };
 
 // The two '#' lines of column titles, and one data row, aligned like nccl-tests' output followed by the
-// conccl columns (backend, SMs, p50 and p99 of each variant).
+// conccl columns (backend, SMs, p50 and p99 of each variant, then the host time per rank and call of each).
 std::vector<std::string> ColumnHeader();
 std::string FormatRow(const RowResult& row);
 // "4", "<=32", "?"; a '!' marks a copy-engine backend that fell back to SM kernels.

@@ -119,6 +119,32 @@ TEST(BenchOptions, DevicesSetRankCount) {
   EXPECT_FALSE(Parse({"--devices", "0,1", "-g", "3"}).options);
 }
 
+TEST(BenchOptions, ThreadsMultiplyGpusLikeNcclTests) {
+  ParseResult r = Parse({"-t", "2", "-g", "1"});
+  ASSERT_TRUE(r.options) << r.error;
+  EXPECT_EQ(r.options->threads, 2);
+  EXPECT_EQ(r.options->nranks, 2);  // ranks in all: -g per thread x -t
+  r = Parse({"--nthreads", "2", "-g", "2"});
+  ASSERT_TRUE(r.options) << r.error;
+  EXPECT_EQ(r.options->nranks, 4);
+  r = Parse({"-t", "2", "--devices", "0,1"});
+  ASSERT_TRUE(r.options) << r.error;
+  EXPECT_EQ(r.options->nranks, 2);
+  r = Parse({"-t", "2", "-g", "2", "--devices", "0,1,2,3"});
+  ASSERT_TRUE(r.options) << r.error;
+  EXPECT_EQ(r.options->nranks, 4);
+  EXPECT_EQ(Parse({}).options->threads, 1);
+  EXPECT_TRUE(Parse({"-t", "2", "-r", "1"}).options);  // the root counts among all ranks
+}
+
+TEST(BenchOptions, ThreadErrors) {
+  EXPECT_FALSE(Parse({"-t", "0"}).options);
+  EXPECT_FALSE(Parse({"-t", "2", "--devices", "0,1,2"}).options);               // 3 ranks over 2 threads
+  EXPECT_FALSE(Parse({"-t", "2", "-g", "1", "--devices", "0,1,2,3"}).options);  // 2 x 1 != 4
+  EXPECT_FALSE(Parse({"-t", "2", "-G", "1"}).options);                          // graphs need one thread
+  EXPECT_TRUE(Parse({"-t", "1", "-G", "1"}).options);
+}
+
 TEST(BenchOptions, Errors) {
   EXPECT_FALSE(Parse({"-d", "float17"}).options);
   EXPECT_FALSE(Parse({"-o", "xor"}).options);

@@ -84,6 +84,7 @@ RowResult SampleRow() {
   row.out_of_place.algbw = AlgBw(row.size_bytes, 10e-6);
   row.out_of_place.busbw = row.out_of_place.algbw * 7 / 8;
   row.out_of_place.wrong = 0;
+  row.out_of_place.host_s = 3.5e-6;
   row.in_place = row.out_of_place;
   row.in_place.wrong = std::nullopt;
   return row;
@@ -94,7 +95,7 @@ TEST(BenchReport, RowHasNcclTestsColumnsThenConcclColumns) {
   std::istringstream in(line);
   std::vector<std::string> cols;
   for (std::string w; in >> w;) cols.push_back(w);
-  ASSERT_EQ(cols.size(), 19u) << line;
+  ASSERT_EQ(cols.size(), 21u) << line;
   EXPECT_EQ(cols[0], "1048576");
   EXPECT_EQ(cols[1], "262144");
   EXPECT_EQ(cols[2], "float");
@@ -109,7 +110,25 @@ TEST(BenchReport, RowHasNcclTestsColumnsThenConcclColumns) {
   EXPECT_EQ(cols[14], "0");
   EXPECT_EQ(cols[15], "9.00");
   EXPECT_EQ(cols[16], "20.00");
+  EXPECT_EQ(cols[19], "3.50");  // host time per rank and call, out of place
+  EXPECT_EQ(cols[20], "3.50");  // in place
   for (const std::string& h : ColumnHeader()) EXPECT_EQ(h[0], '#');
+}
+
+TEST(BenchReport, HostColumnsShowNaForMissingVariants) {
+  RowResult row = SampleRow();
+  row.in_place.present = false;
+  row.out_of_place.error = "boom";
+  std::istringstream in(FormatRow(row));
+  std::vector<std::string> cols;
+  for (std::string w; in >> w;) cols.push_back(w);
+  ASSERT_EQ(cols.size(), 21u);
+  EXPECT_EQ(cols[19], "N/A");
+  EXPECT_EQ(cols[20], "N/A");
+  // The header names the columns in the same order: the last two titles are the host times.
+  const std::string titles = ColumnHeader()[1];
+  EXPECT_NE(titles.find("oop"), std::string::npos);
+  EXPECT_LT(titles.rfind("p99"), titles.find("oop"));
 }
 
 TEST(BenchReport, SmLabels) {
@@ -123,18 +142,22 @@ TEST(BenchReport, JsonRowSchema) {
   RowResult row = SampleRow();
   const nlohmann::json j = JsonRow(row, false);
   for (const char* key : {"backend", "coll", "size", "count", "type", "redop", "root", "nranks", "gpus_shared",
-                          "in_place", "time_us", "p50_us", "p99_us", "algbw_GBps", "busbw_GBps", "wrong", "sms"}) {
+                          "in_place", "time_us", "p50_us", "p99_us", "host_us", "algbw_GBps", "busbw_GBps", "wrong",
+                          "sms", "threads"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["backend"], "conccl");
   EXPECT_EQ(j["in_place"], false);
   EXPECT_DOUBLE_EQ(j["time_us"].get<double>(), 10.0);
+  EXPECT_DOUBLE_EQ(j["host_us"].get<double>(), 3.5);
+  EXPECT_EQ(j["threads"], 1);
   EXPECT_EQ(j["wrong"], 0);
   EXPECT_EQ(j["sms"], 0);
   const nlohmann::json ip = JsonRow(row, true);
   EXPECT_TRUE(ip["wrong"].is_null());
   row.in_place.present = false;
   EXPECT_TRUE(JsonRow(row, true)["time_us"].is_null());
+  EXPECT_TRUE(JsonRow(row, true)["host_us"].is_null());
   row.out_of_place.error = "boom";
   EXPECT_EQ(JsonRow(row, false)["error"], "boom");
 }
