@@ -58,8 +58,9 @@ SmUsage ConcclBackend::Sms(CollKind kind, size_t bytes) const {
   }
   const bool reduces = kind == CollKind::kReduceScatter || kind == CollKind::kAllReduce || kind == CollKind::kReduce;
   if (!reduces) return {0, false, false, "copy engines only"};
-  const int ctas = config_.reduceCtas == CONCCL_CONFIG_UNDEF_INT ? -1 : config_.reduceCtas;
-  return {ctas, false, false, "reduction kernel CTAs (config.reduceCtas)"};
+  // reduceCtas 0 (auto, the default): one CTA per 256 KiB of input read, at most 8 (docs/cuda-executor.md).
+  if (used.reduceCtas > 0) return {used.reduceCtas, false, false, "reduction kernel CTAs (config.reduceCtas)"};
+  return {8, true, false, "reduction kernel CTAs: auto, at most 8 by size"};
 }
 
 void ConcclBackend::GroupStart() { ConcclCheck(concclGroupStart(), nullptr, "concclGroupStart"); }
