@@ -7,7 +7,7 @@
 #   3. conccl-bench across the GPUs, conccl vs NCCL: reductions 1 MB..1 GB, every collective 8 B..64 MB;
 #   4. tuning sweeps: CONCCL_SINGLE_STREAM_BYTES, CONCCL_MIN_CHUNK_BYTES, the copy-engine exchange into scratch
 #      (CONCCL_PEER_REDUCE=0) against reading the peers in place, reduction CTAs.
-# Env: PHASES (default "kernel tests bench tune").
+# Env: PHASES (default "kernel tests bench tune"), TUNE (default "ss mc push ctas"), KERNEL_ARGS.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
@@ -47,7 +47,9 @@ if [[ " $phases " == *" tests "* ]]; then
   run_step test_gpu_executor 90 "$bin/test_gpu_executor" --gtest_brief=1
   run_step test_gpu_collectives 200 "$bin/test_gpu_collectives" --gtest_brief=1
   run_step test_gpu_graphs 120 "$bin/test_gpu_graphs" --gtest_brief=1
-  for t in test_gpu_executor test_gpu_collectives test_gpu_graphs; do
+  run_step test_gpu_usage 90 "$bin/test_gpu_usage" --gtest_brief=1
+  run_step test_gpu_multiprocess 150 "$bin/test_gpu_multiprocess" --gtest_brief=1
+  for t in test_gpu_executor test_gpu_collectives test_gpu_graphs test_gpu_usage test_gpu_multiprocess; do
     grep -E "^\[  (PASSED|FAILED) |FAILED  \]" "$logs/$t.log" | head -8 | sed "s/^/$t: /"
   done
 fi
@@ -64,19 +66,20 @@ fi
 
 if [[ " $phases " == *" tune "* ]] && [ "$ngpus" -ge 2 ]; then
   mkdir -p "$OUT/tune"
-  for ss in 262144 4194304 67108864; do
+  tune="${TUNE:-ss mc push ctas}"
+  [[ " $tune " == *" ss "* ]] && for ss in 262144 4194304 67108864; do
     CONCCL_SINGLE_STREAM_BYTES=$ss run_step "tune-ss$ss" 60 \
       "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 128K -e 32M -f 4 -c 0 \
       --coll all_gather,reduce_scatter,all_reduce,all_to_all --json "$logs/tune-ss$ss.jsonl"
   done
-  for mc in 524288 2097152 8388608 33554432; do
+  [[ " $tune " == *" mc "* ]] && for mc in 524288 2097152 8388608 33554432; do
     CONCCL_MIN_CHUNK_BYTES=$mc run_step "tune-mc$mc" 60 \
       "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 1M -e 256M -f 4 -c 0 \
       --coll reduce_scatter,all_reduce --json "$logs/tune-mc$mc.jsonl"
   done
-  CONCCL_PEER_REDUCE=0 run_step "tune-push" 90 "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 1M -e 1G -f 4 \
+  [[ " $tune " == *" push "* ]] && CONCCL_PEER_REDUCE=0 run_step "tune-push" 90 "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 1M -e 1G -f 4 \
     -c 0 --coll reduce_scatter,all_reduce,reduce --json "$logs/tune-push.jsonl"
-  for ctas in 4 8 16; do
+  [[ " $tune " == *" ctas "* ]] && for ctas in 4 8 16; do
     run_step "tune-ctas$ctas" 60 "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 16M -e 1G -f 4 -c 0 \
       --reduce-ctas "$ctas" --coll reduce_scatter,all_reduce --json "$logs/tune-ctas$ctas.jsonl"
   done
