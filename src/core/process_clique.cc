@@ -273,6 +273,15 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
   topo.allGather = [&boot](const std::string& mine) { return boot->allGather(mine); };
   executor_ = exec::makeCudaProcessExecutor(topo, config);
   schedules_ = std::make_unique<ScheduleCache>(executor_->buildOptions());
+  gpuWatchdog_ = std::make_unique<GpuWatchdog>(
+      nranks, timeout,
+      [this](int r, uint32_t* launched, uint32_t* completed) {
+        return r == rank_ && executor_->gpuProgress(r, launched, completed);
+      },
+      [this](const std::string& reason) {
+        CONCCL_WARN(rank_, device_, "watchdog: " + reason);
+        fail(concclTimeout, reason);
+      });
 
   // The executor's all-gather above happened after every rank had mapped the segment: its name can go now, and
   // after the barrier (every rank has mapped the peers' scratch) the sockets too.
@@ -285,6 +294,7 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
 }
 
 ProcessClique::~ProcessClique() {
+  if (gpuWatchdog_) gpuWatchdog_->stop();  // it uses the executor
   stopWatchdog();  // it uses the executor and the segment
   // The executor first: it unregisters the flag area that lives in the segment (destroyed after it).
   executor_.reset();
@@ -764,6 +774,7 @@ void ProcessClique::launchSendRecv(CallTicket& ticket) {
 void ProcessClique::launchProgram(PendingCall& pending, const CallTicket& ticket) {
   try {
     executor_->launch(*pending.schedule, pending.binding, rank_);
+    if (gpuWatchdog_) gpuWatchdog_->launched(rank_, ticket.what);
   } catch (Error& e) {
     e.addContext(ticket.what + " on rank " + std::to_string(rank_));
     fail(e.code(), e.message());

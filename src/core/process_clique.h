@@ -43,6 +43,7 @@
 
 #include "core/bootstrap.h"
 #include "core/clique.h"
+#include "core/gpu_watchdog.h"
 #include "core/shared_segment.h"
 
 namespace conccl {
@@ -164,6 +165,9 @@ class ProcessClique final : public Clique {
   std::vector<std::pair<int, uint64_t>> retiredFromPeers_;  // (peer, allocation id) read by matchPublishedLocked
   bool stopWatchdog_ = false;
   std::thread watchdog_;  // started by the first symmetric call
+  // GPU progress of this process's rank (gpu_watchdog.h): its GPU work that does not complete within timeoutMs
+  // fails the communicator with concclTimeout, which every process sees through the segment's error word.
+  std::unique_ptr<GpuWatchdog> gpuWatchdog_;
 };
 
 }  // namespace conccl
