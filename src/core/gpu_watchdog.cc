@@ -12,7 +12,11 @@ bool after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
 
 GpuWatchdog::GpuWatchdog(int nranks, std::chrono::milliseconds timeout, Progress progress, OnTimeout onTimeout,
                          bool startThread)
-    : timeout_(timeout), progress_(std::move(progress)), onTimeout_(std::move(onTimeout)) {
+    : timeout_(timeout),
+      period_(std::clamp<std::chrono::milliseconds>(timeout / 8, std::chrono::milliseconds(1),
+                                                    std::chrono::milliseconds(100))),
+      progress_(std::move(progress)),
+      onTimeout_(std::move(onTimeout)) {
   ranks_.resize(static_cast<size_t>(nranks > 0 ? nranks : 0));
   if (startThread) thread_ = std::thread([this] { run(); });
 }
@@ -59,7 +63,7 @@ std::optional<std::string> GpuWatchdog::poll(Clock::time_point now) {
       w.since = now;
       continue;
     }
-    if (now - w.since >= timeout_) stalled.push_back(static_cast<int>(r));
+    if (now - w.since >= timeout_ + period_) stalled.push_back(static_cast<int>(r));
   }
   if (stalled.empty()) return std::nullopt;
   fired_ = true;
@@ -78,12 +82,9 @@ std::optional<std::string> GpuWatchdog::poll(Clock::time_point now) {
 }
 
 void GpuWatchdog::run() {
-  // A few looks per timeout, at most every 100 ms and at least every millisecond.
-  const auto period = std::clamp<std::chrono::milliseconds>(timeout_ / 8, std::chrono::milliseconds(1),
-                                                             std::chrono::milliseconds(100));
   std::unique_lock<std::mutex> lock(stopMutex_);
   while (!stopping_) {
-    stopCv_.wait_for(lock, period, [this] { return stopping_; });
+    stopCv_.wait_for(lock, period_, [this] { return stopping_; });
     if (stopping_) break;
     lock.unlock();
     std::optional<std::string> report = poll(Clock::now());

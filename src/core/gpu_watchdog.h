@@ -42,7 +42,8 @@ class GpuWatchdog {
   // caller's to synchronise).
   void launched(int rank, const std::string& what);
 
-  // One look at every rank at time `now`; the report (once) when some rank has made no progress for `timeout`.
+  // One look at every rank at time `now`; the report (once) when some rank has made no progress for `timeout`
+  // (plus one polling period, see period_).
   std::optional<std::string> poll(Clock::time_point now);
 
   // Stops the thread (idempotent); called before the executor goes away.
@@ -59,6 +60,10 @@ class GpuWatchdog {
   void run();
 
   const std::chrono::milliseconds timeout_;
+  // How often the thread looks (timeout / 8, 1..100 ms). A rank is reported once it has gone timeout + period
+  // without progress: one period of grace, so that host-side checks that name a missing peer exactly (the
+  // symmetric-call watchdog of ProcessClique, which fires at timeoutMs) report first where they apply.
+  const std::chrono::milliseconds period_;
   Progress progress_;
   OnTimeout onTimeout_;
   std::mutex mutex_;  // ranks_, fired_

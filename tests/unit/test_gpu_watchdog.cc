@@ -1,5 +1,5 @@
 // The communicator's GPU watchdog (src/core/gpu_watchdog.h) against fake launch / completion counters: it
-// reports once, after `timeout` without progress, naming the oldest uncompleted call and every stalled rank; it
+// reports once, after `timeout` (+ one polling period) without progress, naming the oldest uncompleted call and every stalled rank; it
 // never reports a rank that keeps completing work, an idle rank, or captured launches.
 #include <gtest/gtest.h>
 
@@ -46,7 +46,8 @@ TEST(GpuWatchdog, ReportsAStalledCallOnceNamingItAndTheRanks) {
   gpu.completed[2] = 2;  // rank 2 finished #1; ranks 0 and 1 never do
   EXPECT_FALSE(w.poll(t0 + 10ms));    // first sight of the pending work
   EXPECT_FALSE(w.poll(t0 + 900ms));   // not yet a timeout
-  auto report = w.poll(t0 + 1011ms);
+  EXPECT_FALSE(w.poll(t0 + 1050ms));  // within the grace of one polling period (100 ms)
+  auto report = w.poll(t0 + 1111ms);
   ASSERT_TRUE(report);
   EXPECT_NE(report->find("concclAllReduce #1"), std::string::npos) << *report;
   EXPECT_NE(report->find("rank 0"), std::string::npos) << *report;
@@ -66,7 +67,8 @@ TEST(GpuWatchdog, ProgressResetsTheClock) {
     gpu.completed[0] = static_cast<uint32_t>(step);  // one call completes every 90 ms
     EXPECT_FALSE(w.poll(t0 + step * 90ms)) << step;
   }
-  auto report = w.poll(t0 + 4 * 90ms + 100ms);
+  EXPECT_FALSE(w.poll(t0 + 4 * 90ms + 100ms));  // timeout, but not yet the grace (12 ms)
+  auto report = w.poll(t0 + 4 * 90ms + 113ms);
   ASSERT_TRUE(report);
   EXPECT_NE(report->find("concclAllGather #4"), std::string::npos) << *report;  // the oldest not completed
 }
