@@ -68,7 +68,7 @@ class ProcessClique final : public Clique {
   uint64_t registerWindow(int rank, void* ptr, size_t bytes) override;
   void deregisterWindow(int rank, uint64_t id) override;
 
-  struct Layout;  // process_clique.cc
+  struct Layout;  // process_segment.h
 
  private:
   // Where a buffer lies in a registered window.
@@ -125,7 +125,7 @@ class ProcessClique final : public Clique {
   // (sendbuff, recvbuff), recording each as an assumption; false when one cannot be derived or would leave
   // the peer's window.
   bool bindSymmetric(PendingCall& pending, const WindowRef (&mine)[2], std::vector<Assumption>& assumed) const;
-  // A Send/Recv group: matched pair by pair through the p2p rings (process_clique.cc), then launched.
+  // A Send/Recv group: matched pair by pair through the p2p rings (process_clique_p2p.cc), then launched.
   void launchSendRecv(CallTicket& ticket);
   // Launches this rank's program; a failure fails the communicator (the peers may be waiting for it).
   void launchProgram(PendingCall& pending, const CallTicket& ticket);
