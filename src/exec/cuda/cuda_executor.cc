@@ -505,6 +505,13 @@ CudaExecutor::~CudaExecutor() {
   }
   if (leakedRank_ && claimer_) claimer_->leak();
   if (!processMode_) return;
+  if (leakedRank_) {
+    // The local rank's work is still queued (it could not drain): it may yet touch the peers' mapped buffers and
+    // the registered flag area. Keep both, as releaseRank keeps the rank's own memory.
+    CONCCL_WARN(localRank_, devices_[static_cast<size_t>(localRank_)],
+                "GPU work still pending at destroy; keeping the peer mappings and the flag registration");
+    return;
+  }
   try {
     closeAllImports();
     if (registeredFlags_ != nullptr) {

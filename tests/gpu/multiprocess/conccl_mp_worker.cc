@@ -740,11 +740,13 @@ int main(int argc, char** argv) {
       const std::string message = concclGetLastError(gComm);
       CHECK(message.find("did not complete within") != std::string::npos && message.find("concclAllReduce") != std::string::npos,
             "message does not name the call: " + message);
-      if (!staller) syncStream(stream, 10);  // its waits were re-opened: it drains although the peer never came
+      if (staller) release = 1;  // the application ends its stall; the rank's waits were re-opened meanwhile
+      syncStream(stream, 10);      // drains: the peer never reached the call, but the failure opened every flag
+      // The staller's stream, released just now, still copies into this rank's buffers: give it time before this
+      // process frees them (there is no other channel between the workers than the communicator, now failed).
+      if (!staller) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
       ok(concclCommAbort(gComm), "concclCommAbort");
       gComm = nullptr;
-      release = 1;
-      syncStream(stream, 10);
       cudaStreamDestroy(stream);
       std::fprintf(stderr, "rank %d: gpu-stall reported after %.0f ms: %s\n", gRank, ms, message.c_str());
       return 0;
