@@ -103,6 +103,9 @@ done
 if [ "$gpus" -ge 2 ] && [ -x "$stage/bin/test_gpu_collectives" ]; then
   step collectives-connections-1 120 env CUDA_DEVICE_MAX_CONNECTIONS=1 "$stage/bin/test_gpu_collectives" \
     --gtest_brief=1 --gtest_filter='MultiGpu.*'
+  # One process per GPU (2 ranks on 2 GPUs), the way torchrun runs Megatron-LM.
+  [ -x "$stage/bin/test_gpu_multiprocess" ] && step multiprocess-connections-1 120 env CUDA_DEVICE_MAX_CONNECTIONS=1 \
+    "$stage/bin/test_gpu_multiprocess" --gtest_brief=1 --gtest_filter='Ranks/MultiProcess.*/0'
 fi
 
 if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
