@@ -17,10 +17,14 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = GpuWatchdog::Clock;
 
+// Counters as the GPU would write them (atomics: the watchdog thread reads them while the test writes).
 struct FakeGpu {
-  std::vector<uint32_t> launched, completed;
-  std::vector<bool> readable;
-  explicit FakeGpu(int n) : launched(n, 0), completed(n, 0), readable(n, true) {}
+  std::vector<std::atomic<uint32_t>> launched, completed;
+  std::vector<std::atomic<bool>> readable;
+  explicit FakeGpu(int n)
+      : launched(static_cast<size_t>(n)), completed(static_cast<size_t>(n)), readable(static_cast<size_t>(n)) {
+    for (auto& r : readable) r = true;
+  }
   GpuWatchdog::Progress progress() {
     return [this](int r, uint32_t* l, uint32_t* c) {
       if (!readable[static_cast<size_t>(r)]) return false;
@@ -89,7 +93,8 @@ TEST(GpuWatchdog, IdleBusyOrCapturedRanksAreNotReported) {
 
 TEST(GpuWatchdog, CountersThatWrapAreHandled) {
   FakeGpu gpu(1);
-  gpu.launched[0] = gpu.completed[0] = 0xfffffffeu;
+  gpu.launched[0] = 0xfffffffeu;
+  gpu.completed[0] = 0xfffffffeu;
   GpuWatchdog w(1, 10ms, gpu.progress(), [](const std::string&) {}, false);
   const auto t0 = Clock::now();
   gpu.launch(w, 0, "a");
