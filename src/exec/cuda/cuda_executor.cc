@@ -378,6 +378,16 @@ void CudaExecutor::prepareCall(const CallBinding& binding, const std::vector<int
   claimer_->claim(targets);
 }
 
+bool CudaExecutor::gpuProgress(int rank, uint32_t* launched, uint32_t* completed) {
+  if (rank < 0 || rank >= static_cast<int>(ranks_.size())) return false;
+  RankState& s = *ranks_[static_cast<size_t>(rank)];
+  std::unique_lock<std::mutex> lock(s.mutex, std::try_to_lock);
+  if (!lock.owns_lock() || !s.local || s.released) return false;
+  *launched = s.launches;
+  *completed = *static_cast<const volatile uint32_t*>(s.doneCounter.as<uint32_t>());
+  return true;
+}
+
 CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
     : config_(config), devices_(topo.devices), processMode_(true), localRank_(topo.localRank), pids_(topo.pids) {
   const int n = static_cast<int>(topo.devices.size());
@@ -917,16 +927,6 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
                                    CU_STREAM_WRITE_VALUE_DEFAULT));
   }
   if (eager) ++s.launches;
-}
-
-bool CudaExecutor::gpuProgress(int rank, uint32_t* launched, uint32_t* completed) {
-  if (rank < 0 || rank >= static_cast<int>(ranks_.size())) return false;
-  RankState& s = *ranks_[static_cast<size_t>(rank)];
-  std::unique_lock<std::mutex> lock(s.mutex, std::try_to_lock);
-  if (!lock.owns_lock() || !s.local || s.released) return false;
-  *launched = s.launches;
-  *completed = *static_cast<const volatile uint32_t*>(s.doneCounter.as<uint32_t>());
-  return true;
 }
 
 void CudaExecutor::checkSmallKernelError(const RankState& s) const {
