@@ -3,7 +3,11 @@
 # every staged GPU test binary, compute-sanitizer memcheck and racecheck on a short filter, and the kernel
 # bench. Full logs go to $OUT (or ./gpu-check-out); a compact summary is printed last.
 # Env: STAGE (default gpu-stage), BUDGET_S (wall-clock budget of the whole script, default 540),
-#      BENCH_ARGS (default "-g 4 -n 100"), SKIP_SANITIZER=1, SKIP_BENCH=1, GTEST_FILTER.
+#      BENCH_ARGS (default "-g 4 -n 100"), SKIP_SANITIZER=1, SKIP_BENCH=1, GTEST_FILTER,
+#      SOAK_CALLS (default 2000: the short soak; 100000 for the long one of issue 13).
+# Exit status: 0 only when every step passed. A step fails when its command fails or times out, and -- on a
+# machine where `nvidia-smi -L` lists GPUs -- when a test binary ran no test or skipped every test it ran (a
+# binary that cannot see the GPU must not read as PASS).
 set -u
 
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -29,7 +33,8 @@ step() {
   local left
   left="$(remaining)"
   if [ "$left" -lt 15 ]; then
-    summary+=("$(printf '%-34s SKIPPED (budget spent)' "$name")")
+    summary+=("$(printf '%-34s NOT RUN (budget spent)' "$name")")
+    failed+=("$name(not run)")
     return
   fi
   [ "$limit" -gt "$left" ] && limit="$left"
@@ -45,8 +50,22 @@ step() {
   local counts
   counts="$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]' "$out/$name.log" | sed -E 's/\[ +([A-Z]+) +\] ([0-9]+) tests?.*/\1=\2/' |
             tr '\n' ' ')"
+  # A gtest binary on a machine with GPUs: no test run, or every test skipped, is a failure.
+  if [ "$verdict" = PASS ] && [ "$gpus" -gt 0 ] && grep -qE '^\[==========\] [0-9]+ tests? from' "$out/$name.log"; then
+    local passed skipped
+    passed="$(grep -E '^\[  PASSED  \] [0-9]+' "$out/$name.log" | tail -1 | sed -E 's/[^0-9]*([0-9]+).*/\1/')"
+    skipped="$(grep -E '^\[  SKIPPED \] [0-9]+' "$out/$name.log" | tail -1 | sed -E 's/[^0-9]*([0-9]+).*/\1/')"
+    if [ "${passed:-0}" -eq 0 ]; then
+      if [ "${skipped:-0}" -gt 0 ]; then verdict="FAIL(all skipped)"; else verdict="FAIL(no test ran)"; fi
+    fi
+  fi
+  [ "$verdict" != PASS ] && failed+=("$name")
   summary+=("$(printf '%-34s %-16s %4ss %s' "$name" "$verdict" "$secs" "$counts")")
 }
+failed=()
+# GPUs the operating system shows: where there are some, a test binary that skips everything has failed.
+gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
+gpus="${gpus:-0}"
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -66,12 +85,28 @@ if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x "$stage/bin/conccl-kernel-bench" ]; then
 fi
 [ -x "$stage/bin/test_gpu_collectives" ] && step test_gpu_collectives 150 "$stage/bin/test_gpu_collectives" --gtest_brief=1 "${filter[@]}"
 [ -x "$stage/bin/test_gpu_usage" ] && step test_gpu_usage 90 "$stage/bin/test_gpu_usage" --gtest_brief=1 "${filter[@]}"
-[ -x "$stage/bin/test_gpu_graphs" ] && step test_gpu_graphs 120 "$stage/bin/test_gpu_graphs" --gtest_brief=1 "${filter[@]}"
+[ -x "$stage/bin/test_gpu_graphs" ] && step test_gpu_graphs 200 "$stage/bin/test_gpu_graphs" --gtest_brief=1 "${filter[@]}"
+# Issue 13: the shared-GPU deadlock (20 fresh communicators x ranks {3,4,5} x 3 collectives, thread per rank).
+[ -x "$stage/bin/test_gpu_no_hang" ] && step test_gpu_no_hang 150 "$stage/bin/test_gpu_no_hang" --gtest_brief=1 \
+  --gtest_filter="${GTEST_FILTER:-NoHang.*:Watchdog.*}"
+# The soak: short by default (SOAK_CALLS=100000 for the long one).
+[ -x "$stage/bin/test_gpu_soak" ] && step test_gpu_soak "$(( ${SOAK_CALLS:-2000} / 200 + 60 ))" \
+  env CONCCL_SOAK_CALLS="${SOAK_CALLS:-2000}" "$stage/bin/test_gpu_soak" --gtest_brief=1 "${filter[@]}"
 for bin in "$stage"/bin/test_gpu_*; do  # any other GPU test binary
   t="$(basename "$bin")"
-  case " test_gpu_executor test_gpu_collectives test_gpu_usage test_gpu_graphs " in *" $t "*) continue ;; esac
+  case " test_gpu_executor test_gpu_collectives test_gpu_usage test_gpu_graphs test_gpu_no_hang test_gpu_soak " in
+    *" $t "*) continue ;;
+  esac
   step "$t" 120 "$bin" --gtest_brief=1 "${filter[@]}"
 done
+# CUDA_DEVICE_MAX_CONNECTIONS=1 (what Megatron-LM and TransformerEngine set): one rank per GPU must work.
+if [ "$gpus" -ge 2 ] && [ -x "$stage/bin/test_gpu_collectives" ]; then
+  step collectives-connections-1 120 env CUDA_DEVICE_MAX_CONNECTIONS=1 "$stage/bin/test_gpu_collectives" \
+    --gtest_brief=1 --gtest_filter='MultiGpu.*'
+  # One process per GPU (2 ranks on 2 GPUs), the way torchrun runs Megatron-LM.
+  [ -x "$stage/bin/test_gpu_multiprocess" ] && step multiprocess-connections-1 120 env CUDA_DEVICE_MAX_CONNECTIONS=1 \
+    "$stage/bin/test_gpu_multiprocess" --gtest_brief=1 --gtest_filter='Ranks/MultiProcess.*/0'
+fi
 
 if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
   # Tests whose ranks are enqueued signaller-first: the sanitizer may serialise streams, and a Wait enqueued
@@ -80,7 +115,7 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; t
   step memcheck-executor 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
     "$stage/bin/test_gpu_executor" --gtest_brief=1 --gtest_filter="$short"
   step memcheck-collectives 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    "$stage/bin/test_gpu_collectives" --gtest_brief=1 --gtest_filter='*/Collectives.*/*_1ranks'
+    "$stage/bin/test_gpu_collectives" --gtest_brief=1 --gtest_filter='*/Collectives.*/*_1ranks_*'
   step racecheck-executor 45 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$stage/bin/test_gpu_executor" --gtest_brief=1 --gtest_filter="Executor.LanesSignalsWaitsAndReduce"
 fi
@@ -101,3 +136,10 @@ fi
 for log in "$out"/memcheck-*.log "$out"/racecheck-*.log; do
   [ -f "$log" ] && grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 | sed "s|^|$(basename "$log" .log): |"
 done
+[ -f "$out/test_gpu_soak.log" ] && grep -E '^soak ' "$out/test_gpu_soak.log"
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "gpu-check: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "gpu-check: all steps passed"
+exit 0

@@ -38,7 +38,12 @@
  *   concclGetLastError(comm) returns the message of the last failure on that communicator (or of the
  *   last failure in the calling thread when comm is NULL). The library never prints to stdout and
  *   never terminates the process. A rank that never arrives makes the others fail with concclTimeout
- *   after config.timeoutMs; a communicator in error can only be aborted or destroyed.
+ *   after config.timeoutMs; so does GPU work of a call that has not completed config.timeoutMs after
+ *   its rank last made progress (CUDA backend: a watchdog thread per communicator; the message names the
+ *   call and the ranks that made no progress, and the communicator's own waits on the GPU are released).
+ *   A communicator in error can only be aborted or destroyed. A communicator whose ranks share a GPU is
+ *   refused at init (concclInvalidUsage) when their streams, ranks x (lanes + 1), outnumber the
+ *   hardware queues CUDA_DEVICE_MAX_CONNECTIONS gives (default 8): they could deadlock on the GPU.
  *
  * Logging: CONCCL_DEBUG=WARN|INFO|TRACE (default WARN) to stderr, CONCCL_DEBUG_FILE=path to redirect.
  */
@@ -128,7 +133,8 @@ typedef enum { concclEngineAuto = 0, concclEngineCopy = 1, concclEngineSm = 2 } 
  *                 256 KiB of input the reduction reads, at most 8 (8 SMs keep pace with NVLink at fan-in 2)
  *   lanes         CONCCL_LANES         2      parallel copy queues per rank (1..16)
  *   scratchBytes  CONCCL_SCRATCH_BYTES 64 MiB bound on the scratch memory of one rank (>= 64 KiB)
- *   timeoutMs     CONCCL_TIMEOUT_MS    300000 how long a rank waits for its peers (>= 1)
+ *   timeoutMs     CONCCL_TIMEOUT_MS    300000 how long a rank waits for its peers, and its GPU work may go
+ *                                             without progress (>= 1)
  *   smallMessageBytes CONCCL_SMALL_MESSAGE_BYTES 64 KiB  a rank whose part of a call copies at most this many
  *                 bytes runs it as one small kernel (1 CTA, a few microseconds of one SM) instead of copy-engine
  *                 operations: one launch instead of three or more. 0 disables it; engine = copy never uses it.
@@ -267,7 +273,8 @@ CONCCL_API concclResult_t concclCommCount(concclComm_t comm, int* count);
 CONCCL_API concclResult_t concclCommUserRank(concclComm_t comm, int* rank);
 /* CUDA device of the rank; -1 on the host backend. */
 CONCCL_API concclResult_t concclCommCuDevice(concclComm_t comm, int* device);
-/* concclSuccess while healthy; otherwise the error that put the communicator out of service. */
+/* concclSuccess while healthy; otherwise the error that put the communicator out of service (concclTimeout
+ * also when the GPU work of a call made no progress for config.timeoutMs, see Errors). */
 CONCCL_API concclResult_t concclCommGetAsyncError(concclComm_t comm, concclResult_t* asyncError);
 /* The configuration in force after environment variables and defaults were applied. */
 CONCCL_API concclResult_t concclCommGetConfig(concclComm_t comm, concclConfig_t* config);

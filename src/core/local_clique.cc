@@ -18,9 +18,23 @@ LocalClique::LocalClique(Config config, std::vector<int> devices, std::unique_pt
   pendingP2P_.resize(devices_.size());
   pendingP2PArgs_.resize(devices_.size());
   departed_.assign(devices_.size(), false);
+  if (config_.backend == concclBackendCuda) {
+    exec::Executor* ex = executor_.get();
+    watchdog_ = std::make_unique<GpuWatchdog>(
+        nranks(), std::chrono::milliseconds(config_.timeoutMs),
+        [ex](int rank, uint32_t* launched, uint32_t* completed) {
+          return ex->gpuProgress(rank, launched, completed);
+        },
+        [this](const std::string& reason) {
+          CONCCL_WARN(-1, -1, "watchdog: " + reason);
+          fail(concclTimeout, reason);
+        });
+  }
 }
 
-LocalClique::~LocalClique() = default;
+LocalClique::~LocalClique() {
+  if (watchdog_) watchdog_->stop();
+}
 
 void LocalClique::checkHealthyLocked() const {
   if (error_) {
@@ -119,6 +133,12 @@ void LocalClique::finalizeLocked(PendingCall& pending) {
       });
     }
     pending.schedule = schedules_.get(pending.call);
+    // Before any rank launches (they wait for `ready`): first use of new streams, see Executor::prepareCall.
+    std::vector<int> taking;
+    for (int r = 0; r < n; ++r) {
+      if (pending.args[r]) taking.push_back(r);
+    }
+    executor_->prepareCall(pending.binding, taking);
     CONCCL_TRACE(-1, -1,
                  std::string(sched::collKindName(pending.call.kind)) + " seq " + std::to_string(pending.seq) + ": " +
                      pending.schedule->algorithm);
@@ -205,6 +225,7 @@ void LocalClique::waitAndLaunch(CallTicket& ticket) {
 
   try {
     executor_->launch(*call->schedule, call->binding, ticket.rank);
+    if (watchdog_) watchdog_->launched(ticket.rank, ticket.what);
   } catch (Error& e) {
     e.addContext(ticket.what + " on rank " + std::to_string(ticket.rank));
     // A rank that could not run its part would leave its peers waiting for its signals: take the clique out of

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/clique.h"
+#include "core/gpu_watchdog.h"
 
 namespace conccl {
 
@@ -60,6 +61,9 @@ class LocalClique final : public Clique {
   std::optional<Error> error_;
   std::vector<bool> departed_;  // per rank: destroyed or aborted (its handle is gone, it will never post again)
   std::atomic<uint64_t> nextWindowId_{1};
+  // GPU progress of every rank (CUDA backend only): GPU work that does not complete within timeoutMs becomes
+  // concclTimeout on every rank (gpu_watchdog.h). Stopped first in the destructor, before the executor goes.
+  std::unique_ptr<GpuWatchdog> watchdog_;
 };
 
 }  // namespace conccl

@@ -43,6 +43,7 @@
 
 #include "core/bootstrap.h"
 #include "core/clique.h"
+#include "core/gpu_watchdog.h"
 #include "core/shared_segment.h"
 
 namespace conccl {
@@ -67,7 +68,7 @@ class ProcessClique final : public Clique {
   uint64_t registerWindow(int rank, void* ptr, size_t bytes) override;
   void deregisterWindow(int rank, uint64_t id) override;
 
-  struct Layout;  // process_clique.cc
+  struct Layout;  // process_segment.h
 
  private:
   // Where a buffer lies in a registered window.
@@ -124,7 +125,7 @@ class ProcessClique final : public Clique {
   // (sendbuff, recvbuff), recording each as an assumption; false when one cannot be derived or would leave
   // the peer's window.
   bool bindSymmetric(PendingCall& pending, const WindowRef (&mine)[2], std::vector<Assumption>& assumed) const;
-  // A Send/Recv group: matched pair by pair through the p2p rings (process_clique.cc), then launched.
+  // A Send/Recv group: matched pair by pair through the p2p rings (process_clique_p2p.cc), then launched.
   void launchSendRecv(CallTicket& ticket);
   // Launches this rank's program; a failure fails the communicator (the peers may be waiting for it).
   void launchProgram(PendingCall& pending, const CallTicket& ticket);
@@ -164,6 +165,9 @@ class ProcessClique final : public Clique {
   std::vector<std::pair<int, uint64_t>> retiredFromPeers_;  // (peer, allocation id) read by matchPublishedLocked
   bool stopWatchdog_ = false;
   std::thread watchdog_;  // started by the first symmetric call
+  // GPU progress of this process's rank (gpu_watchdog.h): its GPU work that does not complete within timeoutMs
+  // fails the communicator with concclTimeout, which every process sees through the segment's error word.
+  std::unique_ptr<GpuWatchdog> gpuWatchdog_;
 };
 
 }  // namespace conccl

@@ -55,6 +55,18 @@ class Executor {
   // Never blocks longer than the configured timeout; throws conccl::Error on failure.
   virtual void launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) = 0;
 
+  // Called once per call, before any rank launches it, by the one thread that completed the rendezvous (every rank
+  // of the call has launched all its earlier calls by then). Work that must not happen inside launch() -- while a
+  // peer's stream may already wait on the GPU -- happens here (CUDA: first use of a caller's stream, see
+  // docs/cuda-executor.md, Hazards). `ranks`: the ranks taking part (all for a collective). Throws conccl::Error;
+  // the call then fails on every rank.
+  virtual void prepareCall(const CallBinding& /*binding*/, const std::vector<int>& /*ranks*/) {}
+
+  // GPU progress of `rank`, for the communicator's watchdog: eager launches issued so far and how many of them the
+  // GPU has completed (both wrap at 2^32). Returns false when there is nothing to watch (a host executor, a
+  // released or remote rank) or the rank is busy (then the watchdog asks again later). Never blocks.
+  virtual bool gpuProgress(int /*rank*/, uint32_t* /*launched*/, uint32_t* /*completed*/) { return false; }
+
   // Blocks until all work launched for `rank` has finished (used by destroy). Bounded by the timeout.
   virtual void synchronize(int rank) = 0;
 

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 namespace conccl::gputest {
 
 // When several ranks share one GPU, a rank's Wait blocks the hardware queue of its stream; with more streams
@@ -34,20 +36,68 @@ inline bool verbose() {
   return v;
 }
 
-inline int deviceCount() {
-  (void)kConnectionsSet;  // odr-use: the setenv must run before the first CUDA call
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
+// What this machine has, as the GPU tests must see it. A test skips only when there is no GPU to test (no device,
+// no driver, or devices hidden on purpose with CUDA_VISIBLE_DEVICES); when the operating system shows an NVIDIA GPU
+// but CUDA reports an error, the test fails: a broken driver or runtime must not read as "skipped" (issue 13).
+struct GpuStatus {
+  int count = 0;
+  bool error = false;    // a GPU is present but CUDA cannot use it: fail
+  std::string message;   // why there is nothing to test, or the error
+};
+
+inline bool osShowsNvidiaGpu() {
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    // Devices hidden on purpose ("", "-1", "none"): nothing to test.
+    if (visible[0] == '\0' || visible[0] == '-' || std::strcmp(visible, "none") == 0 ||
+        std::strcmp(visible, "NoDevFiles") == 0) {
+      return false;
+    }
   }
-  return n;
+  return access("/dev/nvidia0", F_OK) == 0 || access("/proc/driver/nvidia/gpus", F_OK) == 0;
 }
 
-// Every test starts with this: the GPU tests pass (skipped) on machines without a GPU.
-#define SKIP_WITHOUT_GPU()                                                       \
-  do {                                                                           \
-    if (::conccl::gputest::deviceCount() == 0) GTEST_SKIP() << "no CUDA device"; \
+inline const GpuStatus& gpuStatus() {
+  (void)kConnectionsSet;  // odr-use: the setenv must run before the first CUDA call
+  static const GpuStatus status = [] {
+    GpuStatus st;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess && n > 0) {
+      st.count = n;
+      return st;
+    }
+    (void)cudaGetLastError();
+    const bool present = osShowsNvidiaGpu();
+    const std::string what = e == cudaSuccess ? std::string("CUDA sees no device")
+                                              : std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + " (" +
+                                                    cudaGetErrorString(e) + ")";
+    if (present) {
+      st.error = true;
+      st.message = what + ", but the operating system shows an NVIDIA GPU (/dev/nvidia0): failing, not skipping";
+    } else {
+      st.message = "no CUDA device (" + what + ")";
+    }
+    return st;
+  }();
+  return status;
+}
+
+inline int deviceCount() { return gpuStatus().count; }
+
+// Every test starts with this: the GPU tests skip on machines without a GPU, and fail where a GPU is present but
+// CUDA reports an error.
+#define SKIP_WITHOUT_GPU()                                                                      \
+  do {                                                                                          \
+    const ::conccl::gputest::GpuStatus& st_ = ::conccl::gputest::gpuStatus();                  \
+    if (st_.error) FAIL() << st_.message;                                                       \
+    if (st_.count == 0) GTEST_SKIP() << st_.message;                                            \
+  } while (0)
+
+// Tests that need `n` GPUs skip only when fewer are present (and fail like SKIP_WITHOUT_GPU on a CUDA error).
+#define SKIP_WITHOUT_GPUS(n)                                                                            \
+  do {                                                                                                  \
+    SKIP_WITHOUT_GPU();                                                                                 \
+    if (::conccl::gputest::deviceCount() < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs";            \
   } while (0)
 
 #define CUDA_OK(call)                                                                                     \
@@ -139,11 +189,19 @@ inline bool syncStreams(const std::vector<cudaStream_t>& streams, const std::vec
   return true;
 }
 
-inline concclConfig_t cudaConfig(int lanes = CONCCL_CONFIG_UNDEF_INT) {
+// The two paths of a collective (docs/cuda-executor.md): the default config (the small-message kernel up to
+// smallMessageBytes, copy engines above) and copy engines only (smallMessageBytes = 0). Every collective test runs
+// both, at every count (issue 13).
+enum class Path { kDefault, kCopyEngines };
+inline const char* pathName(Path p) { return p == Path::kDefault ? "default" : "copy"; }
+inline size_t smallBytesFor(Path p) { return p == Path::kDefault ? CONCCL_CONFIG_UNDEF_SIZE : 0; }
+
+inline concclConfig_t cudaConfig(int lanes = CONCCL_CONFIG_UNDEF_INT, size_t smallMessageBytes = CONCCL_CONFIG_UNDEF_SIZE) {
   concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
   config.backend = concclBackendCuda;
   config.timeoutMs = 20000;  // a hang becomes a failure that names the case
   config.lanes = lanes;
+  config.smallMessageBytes = smallMessageBytes;
   return config;
 }
 
@@ -153,10 +211,11 @@ struct Clique {
   std::vector<cudaStream_t> streams;
   bool broken = false;
 
-  static std::unique_ptr<Clique> create(int n, int lanes = CONCCL_CONFIG_UNDEF_INT, std::vector<int> devices = {}) {
+  static std::unique_ptr<Clique> create(int n, int lanes = CONCCL_CONFIG_UNDEF_INT, std::vector<int> devices = {},
+                                        size_t smallMessageBytes = CONCCL_CONFIG_UNDEF_SIZE) {
     auto c = std::make_unique<Clique>();
     if (devices.empty()) devices.assign(static_cast<size_t>(n), 0);
-    concclConfig_t config = cudaConfig(lanes);
+    concclConfig_t config = cudaConfig(lanes, smallMessageBytes);
     c->comms.resize(static_cast<size_t>(n));
     if (concclCommInitAll(c->comms.data(), n, devices.data(), &config) != concclSuccess) {
       ADD_FAILURE() << "concclCommInitAll(" << n << "): " << concclGetLastError(nullptr);
@@ -190,8 +249,8 @@ struct Clique {
   }
 };
 
-inline std::map<int, std::unique_ptr<Clique>>& cliqueCache() {
-  static std::map<int, std::unique_ptr<Clique>> cache;
+inline std::map<std::pair<int, Path>, std::unique_ptr<Clique>>& cliqueCache() {
+  static std::map<std::pair<int, Path>, std::unique_ptr<Clique>> cache;
   return cache;
 }
 
@@ -203,15 +262,16 @@ class CliqueCacheCleaner : public ::testing::Environment {
 inline ::testing::Environment* const kCliqueCacheCleaner = ::testing::AddGlobalTestEnvironment(new CliqueCacheCleaner);
 
 // One clique per rank count for a whole test binary (creating flags and scratch per test would dominate).
-inline Clique* sharedClique(int n) {
+inline Clique* sharedClique(int n, Path path = Path::kDefault) {
   auto& cache = cliqueCache();
-  auto it = cache.find(n);
+  const auto key = std::make_pair(n, path);
+  auto it = cache.find(key);
   if (it != cache.end() && it->second && !it->second->broken) return it->second.get();
   // Keep one clique alive at a time: fewer streams on the GPU, so the active clique's streams get hardware
   // queues of their own (see kConnectionsSet).
   cache.clear();
-  cache[n] = Clique::create(n);
-  return cache[n].get();
+  cache[key] = Clique::create(n, CONCCL_CONFIG_UNDEF_INT, {}, smallBytesFor(path));
+  return cache[key].get();
 }
 
 }  // namespace conccl::gputest

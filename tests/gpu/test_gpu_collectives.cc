@@ -1,6 +1,7 @@
 // Every collective through the public API on the CUDA backend, against a host reference: ranks
 // {1,2,3,4,8} on device 0 repeated, counts 0/1/7/4099 and a few large ones, movement and reduction dtypes,
-// in place and out of place. All ranks are driven from one thread inside concclGroupStart/End.
+// in place and out of place, each on both paths: the default config (small-message kernel up to 64 KiB) and
+// copy engines only (smallMessageBytes = 0). All ranks are driven from one thread inside concclGroupStart/End.
 #include <conccl/conccl.h>
 #include <gtest/gtest.h>
 
@@ -20,12 +21,12 @@ const std::vector<concclDataType_t> kReduceTypes = {concclFloat32, concclBfloat1
                                                     concclInt32,   concclInt8,     concclFloat64};
 const std::vector<size_t> kCounts = {0, 1, 7, 4099};
 
-class Collectives : public ::testing::TestWithParam<std::tuple<Coll, int>> {};
+class Collectives : public ::testing::TestWithParam<std::tuple<Coll, int, Path>> {};
 
 TEST_P(Collectives, MatchesHostReference) {
   SKIP_WITHOUT_GPU();
-  const auto [coll, n] = GetParam();
-  Clique* clique = sharedClique(n);
+  const auto [coll, n, path] = GetParam();
+  Clique* clique = sharedClique(n, path);
   ASSERT_NE(clique, nullptr);
   const auto& types = isReduction(coll) ? kReduceTypes : kMoveTypes;
   uint64_t seed = 1;
@@ -63,10 +64,12 @@ INSTANTIATE_TEST_SUITE_P(AllCollectives, Collectives,
                                                               Coll::kBroadcast, Coll::kReduce, Coll::kAllToAll,
                                                               Coll::kAllToAllv, Coll::kGather, Coll::kScatter,
                                                               Coll::kSendRecv),
-                                            ::testing::Values(1, 2, 3, 4, 8)),
+                                            ::testing::Values(1, 2, 3, 4, 8),
+                                            ::testing::Values(Path::kDefault, Path::kCopyEngines)),
                          [](const auto& param_info) {
                            return std::string(collName(std::get<0>(param_info.param))) + "_" +
-                                  std::to_string(std::get<1>(param_info.param)) + "ranks";
+                                  std::to_string(std::get<1>(param_info.param)) + "ranks_" +
+                                  pathName(std::get<2>(param_info.param));
                          });
 
 // Large messages: 64 MiB and 256 MiB in total over all ranks (the pipelined reductions split these into many
@@ -106,14 +109,15 @@ INSTANTIATE_TEST_SUITE_P(Large, LargeCollectives,
 
 // Ranks on distinct GPUs, where the machine has them: the copy-engine path proper.
 TEST(MultiGpu, AllCollectivesAcrossDevices) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPUS(2);
   const int devices = deviceCount();
-  if (devices < 2) GTEST_SKIP() << "needs 2 GPUs";
   std::vector<int> devlist;
   for (int d = 0; d < devices && d < 8; ++d) devlist.push_back(d);
-  auto clique = Clique::create(static_cast<int>(devlist.size()), CONCCL_CONFIG_UNDEF_INT, devlist);
-  ASSERT_NE(clique, nullptr);
   uint64_t seed = 99;
+  for (Path path : {Path::kDefault, Path::kCopyEngines}) {
+  SCOPED_TRACE(pathName(path));
+  auto clique = Clique::create(static_cast<int>(devlist.size()), CONCCL_CONFIG_UNDEF_INT, devlist, smallBytesFor(path));
+  ASSERT_NE(clique, nullptr);
   for (Coll coll : {Coll::kAllGather, Coll::kReduceScatter, Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce,
                     Coll::kAllToAll, Coll::kAllToAllv, Coll::kGather, Coll::kScatter, Coll::kSendRecv}) {
     for (size_t count : {size_t{7}, size_t{4099}, size_t{1} << 20}) {
@@ -126,6 +130,7 @@ TEST(MultiGpu, AllCollectivesAcrossDevices) {
       EXPECT_TRUE(c.runEager(*clique, seed++));
       ASSERT_FALSE(clique->broken);
     }
+  }
   }
 }
 

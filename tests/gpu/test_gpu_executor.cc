@@ -356,8 +356,7 @@ TEST(Executor, CheckBufferMessages) {
 }
 
 TEST(Executor, CheckBufferRejectsAnotherDevicesMemory) {
-  SKIP_WITHOUT_GPU();
-  if (deviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  SKIP_WITHOUT_GPUS(2);
   auto ex = exec::makeCudaExecutor({0, 1}, testConfig());
   DeviceMem onOne(256, 1);
   try {

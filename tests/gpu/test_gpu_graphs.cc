@@ -17,12 +17,13 @@ namespace {
 
 constexpr int kReplays = 100;
 
-class GraphCapture : public ::testing::TestWithParam<std::tuple<Coll, int>> {};
+// Both paths (small-message kernel by default, copy engines only) at every size.
+class GraphCapture : public ::testing::TestWithParam<std::tuple<Coll, int, Path>> {};
 
 TEST_P(GraphCapture, ReplaysWithFreshInputs) {
   SKIP_WITHOUT_GPU();
-  const auto [coll, n] = GetParam();
-  Clique* clique = sharedClique(n);
+  const auto [coll, n, path] = GetParam();
+  Clique* clique = sharedClique(n, path);
   ASSERT_NE(clique, nullptr);
   for (size_t count : {size_t{7}, size_t{4099}, size_t{300000}}) {
     CaseSpec spec;
@@ -69,10 +70,12 @@ INSTANTIATE_TEST_SUITE_P(AllCollectives, GraphCapture,
                                                               Coll::kBroadcast, Coll::kReduce, Coll::kAllToAll,
                                                               Coll::kAllToAllv, Coll::kGather, Coll::kScatter,
                                                               Coll::kSendRecv),
-                                            ::testing::Values(2, 4)),
+                                            ::testing::Values(2, 4),
+                                            ::testing::Values(Path::kDefault, Path::kCopyEngines)),
                          [](const auto& param_info) {
                            return std::string(collName(std::get<0>(param_info.param))) + "_" +
-                                  std::to_string(std::get<1>(param_info.param)) + "ranks";
+                                  std::to_string(std::get<1>(param_info.param)) + "ranks_" +
+                                  pathName(std::get<2>(param_info.param));
                          });
 
 }  // namespace

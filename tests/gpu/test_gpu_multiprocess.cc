@@ -195,6 +195,13 @@ TEST(MultiProcessErrors, HungPeerTimesOutAndEveryoneAborts) {
   expectAllSucceeded(runWorkers("hung-peer", 2, 1500, 60));
 }
 
+// Issue 13, item 2: GPU work that never completes (one rank's stream stalled by work queued before the call)
+// becomes concclTimeout on every process within about timeoutMs; abort then releases the streams.
+TEST(MultiProcessErrors, StalledGpuWorkTimesOutOnEveryRank) {
+  SKIP_WITHOUT_GPU();
+  expectAllSucceeded(runWorkers("gpu-stall", 2, 2000, 60));
+}
+
 TEST(MultiProcessErrors, RankThatNeverArrivesFailsInitWithATimeout) {
   SKIP_WITHOUT_GPU();
   // Ranks 0 and 1 of 3 start; rank 2 never does.

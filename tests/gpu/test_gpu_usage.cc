@@ -189,8 +189,7 @@ TEST(BadInput, BufferTooSmall) {
 }
 
 TEST(BadInput, PointerOnWrongDevice) {
-  SKIP_WITHOUT_GPU();
-  if (deviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  SKIP_WITHOUT_GPUS(2);
   auto clique = Clique::create(2, CONCCL_CONFIG_UNDEF_INT, {0, 1});
   ASSERT_NE(clique, nullptr);
   const size_t count = 64;
@@ -220,6 +219,40 @@ TEST(Abort, AbortUnblocksAPeerThatNeverArrives) {
   clique->broken = true;
 }
 
+
+// CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM, TransformerEngine): ranks sharing a GPU would deadlock on the one
+// hardware queue, so init refuses them with concclInvalidUsage and a message naming the variable (issue 13). The
+// library reads the variable at init; CUDA read it when it started, so only the refusal is exercised here (the
+// tests' own CUDA runs with 32). One rank per GPU is accepted with 1.
+TEST(BadInput, SharedGpuWithOneHardwareQueueIsRefused) {
+  SKIP_WITHOUT_GPU();
+  CUDA_OK(cudaFree(nullptr));  // CUDA starts (and reads the variable) before it is changed below
+  const char* old = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  const std::string saved = old != nullptr ? old : "";
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+  concclConfig_t config = cudaConfig();
+  concclComm_t comms[2] = {nullptr, nullptr};
+  int shared[2] = {0, 0};
+  EXPECT_EQ(concclCommInitAll(comms, 2, shared, &config), concclInvalidUsage);
+  const std::string message = concclGetLastError(nullptr);
+  EXPECT_NE(message.find("CUDA_DEVICE_MAX_CONNECTIONS"), std::string::npos) << message;
+  EXPECT_NE(message.find("device 0"), std::string::npos) << message;
+  EXPECT_EQ(comms[0], nullptr);
+  if (deviceCount() >= 2) {
+    int distinct[2] = {0, 1};
+    EXPECT_EQ(concclCommInitAll(comms, 2, distinct, &config), concclSuccess) << concclGetLastError(nullptr);
+    for (concclComm_t c : comms) {
+      if (c != nullptr) {
+        EXPECT_EQ(concclCommDestroy(c), concclSuccess);
+      }
+    }
+  }
+  if (old != nullptr) {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", saved.c_str(), 1);
+  } else {
+    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  }
+}
 
 // engine = sm is reserved: refused at init, never silently run on copy engines.
 TEST(BadInput, EngineSmIsRefused) {

@@ -37,12 +37,14 @@
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/ipc_import_table.h"
+#include "exec/cuda/queue_claim.h"
 #include "exec/cuda/rank_state.h"
 #include "exec/cuda/raii.h"
 #include "exec/cuda/reduce_kernel.h"
 #include "exec/cuda/small_program_kernel.h"
 #include "exec/cuda/small_program_pack.h"
 #include "exec/executor.h"
+#include "exec/queue_budget.h"
 #include "sched/schedule.h"
 
 namespace conccl::exec {
@@ -75,6 +77,8 @@ class CudaExecutor final : public Executor {
   sched::BuildOptions buildOptions() const override { return options_; }
   void checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const override;
   void launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) override;
+  void prepareCall(const CallBinding& binding, const std::vector<int>& ranks) override;
+  bool gpuProgress(int rank, uint32_t* launched, uint32_t* completed) override;
   void synchronize(int rank) override;
   void cancel() override;
   void releaseRank(int rank) override;
@@ -107,7 +111,7 @@ class CudaExecutor final : public Executor {
   // its stream finished.
   bool drain(RankState& state, std::chrono::milliseconds limit, bool reportKernelTimeout);
   void writeAllFlagsLocked();
-  void warnIfStreamsAlias(const std::vector<int>& unique) const;
+  void refuseSharedHardwareQueues() const;
 
   Config config_;
   sched::BuildOptions options_;
@@ -123,6 +127,10 @@ class CudaExecutor final : public Executor {
   size_t smallBytes_ = 0;
   PinnedBuffer abortWord_;  // set by cancel(): small-message kernels stop waiting
   const uint32_t* abortWordDevice_ = nullptr;
+
+  // First use of every stream, one at a time (queue_claim.h; null when CONCCL_QUEUE_CLAIM=0). Local cliques only.
+  std::unique_ptr<QueueClaimer> claimer_;
+  std::atomic<bool> leakedRank_{false};  // a rank could not drain: nothing may be freed with a device-synchronising call
 
   // Several processes only.
   bool processMode_ = false;
@@ -165,6 +173,7 @@ void CudaExecutor::initOptions(int n) {
 CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config) : config_(config), devices_(devices) {
   initOptions(static_cast<int>(devices.size()));
   const int n = static_cast<int>(devices.size());
+  refuseSharedHardwareQueues();
   // Peer access between every pair of distinct devices that supports it. Copies between devices without it
   // still work (the runtime stages them), only slower.
   std::vector<int> unique;
@@ -193,7 +202,6 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
     preloadReduceKernels();
     if (smallBytes_ > 0) preloadSmallProgramKernels();
   }
-  warnIfStreamsAlias(unique);
   for (int r = 0; r < n; ++r) {
     auto state = std::make_unique<RankState>();
     state->rank = r;
@@ -210,6 +218,68 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
     CUDA_CHECK(cudaHostGetDevicePointer(&dev, s->flags.get(), 0));
     devFlagTable_.push_back(reinterpret_cast<CUdeviceptr>(dev));
   }
+  if (queueClaimEnabled()) {
+    claimer_ = std::make_unique<QueueClaimer>(unique);
+    std::vector<QueueClaimer::Target> lanes;
+    for (auto& s : ranks_) {
+      for (auto& l : s->lanes) lanes.push_back({l.get(), s->device});
+    }
+    claimer_->claim(lanes);
+  }
+}
+
+void CudaExecutor::prepareCall(const CallBinding& binding, const std::vector<int>& ranks) {
+  if (!claimer_ || aborted_.load(std::memory_order_acquire)) return;
+  // A caller's stream seen for the first time is claimed here, from the one thread that completed the rendezvous,
+  // before any rank launches: never inside launch(), where another rank's stream may already wait on the GPU. The
+  // lanes of every rank are claimed again with it (their queues are busy while the new streams are bound).
+  // Each rank's mutex keeps releaseRank from freeing its lanes meanwhile. A rank taking part in the call is waited
+  // for (its thread is in this call's rendezvous, so only a watchdog poll can hold it, for microseconds); another
+  // rank busy elsewhere (e.g. being released) is left out rather than waited for: its lanes are only re-gated.
+  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<RankState*> held;
+  for (auto& s : ranks_) {
+    if (!s->local) continue;
+    const bool taking = std::find(ranks.begin(), ranks.end(), s->rank) != ranks.end();
+    std::unique_lock<std::mutex> lock(s->mutex, std::defer_lock);
+    if (taking) {
+      lock.lock();
+    } else if (!lock.try_lock()) {
+      continue;
+    }
+    if (s->released) continue;
+    locks.push_back(std::move(lock));
+    held.push_back(s.get());
+  }
+  std::vector<QueueClaimer::Target> fresh;
+  for (RankState* s : held) {
+    const auto r = static_cast<size_t>(s->rank);
+    if (r >= binding.streams.size() || std::find(ranks.begin(), ranks.end(), s->rank) == ranks.end()) continue;
+    if (claimer_->isNewStream(s->rank, binding.streams[r], s->device)) fresh.push_back({binding.streams[r], s->device});
+  }
+  if (fresh.empty()) return;
+  std::vector<QueueClaimer::Target> targets;
+  for (RankState* s : held) {
+    DeviceGuard guard(s->device);
+    for (auto& l : s->lanes) {
+      // A lane pulled into another thread's capture must not get these ops as graph nodes: leave it out.
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      CUDA_CHECK(cudaStreamIsCapturing(l.get(), &capture));
+      if (capture == cudaStreamCaptureStatusNone) targets.push_back({l.get(), s->device});
+    }
+  }
+  targets.insert(targets.end(), fresh.begin(), fresh.end());
+  claimer_->claim(targets);
+}
+
+bool CudaExecutor::gpuProgress(int rank, uint32_t* launched, uint32_t* completed) {
+  if (rank < 0 || rank >= static_cast<int>(ranks_.size())) return false;
+  RankState& s = *ranks_[static_cast<size_t>(rank)];
+  std::unique_lock<std::mutex> lock(s.mutex, std::try_to_lock);
+  if (!lock.owns_lock() || !s.local || s.released) return false;
+  *launched = s.launches;
+  *completed = *static_cast<const volatile uint32_t*>(s.doneCounter.as<uint32_t>());
+  return true;
 }
 
 CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
@@ -341,7 +411,15 @@ CudaExecutor::~CudaExecutor() {
       CONCCL_WARN(r, devices_[r], std::string("releasing the rank failed: ") + e.what());
     }
   }
+  if (leakedRank_ && claimer_) claimer_->leak();
   if (!processMode_) return;
+  if (leakedRank_) {
+    // The local rank's work is still queued (it could not drain): it may yet touch the peers' mapped buffers and
+    // the registered flag area. Keep both, as releaseRank keeps the rank's own memory.
+    CONCCL_WARN(localRank_, devices_[static_cast<size_t>(localRank_)],
+                "GPU work still pending at destroy; keeping the peer mappings and the flag registration");
+    return;
+  }
   try {
     closeAllImports();
     if (registeredFlags_ != nullptr) {
@@ -657,25 +735,14 @@ void CudaExecutor::cancel() {
   writeAllFlagsLocked();
 }
 
-void CudaExecutor::warnIfStreamsAlias(const std::vector<int>& unique) const {
-  // A Wait (semaphore acquire) blocks the hardware queue its stream is mapped to. Streams outnumbering the
-  // queues (CUDA_DEVICE_MAX_CONNECTIONS, default 8) share them, and when several ranks share a GPU a Wait can
-  // then sit in front of the very Signal it waits for: a deadlock CUDA cannot see. Warn when that can happen.
-  for (int d : unique) {
-    int ranksHere = 0;
-    for (int dev : devices_) ranksHere += dev == d ? 1 : 0;
-    if (ranksHere < 2) continue;
-    int connections = 8;
-    if (const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) connections = std::atoi(env);
-    const int streams = ranksHere * (config_.lanes + 1) + 1;
-    if (streams > connections) {
-      CONCCL_WARN(-1, d,
-                  std::to_string(ranksHere) + " ranks share device " + std::to_string(d) + " with about " +
-                      std::to_string(streams) + " streams but CUDA_DEVICE_MAX_CONNECTIONS is " +
-                      std::to_string(connections) +
-                      ": streams share hardware queues, so a rank's wait may block a peer's signal "
-                      "(deadlock). Set CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts.");
-    }
+void CudaExecutor::refuseSharedHardwareQueues() const {
+  // A Wait (semaphore acquire) blocks the hardware queue its stream is mapped to. Streams outnumbering the queues
+  // (CUDA_DEVICE_MAX_CONNECTIONS, default 8) share them, and when several ranks share a GPU a Wait can then sit in
+  // front of the very Signal it waits for: a deadlock CUDA cannot see. Refused, not warned (issue 13): the warning
+  // was easy to miss and the hang that followed was silent. See exec/queue_budget.h.
+  const int connections = deviceConnectionsFrom(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"));
+  if (auto reason = hardwareQueueConflict(devices_, config_.lanes, connections)) {
+    CONCCL_THROW(concclInvalidUsage, *reason);
   }
 }
 
@@ -701,6 +768,7 @@ void CudaExecutor::releaseRank(int rank) {
   s.released = true;
   if (!drained) {
     CONCCL_WARN(rank, s.device, "GPU work still pending at release; leaking the rank's streams and memory");
+    leakedRank_ = true;
     for (auto& l : s.lanes) l.leak();
     s.flags.leak();
     s.doneCounter.leak();  // the GPU may still write the marker

@@ -22,6 +22,7 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -699,6 +700,55 @@ int main(int argc, char** argv) {
     } else if (scenario.rfind("symmetric-", 0) == 0) {
       scenarioSymmetricFailure(scenario, stream, timeoutMs);
       cudaStreamDestroy(stream);
+      return 0;
+    } else if (scenario == "gpu-stall") {
+      // Issue 13, item 2: the last rank's stream is stalled by work queued before the call (a host function
+      // that waits for a flag of this process). Every call returns; within about timeoutMs the GPU watchdog turns
+      // the stalled GPU work into concclTimeout on every rank (through the shared error word), naming the call.
+      const size_t count = size_t{1} << 20;  // 4 MiB: copy engines
+      DevBuf a(count * 4), b(count * 4);
+      ok(concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, gComm, stream), "AllReduce before");
+      syncStream(stream);
+      static std::atomic<int> release{0};
+      const bool staller = gRank == gNranks - 1;
+      if (staller) {
+        cudaOk(cudaLaunchHostFunc(
+                   stream,
+                   [](void*) {
+                     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+                     while (release.load() == 0 && std::chrono::steady_clock::now() < until) {
+                       std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                     }
+                   },
+                   nullptr),
+               "cudaLaunchHostFunc");
+      }
+      ok(concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, gComm, stream), "AllReduce (stalled)");
+      const auto t0 = std::chrono::steady_clock::now();
+      concclResult_t async = concclSuccess;
+      while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(3 * timeoutMs + 5000)) {
+        ok(concclCommGetAsyncError(gComm, &async), "GetAsyncError");
+        if (async != concclSuccess) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      CHECK(async == concclTimeout, std::string("async error ") + concclGetErrorString(async) + " after " +
+                                        std::to_string(ms) + " ms, expected concclTimeout");
+      CHECK(ms >= timeoutMs * 0.8 && ms < timeoutMs + 5000.0, "timeout after " + std::to_string(ms) + " ms");
+      concclResult_t r = concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, gComm, stream);
+      CHECK(r != concclSuccess, "a call after the GPU timeout succeeded");
+      const std::string message = concclGetLastError(gComm);
+      CHECK(message.find("did not complete within") != std::string::npos && message.find("concclAllReduce") != std::string::npos,
+            "message does not name the call: " + message);
+      if (staller) release = 1;  // the application ends its stall; the rank's waits were re-opened meanwhile
+      syncStream(stream, 10);      // drains: the peer never reached the call, but the failure opened every flag
+      // The staller's stream, released just now, still copies into this rank's buffers: give it time before this
+      // process frees them (there is no other channel between the workers than the communicator, now failed).
+      if (!staller) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      ok(concclCommAbort(gComm), "concclCommAbort");
+      gComm = nullptr;
+      cudaStreamDestroy(stream);
+      std::fprintf(stderr, "rank %d: gpu-stall reported after %.0f ms: %s\n", gRank, ms, message.c_str());
       return 0;
     } else if (scenario == "dead-peer" || scenario == "hung-peer") {
       const bool dead = scenario == "dead-peer";

@@ -1,0 +1,97 @@
+#include "core/gpu_watchdog.h"
+
+#include <algorithm>
+
+namespace conccl {
+namespace {
+
+// Wrap-safe "a is after b" for 32-bit launch counts.
+bool after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
+
+}  // namespace
+
+GpuWatchdog::GpuWatchdog(int nranks, std::chrono::milliseconds timeout, Progress progress, OnTimeout onTimeout,
+                         bool startThread)
+    : timeout_(timeout),
+      period_(std::clamp<std::chrono::milliseconds>(timeout / 8, std::chrono::milliseconds(1),
+                                                    std::chrono::milliseconds(100))),
+      progress_(std::move(progress)),
+      onTimeout_(std::move(onTimeout)) {
+  ranks_.resize(static_cast<size_t>(nranks > 0 ? nranks : 0));
+  if (startThread) thread_ = std::thread([this] { run(); });
+}
+
+GpuWatchdog::~GpuWatchdog() { stop(); }
+
+void GpuWatchdog::stop() {
+  {
+    std::lock_guard<std::mutex> lock(stopMutex_);
+    stopping_ = true;
+  }
+  stopCv_.notify_all();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+void GpuWatchdog::launched(int rank, const std::string& what) {
+  if (rank < 0 || rank >= static_cast<int>(ranks_.size())) return;
+  uint32_t launchedCount = 0, completed = 0;
+  if (!progress_(rank, &launchedCount, &completed)) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  RankWatch& w = ranks_[static_cast<size_t>(rank)];
+  if (!after(launchedCount, w.lastRecorded)) return;  // nothing eager was launched (e.g. captured)
+  w.lastRecorded = launchedCount;
+  if (after(launchedCount, completed)) w.calls.emplace_back(launchedCount, what);
+}
+
+std::optional<std::string> GpuWatchdog::poll(Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (fired_) return std::nullopt;
+  std::vector<int> stalled;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    RankWatch& w = ranks_[r];
+    uint32_t launchedCount = 0, completed = 0;
+    if (!progress_(static_cast<int>(r), &launchedCount, &completed)) continue;  // busy or gone: next time
+    while (!w.calls.empty() && !after(w.calls.front().first, completed)) w.calls.pop_front();
+    if (!after(launchedCount, completed)) {
+      w.pending = false;
+      w.lastCompleted = completed;
+      continue;
+    }
+    if (!w.pending || completed != w.lastCompleted) {
+      w.pending = true;
+      w.lastCompleted = completed;
+      w.since = now;
+      continue;
+    }
+    if (now - w.since >= timeout_ + period_) stalled.push_back(static_cast<int>(r));
+  }
+  if (stalled.empty()) return std::nullopt;
+  fired_ = true;
+  auto callOf = [&](int r) {
+    const RankWatch& w = ranks_[static_cast<size_t>(r)];
+    return w.calls.empty() ? std::string("a call") : w.calls.front().second;
+  };
+  std::string ranks;
+  for (int r : stalled) {
+    ranks += (ranks.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " (" + callOf(r) + ")";
+  }
+  return "the GPU work of " + callOf(stalled.front()) + " did not complete within " +
+         std::to_string(timeout_.count()) + " ms: no progress on " + ranks +
+         " (a rank whose stream never reached the call, or work queued before it that never finishes); the "
+         "communicator is out of service: abort it (concclCommAbort)";
+}
+
+void GpuWatchdog::run() {
+  std::unique_lock<std::mutex> lock(stopMutex_);
+  while (!stopping_) {
+    stopCv_.wait_for(lock, period_, [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    std::optional<std::string> report = poll(Clock::now());
+    if (report) onTimeout_(*report);
+    lock.lock();
+    if (report) break;  // reported once; the communicator is out of service
+  }
+}
+
+}  // namespace conccl

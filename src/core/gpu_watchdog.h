@@ -1,0 +1,78 @@
+// The GPU-side watchdog of a communicator (issue 13, item 2). `timeoutMs` used to bound host waits only: a call
+// whose GPU work never completed (a peer whose stream never reached the call, a kernel before it that never ends)
+// hung the caller's stream silently. The watchdog polls each rank's launch / completion counters (the executor's
+// pinned "done" counter, docs/cuda-executor.md "Program end"); when a rank has had launched but uncompleted work
+// without any completion for `timeout`, it reports once, naming the oldest such call and every rank that made no
+// progress. The communicator then fails with concclTimeout (concclCommGetAsyncError on every rank), which also
+// cancels the executor so that its own waits drain; concclCommAbort releases the rest.
+//
+// The polling logic (poll) is separate from the thread, so that it is unit-tested on the CPU with fake counters.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace conccl {
+
+class GpuWatchdog {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // (rank, launched, completed) -> false when there is nothing to read now (see Executor::gpuProgress).
+  using Progress = std::function<bool(int, uint32_t*, uint32_t*)>;
+  using OnTimeout = std::function<void(const std::string&)>;
+
+  // Starts the polling thread when `startThread` (tests drive poll() themselves).
+  GpuWatchdog(int nranks, std::chrono::milliseconds timeout, Progress progress, OnTimeout onTimeout,
+              bool startThread = true);
+  ~GpuWatchdog();
+  GpuWatchdog(const GpuWatchdog&) = delete;
+  GpuWatchdog& operator=(const GpuWatchdog&) = delete;
+
+  // After rank `rank` launched a call described by `what` ("concclAllReduce #3"): remembers the description for
+  // the launch count it produced (a captured launch produces none and is not watched: its replays are the
+  // caller's to synchronise).
+  void launched(int rank, const std::string& what);
+
+  // One look at every rank at time `now`; the report (once) when some rank has made no progress for `timeout`
+  // (plus one polling period, see period_).
+  std::optional<std::string> poll(Clock::time_point now);
+
+  // Stops the thread (idempotent); called before the executor goes away.
+  void stop();
+
+ private:
+  struct RankWatch {
+    bool pending = false;         // launched > completed at the last poll
+    uint32_t lastCompleted = 0;
+    uint32_t lastRecorded = 0;    // launch count of the last described launch
+    Clock::time_point since{};    // when this rank last made progress (or became busy)
+    std::deque<std::pair<uint32_t, std::string>> calls;  // (launch count, what) not yet completed
+  };
+  void run();
+
+  const std::chrono::milliseconds timeout_;
+  // How often the thread looks (timeout / 8, 1..100 ms). A rank is reported once it has gone timeout + period
+  // without progress: one period of grace, so that host-side checks that name a missing peer exactly (the
+  // symmetric-call watchdog of ProcessClique, which fires at timeoutMs) report first where they apply.
+  const std::chrono::milliseconds period_;
+  Progress progress_;
+  OnTimeout onTimeout_;
+  std::mutex mutex_;  // ranks_, fired_
+  std::vector<RankWatch> ranks_;
+  bool fired_ = false;
+  std::mutex stopMutex_;
+  std::condition_variable stopCv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace conccl

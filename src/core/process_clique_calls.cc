@@ -1,0 +1,379 @@
+// ProcessClique (core/process_clique.h), part: call matching: the mailbox rings, agreement of every rank's
+// arguments, and the launch.
+// The shared segment it works on is described in core/process_segment.h.
+#include "core/process_clique.h"
+#include "core/process_segment.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <thread>
+#include <variant>
+
+#include "core/logging.h"
+#include "core/types.h"
+
+namespace conccl {
+
+void ProcessClique::waitAndLaunch(CallTicket& ticket) {
+  checkHealthy();
+  closeRetiredPeerImports();
+  if (ticket.call->args[static_cast<size_t>(rank_)]->kind == sched::CollKind::kSendRecv) {
+    launchSendRecv(ticket);
+    return;
+  }
+  PendingCall& pending = *ticket.call;
+  const uint64_t seq = pending.seq;
+  const int n = nranks_;
+  RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
+  waitForFreeSlot(seq, ticket.what);
+  MailboxEntry& out = layout_->entry(rank_, seq);
+
+  // 1. This rank's own checks and exports, before the peers hear of the call: an error is published instead.
+  //    A buffer inside a registered window needs neither: the window was checked and mapped by the peers.
+  const WindowRef rawRefs[2] = {findWindow(mine.sendbuff, 0), findWindow(mine.recvbuff, 0)};
+  exec::BufferExport exports[2]{};
+  std::optional<Error> ownError;
+  try {
+    sched::CollectiveCall solo;
+    solo.nranks = n;
+    solo.kind = mine.kind;
+    solo.dtype = mine.dtype;
+    solo.op = mine.op;
+    solo.root = mine.root;
+    solo.count = mine.count;
+    solo.inPlace.assign(static_cast<size_t>(n), false);
+    solo.inPlace[static_cast<size_t>(rank_)] = mine.inPlace;
+    if (mine.kind == sched::CollKind::kAllToAllv) {
+      solo.sendCounts.assign(static_cast<size_t>(n), {});
+      solo.sendDispls.assign(static_cast<size_t>(n), {});
+      solo.recvCounts.assign(static_cast<size_t>(n), {});
+      solo.recvDispls.assign(static_cast<size_t>(n), {});
+      solo.sendCounts[static_cast<size_t>(rank_)] = mine.sendCounts;
+      solo.sendDispls[static_cast<size_t>(rank_)] = mine.sendDispls;
+      solo.recvCounts[static_cast<size_t>(rank_)] = mine.recvCounts;
+      solo.recvDispls[static_cast<size_t>(rank_)] = mine.recvDispls;
+    }
+    exec::CallBinding soloBinding;
+    soloBinding.buffers.assign(static_cast<size_t>(n), {});
+    soloBinding.buffers[static_cast<size_t>(rank_)] = {const_cast<void*>(mine.sendbuff), mine.recvbuff};
+    // exportBuffer checks each buffer as checkBuffer does, with the same driver query it exports from.
+    forEachUsedBuffer(solo, soloBinding, rank_, [&](int b, void* ptr, size_t bytes, const std::string& what) {
+      CONCCL_ASSERT(b >= 0 && b < 2);
+      if (findWindow(ptr, bytes).id != 0) return;
+      exports[b] = executor_->exportBuffer(rank_, ptr, bytes, what.c_str());
+    });
+  } catch (const Error& e) {
+    ownError = e;
+  }
+
+  // 2. A symmetric call: every peer buffer this rank's program touches follows from its own pointers in the
+  //    windows (the peers are assumed to call exactly like this rank; the watchdog checks that they did).
+  std::vector<Assumption> assumed;
+  bool symmetric = false;
+  // An in-place Gather or Scatter root keeps its own block inside the big buffer (at root * count), so its
+  // pointers differ from the peers' by construction: it cannot speak for them, and takes the regular path.
+  const bool rootInPlaceBlock = mine.inPlace && mine.root == rank_ &&
+                                (mine.kind == sched::CollKind::kGather || mine.kind == sched::CollKind::kScatter);
+  if (!ownError && !windows_.empty() && mine.kind != sched::CollKind::kAllToAllv && !rootInPlaceBlock) {
+    for (int p = 0; p < n; ++p) {
+      if (p == rank_) continue;
+      RankArgs mirror = mine;
+      mirror.stream = nullptr;
+      pending.args[static_cast<size_t>(p)] = std::move(mirror);
+    }
+    try {
+      assembleCall(pending, n);
+      pending.schedule = schedules_->get(pending.call);
+      symmetric = bindSymmetric(pending, rawRefs, assumed);
+      if (symmetric && sched::isRooted(mine.kind) && mine.root != rank_) {
+        // Whether the root runs in place is the root's own business (a non-root's buffers say nothing about it):
+        // symmetric only if it changes neither this rank's program nor what the executor chooses its path from.
+        sched::CollectiveCall flipped = pending.call;
+        flipped.inPlace[static_cast<size_t>(mine.root)] = !flipped.inPlace[static_cast<size_t>(mine.root)];
+        const auto other = schedules_->get(flipped);
+        symmetric =
+            other->programs[static_cast<size_t>(rank_)] == pending.schedule->programs[static_cast<size_t>(rank_)] &&
+            other->workBytes == pending.schedule->workBytes && other->activeOps == pending.schedule->activeOps &&
+            other->reduceInputs == pending.schedule->reduceInputs;
+      }
+    } catch (const Error&) {
+      symmetric = false;  // the regular path below builds the same call again and reports the error everywhere
+    }
+    if (!symmetric) {
+      for (int p = 0; p < n; ++p) {
+        if (p != rank_) pending.args[static_cast<size_t>(p)].reset();
+      }
+      assumed.clear();
+    }
+  }
+
+  // 3. Publish.
+  out.kind = static_cast<int32_t>(mine.kind);
+  out.dtype = static_cast<int32_t>(mine.dtype);
+  out.op = static_cast<int32_t>(mine.op);
+  out.root = mine.root;
+  out.count = mine.count;
+  out.inPlace = mine.inPlace ? 1 : 0;
+  out.errorCode = ownError ? static_cast<int32_t>(ownError->code()) : 0;
+  copyMessage(out.error, ownError ? ownError->message() : std::string());
+  out.buffers[0] = exports[0];
+  out.buffers[1] = exports[1];
+  for (int b = 0; b < 2; ++b) {
+    out.windowId[b] = rawRefs[b].id;
+    out.windowOffset[b] = rawRefs[b].offset;
+  }
+  out.launchedEarly = symmetric ? 1 : 0;
+  std::vector<uint64_t> retired = ownError ? std::vector<uint64_t>{} : executor_->takeRetiredExports(rank_);
+  out.retiredCount = static_cast<uint32_t>(std::min<size_t>(retired.size(), kMaxRetired));
+  for (uint32_t i = 0; i < out.retiredCount; ++i) out.retired[i] = retired[i];
+  if (retired.size() > kMaxRetired) {
+    // Not lost: handed back, they go out with the next call.
+    executor_->requeueRetiredExports(rank_, std::vector<uint64_t>(retired.begin() + kMaxRetired, retired.end()));
+  }
+  uint64_t* vec = layout_->vectors(out);
+  if (mine.kind == sched::CollKind::kAllToAllv && !ownError) {
+    const std::vector<size_t>* parts[4] = {&mine.sendCounts, &mine.sendDispls, &mine.recvCounts, &mine.recvDispls};
+    for (int v = 0; v < 4; ++v) {
+      for (int r = 0; r < n; ++r) {
+        vec[static_cast<size_t>(v * n + r)] =
+            static_cast<size_t>(r) < parts[v]->size() ? (*parts[v])[static_cast<size_t>(r)] : 0;
+      }
+    }
+  }
+  out.published.store(seq + 1, std::memory_order_release);
+
+  if (symmetric) {
+    // 4s. Launch now. Peers that called before this rank are compared first: a mismatch found here is reported
+    //     before any work is enqueued.
+    {
+      std::lock_guard<std::mutex> lock(matchMutex_);
+      unmatched_.push_back(Unmatched{seq, true, Clock::now(), ticket.what, std::move(assumed)});
+      matchPublishedLocked();
+    }
+    checkHealthy();
+    startWatchdog();
+    matchCv_.notify_all();
+    launchProgram(pending, ticket);
+    return;
+  }
+
+  // 4. Wait for every peer's entry, then read them.
+  waitForPeersOf(seq, ticket.what);
+  std::optional<Error> firstError;
+  bool peerLaunchedEarly = false;
+  std::vector<exec::BufferExport> peerExports(static_cast<size_t>(2 * n));
+  std::vector<WindowRef> peerRefs(static_cast<size_t>(2 * n));
+  for (int p = 0; p < n; ++p) {
+    MailboxEntry& e = layout_->entry(p, seq);
+    if (e.kind == kWindowRegisterKind || e.kind == kWindowDeregisterKind) {
+      // The call sequences diverged: nothing after this point can be matched any more.
+      layout_->rank(rank_).consumed.store(seq + 1, std::memory_order_release);
+      std::string reason = "rank " + std::to_string(p) + " called " + entryName(e.kind) + " where rank " +
+                           std::to_string(rank_) + " called " + ticket.what +
+                           " (every rank must make the same "
+                           "calls in the same order)";
+      fail(concclInvalidUsage, reason);
+      CONCCL_THROW(concclInvalidUsage, reason);
+    }
+    if (e.errorCode != 0 && !firstError) {
+      firstError = Error(static_cast<concclResult_t>(e.errorCode), std::string(e.error));
+    }
+    if (p == rank_) continue;
+    peerLaunchedEarly = peerLaunchedEarly || e.launchedEarly != 0;
+    RankArgs a = argsOf(e, layout_->vectors(e), n);
+    for (int b = 0; b < 2; ++b) {
+      peerExports[static_cast<size_t>(2 * p + b)] = e.buffers[b];
+      peerRefs[static_cast<size_t>(2 * p + b)] = WindowRef{e.windowId[b], e.windowOffset[b]};
+    }
+    for (uint32_t i = 0; i < e.retiredCount && i < kMaxRetired; ++i) closePeerImport(p, e.retired[i]);
+    pending.args[static_cast<size_t>(p)] = std::move(a);
+  }
+  // Read everything this call needs: the peers may reuse the slots from here on.
+  layout_->rank(rank_).consumed.store(seq + 1, std::memory_order_release);
+  // A peer that launched without waiting cannot take its work back: any error of this call ends the
+  // communicator (the fail() opens the flags its GPU may wait on).
+  auto failIfPeerLaunched = [&](Error& e) {
+    if (peerLaunchedEarly) fail(e.code(), e.message() + " (a peer had already launched its part)");
+  };
+  if (firstError) {
+    Error e = Error(*firstError).addContext(ticket.what);
+    failIfPeerLaunched(e);
+    throw e;
+  }
+
+  // 5. Validate and build, identically in every process (the same inputs give every rank the same error).
+  try {
+    assembleCall(pending, n);
+    pending.schedule = schedules_->get(pending.call);
+    // Map only the peer buffers this rank's program touches. A peer whose buffer this program does not touch
+    // does not wait for this rank either, so it may already have finished the call and freed that buffer.
+    for (int p = 0; p < n; ++p) {
+      if (p == rank_) continue;
+      pending.binding.buffers[static_cast<size_t>(p)].assign(2, nullptr);
+      pending.binding.streams[static_cast<size_t>(p)] = nullptr;
+    }
+    auto bind = [&](const sched::Location& loc) {
+      if (loc.rank == rank_ || loc.buffer == sched::kScratch) return;
+      CONCCL_ASSERT(loc.buffer >= 0 && loc.buffer < 2);
+      void*& slot = pending.binding.buffers[static_cast<size_t>(loc.rank)][static_cast<size_t>(loc.buffer)];
+      if (slot != nullptr) return;
+      const size_t index = static_cast<size_t>(2 * loc.rank + loc.buffer);
+      // Inside one of the peer's windows (already mapped), or exported.
+      const size_t bytes = sched::bufferBytes(pending.call, loc.rank)[static_cast<size_t>(loc.buffer)];
+      if (peerRefs[index].id != 0) slot = peerAddress(loc.rank, peerRefs[index], bytes);
+      if (slot != nullptr) return;
+      const exec::BufferExport& e = peerExports[index];
+      if (e.allocId == 0) {
+        CONCCL_THROW(concclInternalError, "the schedule uses buffer " + std::to_string(loc.buffer) + " of rank " +
+                                              std::to_string(loc.rank) + ", which that rank did not export");
+      }
+      slot = executor_->importBuffer(loc.rank, e);
+    };
+    sched::forEachPeerLocation(pending.schedule->programs[static_cast<size_t>(rank_)], rank_, bind);
+  } catch (Error& e) {
+    // Mapping a peer's buffer can fail here only (CUDA): then this rank cannot run its part, so the others must
+    // not wait for it. Agreement errors are identical on every rank and leave the communicator usable, unless
+    // a peer already launched.
+    if (e.code() == concclUnhandledCudaError) {
+      e.addContext(ticket.what + " on rank " + std::to_string(rank_));
+      fail(e.code(), e.message());
+      throw;
+    }
+    e.addContext(ticket.what);
+    failIfPeerLaunched(e);
+    throw;
+  }
+
+  // 6. Launch.
+  launchProgram(pending, ticket);
+}
+
+void ProcessClique::launchProgram(PendingCall& pending, const CallTicket& ticket) {
+  try {
+    executor_->launch(*pending.schedule, pending.binding, rank_);
+    if (gpuWatchdog_) gpuWatchdog_->launched(rank_, ticket.what);
+  } catch (Error& e) {
+    e.addContext(ticket.what + " on rank " + std::to_string(rank_));
+    fail(e.code(), e.message());
+    throw;
+  }
+}
+
+void ProcessClique::waitForFreeSlot(uint64_t seq, const std::string& what) {
+  if (seq < kRingEntries) return;
+  const uint64_t previous = seq - kRingEntries;
+  // This rank's own reading of the call that used the slot (it compares its own entry with the peers').
+  for (;;) {
+    int missing = -1;
+    uint64_t front = 0;
+    {
+      std::lock_guard<std::mutex> lock(matchMutex_);
+      matchPublishedLocked();
+      if (unmatched_.empty() || unmatched_.front().seq > previous) break;
+      front = unmatched_.front().seq;
+      for (int p = 0; p < nranks_ && missing < 0; ++p) {
+        if (p != rank_ && layout_->entry(p, front).published.load(std::memory_order_acquire) != front + 1) missing = p;
+      }
+    }
+    checkHealthy();
+    if (missing < 0) continue;
+    waitFor([&] { return layout_->entry(missing, front).published.load(std::memory_order_acquire) == front + 1; },
+            missing, what + " (waiting for a free mailbox slot)");
+  }
+  checkHealthy();
+  // The peers' reading of it.
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    waitFor([&] { return layout_->rank(p).consumed.load(std::memory_order_acquire) > previous; }, p,
+            what + " (waiting for a free mailbox slot)");
+  }
+}
+
+void ProcessClique::waitForPeersOf(uint64_t seq, const std::string& what) {
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    MailboxEntry& e = layout_->entry(p, seq);
+    waitFor([&] { return e.published.load(std::memory_order_acquire) == seq + 1; }, p, what);
+  }
+  // Every peer published seq, so every earlier call too: the unmatched ones can all be compared now.
+  bool done = false;
+  {
+    std::lock_guard<std::mutex> lock(matchMutex_);
+    done = matchPublishedLocked();
+  }
+  checkHealthy();
+  CONCCL_ASSERT(done);
+}
+
+std::string ProcessClique::mismatch(const Unmatched& u, int peer) const {
+  const MailboxEntry& m = layout_->entry(rank_, u.seq);
+  const MailboxEntry& e = layout_->entry(peer, u.seq);
+  const std::string who = "rank " + std::to_string(peer);
+  const std::string me = "rank " + std::to_string(rank_);
+  if (e.kind != m.kind) {
+    return who + " called " + entryName(e.kind) + " where " + me + " called " + u.what +
+           " (every rank must make the same calls in the same order)";
+  }
+  if (e.errorCode != 0) return who + " refused its arguments: " + std::string(e.error);
+  const RankArgs mine = argsOf(m, layout_->vectors(m), nranks_);
+  const RankArgs peers = argsOf(e, layout_->vectors(e), nranks_);
+  if (std::string problem = disagreement(mine, rank_, peers, peer); !problem.empty()) {
+    return problem + " (" + u.what + ")";
+  }
+  // In place or not matters for every rank of the unrooted collectives, only for the root of the rooted ones (a
+  // non-root took this path only where the root's choice changes nothing for it).
+  if (!sched::isRooted(mine.kind) && mine.inPlace != peers.inPlace) {
+    auto how = [](bool inPlace) { return inPlace ? "in place" : "with separate buffers"; };
+    return "ranks disagree on in-place: " + me + " called " + u.what + " " + how(mine.inPlace) + ", " + who + " " +
+           how(peers.inPlace);
+  }
+  for (const Assumption& a : u.assumed) {
+    if (a.peer != peer) continue;
+    const WindowRef theirs{e.windowId[a.buffer], e.windowOffset[a.buffer]};
+    if (theirs == a.ref) continue;
+    return me + " launched " + u.what + " as a symmetric call, with " + who + "'s " + bufferName(a.buffer) +
+           " at offset " + std::to_string(a.ref.offset) + " of window " + std::to_string(a.ref.id) +
+           " (like its own), but " + who + " passed " +
+           (theirs.id != 0 ? "offset " + std::to_string(theirs.offset) + " of window " + std::to_string(theirs.id)
+                           : std::string("a buffer outside every window")) +
+           " (symmetric calls need the same window and offset on every rank)";
+  }
+  return {};
+}
+
+bool ProcessClique::matchPublishedLocked() {
+  while (!unmatched_.empty()) {
+    const Unmatched& u = unmatched_.front();
+    if (u.compare) {
+      for (int p = 0; p < nranks_; ++p) {
+        if (p != rank_ && layout_->entry(p, u.seq).published.load(std::memory_order_acquire) != u.seq + 1) {
+          return false;
+        }
+      }
+      for (int p = 0; p < nranks_; ++p) {
+        if (p == rank_) continue;
+        std::string problem = mismatch(u, p);
+        if (!problem.empty()) {
+          unmatched_.clear();
+          fail(concclInvalidUsage, problem);
+          return true;
+        }
+        const MailboxEntry& e = layout_->entry(p, u.seq);
+        for (uint32_t i = 0; i < e.retiredCount && i < kMaxRetired; ++i)
+          retiredFromPeers_.emplace_back(p, e.retired[i]);
+      }
+    }
+    layout_->rank(rank_).consumed.store(u.seq + 1, std::memory_order_release);
+    unmatched_.pop_front();
+  }
+  return true;
+}
+
+}  // namespace conccl

@@ -1,0 +1,156 @@
+// ProcessClique (core/process_clique.h), part: Send/Recv across processes: the per-pair rings of records.
+// The shared segment it works on is described in core/process_segment.h.
+#include "core/process_clique.h"
+#include "core/process_segment.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <thread>
+#include <variant>
+
+#include "core/logging.h"
+#include "core/types.h"
+
+namespace conccl {
+
+// A group of Send/Recv ops of this rank. Each op with another process is published in the pair's ring, then the
+// opposite records are read (the receive's buffer for a send, the send's size for a receive): the host waits for
+// the partners to post their side. The program is built from a call that holds this rank's ops and, for each
+// partner, the mirror of the ops it shares with this rank. This rank's program in it is the one it has in the
+// whole group (direct push: a rank's program depends only on its own transfers and on who writes into it), and
+// the ready/done flags are per pair, so groups matched pair by pair cannot cross.
+// Any failure here ends the communicator: a partner that already launched its part would wait on its flags.
+void ProcessClique::launchSendRecv(CallTicket& ticket) {
+  PendingCall& pending = *ticket.call;
+  RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
+  const int n = nranks_;
+  const size_t ops = mine.p2p.size();
+  std::vector<uint64_t> pairIndex(ops, 0);
+  std::optional<Error> ownError;
+  std::vector<WindowRef> refs(ops);
+  std::vector<exec::BufferExport> exports(ops);
+  for (size_t i = 0; i < ops && !ownError; ++i) {
+    const sched::P2POp& op = mine.p2p[i];
+    if (op.count == 0) continue;
+    void* ptr = mine.p2pBuffers[static_cast<size_t>(op.buffer)];
+    const std::string what =
+        std::string(op.isSend ? "the buffer of a Send to rank " : "the buffer of a Recv from rank ") +
+        std::to_string(op.peer);
+    try {
+      CONCCL_REQUIRE(ptr != nullptr, what + " is NULL");
+      refs[i] = findWindow(ptr, op.count);
+      if (refs[i].id != 0) continue;
+      if (op.peer == rank_ || op.isSend) {
+        executor_->checkBuffer(rank_, ptr, op.count, what.c_str());
+      } else {
+        exports[i] = executor_->exportBuffer(rank_, ptr, op.count, what.c_str());
+      }
+    } catch (const Error& e) {
+      ownError = e;
+    }
+  }
+
+  // 1. Publish this rank's side: a record per op with another process (an error travels in every record).
+  for (size_t i = 0; i < ops; ++i) {
+    const sched::P2POp& op = mine.p2p[i];
+    if (op.peer == rank_) continue;
+    std::vector<uint64_t>& posted = op.isSend ? sendsPosted_ : recvsPosted_;
+    const uint64_t k = posted[static_cast<size_t>(op.peer)]++;
+    pairIndex[i] = k;
+    P2PRingHeader& ring = layout_->p2pRing(rank_, op.peer, op.isSend);
+    if (k >= kP2PRingRecords) {
+      waitFor([&] { return ring.consumed.load(std::memory_order_acquire) > k - kP2PRingRecords; }, op.peer,
+              ticket.what + " (waiting for rank " + std::to_string(op.peer) + " to match earlier Send/Recv)");
+    }
+    P2PRecord& rec = layout_->p2pRecord(rank_, op.peer, op.isSend, k);
+    rec.bytes = op.count;
+    rec.errorCode = ownError ? static_cast<int32_t>(ownError->code()) : 0;
+    const std::string message = ownError ? ownError->message() : std::string();
+    const size_t len = std::min(message.size(), sizeof(rec.error) - 1);
+    std::memcpy(rec.error, message.data(), len);
+    rec.error[len] = '\0';
+    rec.buffer = exports[i];
+    rec.windowId = refs[i].id;
+    rec.windowOffset = refs[i].offset;
+    rec.published.store(k + 1, std::memory_order_release);
+  }
+
+  // 2. Read the partners' side, in the same order.
+  std::optional<Error> firstError = ownError;
+  std::vector<RankArgs> mirrors(static_cast<size_t>(n));
+  for (size_t i = 0; i < ops; ++i) {
+    const sched::P2POp& op = mine.p2p[i];
+    if (op.peer == rank_) continue;
+    const uint64_t k = pairIndex[i];
+    P2PRecord& rec = layout_->p2pRecord(op.peer, rank_, !op.isSend, k);
+    waitFor([&] { return rec.published.load(std::memory_order_acquire) == k + 1; }, op.peer,
+            ticket.what + " (rank " + std::to_string(op.peer) + " has not posted the matching " +
+                (op.isSend ? "Recv" : "Send") + ")");
+    const std::string where = std::string(op.isSend ? "Send #" : "Recv #") + std::to_string(k) + " of rank " +
+                              std::to_string(rank_) + (op.isSend ? " to" : " from") + " rank " +
+                              std::to_string(op.peer);
+    if (!firstError && rec.errorCode != 0) {
+      firstError = Error(static_cast<concclResult_t>(rec.errorCode),
+                         "rank " + std::to_string(op.peer) + " failed its side of " + where + ": " + rec.error);
+    }
+    if (!firstError && rec.bytes != op.count) {
+      firstError = Error(concclInvalidArgument, where + " moves " + std::to_string(op.count) + " bytes but rank " +
+                                                    std::to_string(op.peer) + " posted " + std::to_string(rec.bytes) +
+                                                    " bytes for it (a Send and its Recv must have the same size)");
+    }
+    RankArgs& mirror = mirrors[static_cast<size_t>(op.peer)];
+    const int buffer = static_cast<int>(mirror.p2pBuffers.size());
+    void* address = nullptr;
+    if (!firstError && op.isSend && op.count > 0) {
+      // Where this rank writes: the partner's receive buffer, in one of its windows or exported.
+      try {
+        if (rec.windowId != 0) address = peerAddress(op.peer, WindowRef{rec.windowId, rec.windowOffset}, rec.bytes);
+        if (address == nullptr) address = executor_->importBuffer(op.peer, rec.buffer);
+      } catch (const Error& e) {
+        firstError = e;
+      }
+    }
+    mirror.p2p.push_back(sched::P2POp{!op.isSend, rank_, op.count, buffer});
+    mirror.p2pBuffers.push_back(address);
+    layout_->p2pRing(op.peer, rank_, !op.isSend).consumed.store(k + 1, std::memory_order_release);
+  }
+  if (firstError) {
+    Error e = Error(*firstError).addContext(ticket.what + " on rank " + std::to_string(rank_));
+    fail(e.code(), e.message());
+    throw e;
+  }
+
+  // 3. Build from this rank's ops and the partners' mirrors, then launch.
+  try {
+    for (int p = 0; p < n; ++p) {
+      if (p == rank_ || mirrors[static_cast<size_t>(p)].p2p.empty()) continue;
+      RankArgs& a = mirrors[static_cast<size_t>(p)];
+      a.kind = sched::CollKind::kSendRecv;
+      a.dtype = mine.dtype;
+      a.apiName = mine.apiName;
+      pending.args[static_cast<size_t>(p)] = std::move(a);
+    }
+    assembleCall(pending, n);
+    auto schedule = std::make_shared<sched::Schedule>(*schedules_->get(pending.call));
+    // The partners' programs here are only their share with this rank, so their copy volume is unknown: take the
+    // copy-engine path, as every rank of a Send/Recv group across processes does, so partners never mix paths.
+    for (size_t p = 0; p < schedule->workBytes.size(); ++p) {
+      if (static_cast<int>(p) != rank_) schedule->workBytes[p] = std::numeric_limits<size_t>::max();
+    }
+    pending.schedule = std::move(schedule);
+  } catch (Error& e) {
+    e.addContext(ticket.what + " on rank " + std::to_string(rank_));
+    fail(e.code(), e.message());
+    throw;
+  }
+  launchProgram(pending, ticket);
+}
+
+}  // namespace conccl

@@ -1,0 +1,313 @@
+// Issue 13, item 1: the shared-GPU deadlock. 3 to 5 ranks on ONE GPU, one host thread per rank, a fresh
+// communicator (and fresh streams), first call above the small-message threshold (copy-engine path): before the
+// fix, calls returned concclSuccess and a rank's stream never finished. Every case here is bounded: the host calls
+// and the GPU work each get a deadline, after which the communicators are aborted (which re-opens every flag, so
+// the GPU drains) and the test fails, naming the case. It never hangs.
+//
+// Env: CONCCL_NO_HANG_ITERS (default 20) fresh communicators per (ranks, collective); CONCCL_NO_HANG_LIMIT_S
+// (default 10) seconds per call. CONCCL_QUEUE_CLAIM=0 turns the fix off (to show what it prevents).
+// Also the GPU watchdog (item 2): Watchdog.*.
+#include <conccl/conccl.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/gpu_collective_case.h"
+#include "gpu/gpu_test_util.h"
+
+namespace conccl::gputest {
+namespace {
+
+int envInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : fallback;
+}
+
+std::chrono::seconds callLimit() { return std::chrono::seconds(envInt("CONCCL_NO_HANG_LIMIT_S", 10)); }
+
+// Fresh seeds per run (printed on failure), so every run checks new random data.
+uint64_t freshSeed() {
+  static std::mt19937_64 gen(std::random_device{}());
+  return gen();
+}
+
+// Above the 64 KiB small-message threshold for every rank that sends: AllReduce of 1,000,003 bf16 is the case of
+// the issue; ReduceScatter 200,003 bf16 per rank (every rank sends (n-1) x 400 KB); Broadcast 1,000,003 bf16 (the
+// root pushes 2 MB to each peer).
+CaseSpec bigSpec(Coll coll, int n, int iter) {
+  CaseSpec spec;
+  spec.coll = coll;
+  spec.dtype = concclBfloat16;
+  spec.op = concclSum;
+  spec.count = coll == Coll::kReduceScatter ? 200003 : 1000003;
+  spec.root = iter % n;
+  return spec;
+}
+
+// Runs `c` with one std::thread per rank (no group), then waits for the GPU, all bounded. Returns false (after
+// recording a failure and aborting the communicators) on an error, a call that does not return, or GPU work that
+// does not finish; true when every rank's call succeeded, its stream finished and no async error is set.
+bool runThreadPerRank(Clique& clique, const CollCase& c, const std::string& what) {
+  const int n = clique.size();
+  const auto limit = callLimit();
+  std::vector<concclResult_t> results(static_cast<size_t>(n), concclInternalError);
+  std::atomic<int> returned{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      results[static_cast<size_t>(r)] = c.call(r, clique.comms[static_cast<size_t>(r)], clique.streams[static_cast<size_t>(r)]);
+      returned.fetch_add(1);
+    });
+  }
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (returned.load() < n && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (returned.load() < n) {
+    // Not aborted here: conccl.h forbids aborting a communicator while another thread is inside a call on it.
+    // The library bounds its own host waits (config.timeoutMs = 20 s); a call stuck inside CUDA would keep the
+    // join below waiting, and the script's per-binary timeout then ends the test: it fails, never silently.
+    ADD_FAILURE() << what << ": " << n - returned.load() << " of " << n << " host calls did not return within "
+                  << limit.count() << " s (a host-side hang)";
+    for (auto& t : threads) t.join();
+    clique.broken = true;
+    return false;
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    if (results[static_cast<size_t>(r)] != concclSuccess) {
+      ADD_FAILURE() << what << ": rank " << r << " returned " << concclGetErrorString(results[static_cast<size_t>(r)])
+                    << ": " << concclGetLastError(clique.comms[static_cast<size_t>(r)]);
+      clique.broken = true;
+      return false;
+    }
+  }
+  // GPU work, bounded: poll every stream until the deadline.
+  const auto gpuDeadline = std::chrono::steady_clock::now() + limit;
+  for (int r = 0; r < n; ++r) {
+    for (;;) {
+      cudaError_t e = cudaStreamQuery(clique.streams[static_cast<size_t>(r)]);
+      if (e == cudaSuccess) break;
+      if (e != cudaErrorNotReady) {
+        ADD_FAILURE() << what << ": rank " << r << " stream error " << cudaGetErrorName(e);
+        clique.broken = true;
+        return false;
+      }
+      if (std::chrono::steady_clock::now() > gpuDeadline) {
+        std::string stuck;
+        for (int q = 0; q < n; ++q) {
+          if (cudaStreamQuery(clique.streams[static_cast<size_t>(q)]) == cudaErrorNotReady) {
+            stuck += (stuck.empty() ? "" : ",") + std::to_string(q);
+          }
+        }
+        ADD_FAILURE() << what << ": every call returned concclSuccess but the streams of rank(s) " << stuck
+                      << " did not finish within " << limit.count() << " s (the issue 13 deadlock); aborting";
+        for (concclComm_t comm : clique.comms) concclCommAbort(comm);
+        clique.broken = true;
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    concclResult_t async = concclInternalError;
+    EXPECT_EQ(concclCommGetAsyncError(clique.comms[static_cast<size_t>(r)], &async), concclSuccess);
+    if (async != concclSuccess) {
+      ADD_FAILURE() << what << ": rank " << r << " async error " << concclGetErrorString(async) << ": "
+                    << concclGetLastError(clique.comms[static_cast<size_t>(r)]);
+      clique.broken = true;
+      return false;
+    }
+  }
+  return true;
+}
+
+// The test the issue asks for: >= 20 fresh communicators x ranks {3,4,5} on one GPU x thread per rank x
+// AllReduce / ReduceScatter / Broadcast above the small-message threshold, checked against a host reference on
+// fresh random data. Failed before the fix (the first call of a fresh communicator could deadlock on the GPU).
+TEST(NoHang, FreshCommunicatorsThreadPerRankAboveSmallThreshold) {
+  SKIP_WITHOUT_GPU();
+  cliqueCache().clear();  // only this test's streams on the GPU
+  const int iters = envInt("CONCCL_NO_HANG_ITERS", 20);
+  int cases = 0;
+  for (int iter = 0; iter < iters; ++iter) {
+    for (int n : {3, 4, 5}) {
+      for (Coll coll : {Coll::kAllReduce, Coll::kReduceScatter, Coll::kBroadcast}) {
+        const CaseSpec spec = bigSpec(coll, n, iter);
+        const uint64_t seed = freshSeed();
+        const std::string what = "iteration " + std::to_string(iter) + ", " + spec.describe(n) + ", seed " +
+                                 std::to_string(seed) + " (fresh communicator, thread per rank)";
+        if (verbose()) std::fprintf(stderr, "case: %s\n", what.c_str());
+        auto clique = Clique::create(n);
+        ASSERT_NE(clique, nullptr) << what;
+        CollCase c(spec, n);
+        c.prepare(seed);
+        ASSERT_TRUE(runThreadPerRank(*clique, c, what));
+        ASSERT_TRUE(c.check(what));
+        ++cases;
+      }
+    }
+  }
+  RecordProperty("cases", cases);
+}
+
+// The same on a communicator that already ran calls: every few calls each rank gets a stream it never used
+// before (streams are claimed when a call first meets them, see docs/cuda-executor.md, Hazards).
+TEST(NoHang, NewStreamsOnAWarmCommunicatorThreadPerRank) {
+  SKIP_WITHOUT_GPU();
+  cliqueCache().clear();
+  const int iters = envInt("CONCCL_NO_HANG_ITERS", 20);
+  for (int n : {3, 5}) {
+    auto clique = Clique::create(n);
+    ASSERT_NE(clique, nullptr);
+    for (int iter = 0; iter < iters; ++iter) {
+      if (iter % 2 == 1) {  // fresh streams for every rank
+        for (auto& s : clique->streams) {
+          ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+          cudaStreamDestroy(s);
+          s = nullptr;
+          ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+        }
+      }
+      const Coll coll = iter % 3 == 0 ? Coll::kAllReduce : iter % 3 == 1 ? Coll::kReduceScatter : Coll::kBroadcast;
+      const CaseSpec spec = bigSpec(coll, n, iter);
+      const uint64_t seed = freshSeed();
+      const std::string what = "iteration " + std::to_string(iter) + ", " + spec.describe(n) + ", seed " +
+                               std::to_string(seed) + " (warm communicator, thread per rank)";
+      CollCase c(spec, n);
+      c.prepare(seed);
+      ASSERT_TRUE(runThreadPerRank(*clique, c, what));
+      ASSERT_TRUE(c.check(what));
+    }
+  }
+}
+
+// Diagnosis (meaningful with CONCCL_QUEUE_CLAIM=0, where the fix is off): the caller's streams get work one at a
+// time from one thread before the first call, each kept busy (by a host-released wait) while the next is first
+// used. If this passes with the fix off while FreshCommunicators... fails, the first use of the caller's streams
+// from several threads at once is what deadlocked; if it fails too, the lanes' first use is (or another cause).
+TEST(NoHangDiagnosis, CallerStreamsUsedFirstFromOneThread) {
+  SKIP_WITHOUT_GPU();
+  cliqueCache().clear();
+  const int iters = envInt("CONCCL_NO_HANG_ITERS", 20);
+  for (int iter = 0; iter < iters; ++iter) {
+    for (int n : {3, 5}) {
+      auto clique = Clique::create(n);
+      ASSERT_NE(clique, nullptr);
+      // One pinned word, 0 until every stream has been given its first work: each stream's first op is a host
+      // function that spins on it, so every stream is busy while the next one is first used.
+      void* gateMem = nullptr;
+      ASSERT_EQ(cudaHostAlloc(&gateMem, sizeof(int), cudaHostAllocDefault), cudaSuccess);
+      volatile int* gate = static_cast<volatile int*>(gateMem);
+      *gate = 0;
+      for (auto s : clique->streams) {
+        ASSERT_EQ(cudaLaunchHostFunc(
+                      s, [](void* g) { while (*static_cast<volatile int*>(g) == 0) std::this_thread::yield(); },
+                      gateMem),
+                  cudaSuccess);
+      }
+      *gate = 1;
+      for (auto s : clique->streams) ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      cudaFreeHost(gateMem);
+      const CaseSpec spec = bigSpec(Coll::kAllReduce, n, iter);
+      const uint64_t seed = freshSeed();
+      const std::string what = "iteration " + std::to_string(iter) + ", " + spec.describe(n) + ", seed " +
+                               std::to_string(seed) + " (caller streams first used from one thread)";
+      CollCase c(spec, n);
+      c.prepare(seed);
+      ASSERT_TRUE(runThreadPerRank(*clique, c, what));
+      ASSERT_TRUE(c.check(what));
+    }
+  }
+}
+
+// Issue 13, item 2: the GPU-side watchdog. Rank 1's stream is stalled by work queued before the call (a host
+// function that waits for a host flag), so rank 0 waits on the GPU for rank 1's signals. Every call returns
+// concclSuccess; within about timeoutMs the communicator reports concclTimeout on every rank, the message names
+// the call and the ranks that made no progress, and rank 0's stream drains (the failure re-opens every flag);
+// once the application ends its stall, rank 1's stream finishes too, and concclCommAbort returns promptly.
+TEST(Watchdog, StalledRankBecomesTimeoutOnEveryRank) {
+  SKIP_WITHOUT_GPU();
+  cliqueCache().clear();
+  constexpr int kN = 2;
+  constexpr int kTimeoutMs = 2000;
+  concclConfig_t config = cudaConfig();
+  config.timeoutMs = kTimeoutMs;
+  std::vector<concclComm_t> comms(kN, nullptr);
+  std::vector<int> devices(kN, 0);
+  ASSERT_EQ(concclCommInitAll(comms.data(), kN, devices.data(), &config), concclSuccess)
+      << concclGetLastError(nullptr);
+  std::vector<cudaStream_t> streams(kN, nullptr);
+  for (auto& s : streams) CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  static std::atomic<int> release{0};
+  release = 0;
+  CUDA_OK(cudaLaunchHostFunc(
+      streams[1],
+      [](void*) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (release.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      },
+      nullptr));
+
+  CaseSpec spec = bigSpec(Coll::kAllReduce, kN, 0);
+  CollCase c(spec, kN);
+  c.prepare(freshSeed());
+  ASSERT_EQ(concclGroupStart(), concclSuccess);
+  for (int r = 0; r < kN; ++r) ASSERT_EQ(c.call(r, comms[static_cast<size_t>(r)], streams[static_cast<size_t>(r)]), concclSuccess);
+  ASSERT_EQ(concclGroupEnd(), concclSuccess) << concclGetLastError(comms[0]);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<concclResult_t> async(kN, concclSuccess);
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+    for (int r = 0; r < kN; ++r) concclCommGetAsyncError(comms[static_cast<size_t>(r)], &async[static_cast<size_t>(r)]);
+    if (async[0] != concclSuccess && async[1] != concclSuccess) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(async[0], concclTimeout);
+  EXPECT_EQ(async[1], concclTimeout);
+  EXPECT_GE(waited, kTimeoutMs / 1000.0 * 0.8);
+  EXPECT_LE(waited, kTimeoutMs / 1000.0 + 3.0);
+  // The next call reports the watchdog's reason.
+  EXPECT_NE(c.call(0, comms[0], streams[0]), concclSuccess);
+  const std::string message = concclGetLastError(comms[0]);
+  EXPECT_NE(message.find("concclAllReduce #0"), std::string::npos) << message;
+  EXPECT_NE(message.find("did not complete within 2000 ms"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 1"), std::string::npos) << message;
+  // Rank 0's stream drains (its waits were re-opened) although rank 1 never reached the call.
+  const auto t1 = std::chrono::steady_clock::now();
+  cudaError_t q0 = cudaErrorNotReady;
+  while ((q0 = cudaStreamQuery(streams[0])) == cudaErrorNotReady &&
+         std::chrono::steady_clock::now() - t1 < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(q0, cudaSuccess) << "rank 0's stream did not drain after the watchdog fired";
+  // The stall is the application's to end; then rank 1's stream runs its (released) part and finishes. Ended
+  // before the abort: releasing a rank frees memory with cudaFree, which waits for the whole device.
+  release = 1;
+  const auto t2 = std::chrono::steady_clock::now();
+  cudaError_t q1 = cudaErrorNotReady;
+  while ((q1 = cudaStreamQuery(streams[1])) == cudaErrorNotReady &&
+         std::chrono::steady_clock::now() - t2 < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(q1, cudaSuccess) << "rank 1's stream did not finish after the stall ended";
+  const auto t3 = std::chrono::steady_clock::now();
+  for (concclComm_t comm : comms) EXPECT_EQ(concclCommAbort(comm), concclSuccess);
+  EXPECT_LT(std::chrono::steady_clock::now() - t3, std::chrono::seconds(5)) << "abort took long";
+  for (auto s : streams) cudaStreamDestroy(s);
+}
+
+}  // namespace
+}  // namespace conccl::gputest
