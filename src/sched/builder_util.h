@@ -62,7 +62,11 @@ struct ReduceShare {
   size_t elems = 0;
   std::vector<Location> inputs;    // per rank q: where q's contribution to this share starts
   Location output;                 // where the reduced share goes (the reducer's memory)
-  std::vector<Location> gatherTo;  // AllReduce: per rank, where to push the reduced share (empty: none)
+  std::vector<Location> gatherTo;  // AllReduce: per rank, where to push the reduced share (empty: none); with
+                                   // peerReads an entry whose rank is -1 is skipped (Reduce: only the root's)
+  // peerReads only: the reducer has no output buffer of its own (Reduce's non-roots). Each piece is reduced into
+  // its scratch and pushed from there to gatherTo; `output` is unused.
+  bool stagedInScratch = false;
 };
 
 // Fills `schedule.programs` with the pipelined exchange-into-scratch + Reduce programs for shares[r]

@@ -12,7 +12,9 @@
 // Program of rank `me`:
 //   ready -> every peer (my buffers may be read / written); wait ready <- every peer;
 //   per piece c of my share: Reduce(all ranks' inputs of piece c) -> output; AllReduce: push piece c to every
-//     peer's recvbuff on the lanes;
+//     peer's recvbuff on the lanes; Reduce: every rank reduces a share too, a non-root into its scratch (a few
+//     slots, reused once their push finished) and pushes it into the root's recvbuff, so the root's kernel
+//     reads 1/n of the data instead of all of it;
 //   join the lanes used; done -> every peer (I no longer touch its memory); wait done <- every peer.
 #include <algorithm>
 #include <string>
@@ -53,17 +55,33 @@ void emitPullReduce(const CollectiveCall& call, const BuildOptions& options, con
     const size_t target = roundUp(ceilDiv(maxElems * es, static_cast<size_t>(std::max(options.targetChunks, 1))), kAlign);
     pieceElems = std::max<size_t>(1, std::min(maxElems, std::max(options.minChunkBytes, target) / es));
   }
+  // Staged shares reduce piece c into scratch slot c % stageSlots; the slot is reused once the push of piece
+  // c - stageSlots (on a lane) has finished, which that lane signals to the rank itself.
+  bool anyStaged = false;
+  for (const ReduceShare& s : shares) anyStaged = anyStaged || (s.stagedInScratch && s.elems > 0);
+  const int stageSlots = std::max(options.pipelineDepth, 1);
+  if (anyStaged) {
+    const size_t slotBytes = options.scratchBudget / static_cast<size_t>(stageSlots) / kAlign * kAlign;
+    CONCCL_REQUIRE(slotBytes >= es, "Reduce: scratch budget of " + std::to_string(options.scratchBudget) +
+                                        " bytes is too small to stage pieces");
+    pieceElems = std::max<size_t>(1, std::min(pieceElems, slotBytes / es));
+  }
+  const size_t stride = roundUp(pieceElems * es, kAlign);
   size_t maxPieces = 0;
   for (const ReduceShare& s : shares) maxPieces = std::max(maxPieces, ceilDiv(s.elems, pieceElems));
-  schedule.scratchBytes = 0;
+  schedule.scratchBytes = anyStaged ? static_cast<size_t>(std::min<size_t>(stageSlots, maxPieces)) * stride : 0;
   schedule.peerReads = true;
   schedule.algorithm = "pull-reduce(pieces=" + std::to_string(maxPieces) +
                        ",pieceBytes=" + std::to_string(std::min(pieceElems, maxElems) * es) + ")";
 
-  // reads[me][q]: me's reductions read q's memory; writes[me][q]: me pushes into q's memory.
+  // reads(me, q): me's reductions read q's memory; writes(me, q): me pushes into q's memory.
   auto reads = [&](int me, int q) { return q != me && shares[static_cast<size_t>(me)].elems > 0; };
+  auto pushesTo = [&](const ReduceShare& share, int q) {
+    return !share.gatherTo.empty() && share.gatherTo[static_cast<size_t>(q)].rank >= 0;
+  };
   auto writes = [&](int me, int q) {
-    return q != me && shares[static_cast<size_t>(me)].elems > 0 && !shares[static_cast<size_t>(me)].gatherTo.empty();
+    const ReduceShare& share = shares[static_cast<size_t>(me)];
+    return q != me && share.elems > 0 && pushesTo(share, q);
   };
   auto touches = [&](int me, int q) { return reads(me, q) || writes(me, q); };
 
@@ -80,12 +98,20 @@ void emitPullReduce(const CollectiveCall& call, const BuildOptions& options, con
       if (touches(me, q)) ops.push_back(Wait{readySlot(n, q)});
     }
     std::vector<bool> laneUsed(static_cast<size_t>(lanes), false);
-    for (size_t off = 0, c = 0; off < share.elems; off += pieceElems, ++c) {
+    const size_t pieces = ceilDiv(share.elems, pieceElems);
+    for (size_t c = 0; c < pieces; ++c) {
+      const size_t off = c * pieceElems;
       const size_t count = std::min(pieceElems, share.elems - off);
+      const int slot = static_cast<int>(c % static_cast<size_t>(stageSlots));
+      const Location out = share.stagedInScratch ? Location{me, kScratch, static_cast<size_t>(slot) * stride}
+                                                 : plus(share.output, off * es);
+      if (share.stagedInScratch && c >= static_cast<size_t>(stageSlots)) {
+        ops.push_back(Wait{creditSlot(n, me, slot, options.pipelineDepth)});
+      }
       Reduce red;
       red.inputs.reserve(static_cast<size_t>(n));
       for (int q = 0; q < n; ++q) red.inputs.push_back(plus(share.inputs[static_cast<size_t>(q)], off * es));
-      red.output = plus(share.output, off * es);
+      red.output = out;
       red.count = count;
       red.dtype = call.dtype;
       red.op = call.op;
@@ -93,10 +119,14 @@ void emitPullReduce(const CollectiveCall& call, const BuildOptions& options, con
       if (share.gatherTo.empty()) continue;
       for (int o = 1; o < n; ++o) {
         const int p = (me + o) % n;
+        if (!pushesTo(share, p)) continue;
         const int lane = static_cast<int>((static_cast<size_t>(o - 1) + c) % static_cast<size_t>(lanes));
-        ops.push_back(Copy{plus(share.output, off * es), plus(share.gatherTo[static_cast<size_t>(p)], off * es),
-                           count * es, lane});
+        ops.push_back(Copy{out, plus(share.gatherTo[static_cast<size_t>(p)], off * es), count * es, lane});
         laneUsed[static_cast<size_t>(lane)] = true;
+        // Staged: one target only (the root); its lane frees the slot for piece c + stageSlots.
+        if (share.stagedInScratch && c + static_cast<size_t>(stageSlots) < pieces) {
+          ops.push_back(Signal{me, creditSlot(n, me, slot, options.pipelineDepth), lane});
+        }
       }
     }
     // End: M joins the lanes that pushed (each signals this rank itself), so that "done" follows every read (the
