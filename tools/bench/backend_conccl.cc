@@ -52,11 +52,14 @@ SmUsage ConcclBackend::Sms(CollKind kind, size_t bytes) const {
     default: break;
   }
   concclConfig_t used = CONCCL_CONFIG_INITIALIZER;
+  const bool reduces = kind == CollKind::kReduceScatter || kind == CollKind::kAllReduce || kind == CollKind::kReduce;
+  // The executor runs movement-only calls as the kernel up to 4 x smallMessageBytes (kSmallMovementFactor in
+  // src/exec/cuda/cuda_executor.cc).
   if (!comms_.empty() && concclCommGetConfig(comms_.front(), &used) == concclSuccess &&
-      used.backend == concclBackendCuda && used.engine != concclEngineCopy && copied <= used.smallMessageBytes) {
+      used.backend == concclBackendCuda && used.engine != concclEngineCopy &&
+      copied <= (reduces ? used.smallMessageBytes : 4 * used.smallMessageBytes)) {
     return {1, true, true, "small-message kernel (1 CTA for a few us) below smallMessageBytes, estimated"};
   }
-  const bool reduces = kind == CollKind::kReduceScatter || kind == CollKind::kAllReduce || kind == CollKind::kReduce;
   if (!reduces) return {0, false, false, "copy engines only"};
   // reduceCtas 0 (auto, the default): one CTA per 256 KiB of input read, at most 8 (docs/cuda-executor.md).
   if (used.reduceCtas > 0) return {used.reduceCtas, false, false, "reduction kernel CTAs (config.reduceCtas)"};

@@ -52,6 +52,10 @@ namespace {
 
 // The size of rank r's part of a call (copies + reduction outputs), and whether its program fits the small-message
 // kernel's tables: from the schedule when the builder filled them in (hand-made schedules: from the programs).
+// Movement-only programs run as the small-message kernel up to this multiple of smallMessageBytes (see
+// takesSmallPath).
+constexpr size_t kSmallMovementFactor = 4;
+
 bool hasProgramStats(const sched::Schedule& schedule) {
   return schedule.workBytes.size() == schedule.programs.size() &&
          schedule.activeOps.size() == schedule.programs.size() &&
@@ -61,11 +65,15 @@ size_t programWorkBytes(const sched::Schedule& schedule, int r) {
   const size_t i = static_cast<size_t>(r);
   return hasProgramStats(schedule) ? schedule.workBytes[i] : sched::programWorkBytes(schedule.programs[i]);
 }
+size_t programReduceInputs(const sched::Schedule& schedule, int r) {
+  const size_t i = static_cast<size_t>(r);
+  return hasProgramStats(schedule) ? schedule.reduceInputs[i] : sched::programReduceInputs(schedule.programs[i]);
+}
 bool programFitsSmallKernel(const sched::Schedule& schedule, int r) {
   const size_t i = static_cast<size_t>(r);
   const bool stats = hasProgramStats(schedule);
   return fitsSmallProgram(stats ? schedule.activeOps[i] : sched::programActiveOps(schedule.programs[i]),
-                          stats ? schedule.reduceInputs[i] : sched::programReduceInputs(schedule.programs[i]));
+                          programReduceInputs(schedule, r));
 }
 
 class CudaExecutor final : public Executor {
@@ -641,9 +649,15 @@ bool CudaExecutor::takesSmallPath(const sched::Schedule& schedule, int rank) con
   // copy-engine rank's flag (a stream write after its copy) saw stale data in graph replays on the H200.
   // The tables' limits are checked for every rank's program too: a rank whose program did not fit would
   // otherwise fall back to copy engines alone while its peers ran the kernel.
-  if (smallBytes_ == 0 || programWorkBytes(schedule, rank) > smallBytes_) return false;
+  // Programs that only move data use the kernel up to kSmallMovementFactor x smallMessageBytes: across 2 H200s
+  // (2026-11-30, docs/results/2026-11-30-h200-x2/) its single CTA moved 128-256 KiB faster than the copy-engine
+  // path's calls (all-gather 256 KiB: 24 vs 37 us), while a single CTA reducing lost from 128 KiB on.
+  bool reduces = false;
+  for (int p = 0; p < schedule.nranks; ++p) reduces = reduces || programReduceInputs(schedule, p) > 0;
+  const size_t limit = reduces ? smallBytes_ : smallBytes_ * kSmallMovementFactor;
+  if (smallBytes_ == 0 || programWorkBytes(schedule, rank) > limit) return false;
   for (int p = 0; p < schedule.nranks; ++p) {
-    if (programWorkBytes(schedule, p) > smallBytes_ || !programFitsSmallKernel(schedule, p)) return false;
+    if (programWorkBytes(schedule, p) > limit || !programFitsSmallKernel(schedule, p)) return false;
   }
   return true;
 }
