@@ -15,16 +15,6 @@ namespace conccl::sched::detail {
 
 namespace {
 
-constexpr size_t kAlign = 256;
-
-size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
-size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
-
-Location plus(Location l, size_t bytes) {
-  l.offset += bytes;
-  return l;
-}
-
 // Remembers which lanes carried copies to each peer, so that "done" is signalled after all of them: on the
 // one lane if there was only one (the signal is then ordered after the copies by stream order), otherwise
 // on M after every involved lane has joined M through a self-signal.

@@ -45,6 +45,16 @@ int dataSlot(int nranks, int fromPeer, int k, int depth);    // reducer's flag: 
 int creditSlot(int nranks, int fromPeer, int k, int depth);  // sender's flag: fromPeer freed slot k
 int joinSlot(int nranks, int depth, int lane);               // rank's own flag: lane `lane` reached the end
 
+// Chunk and piece boundaries are multiples of kAlign bytes (every element size divides it).
+inline constexpr size_t kAlign = 256;
+inline size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+inline size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+// `l` moved on by `bytes`.
+inline Location plus(Location l, size_t bytes) {
+  l.offset += bytes;
+  return l;
+}
+
 // One copy that the rank holding `src` pushes to `dst` (dst may be the same rank: a local copy).
 struct Transfer {
   Location src;

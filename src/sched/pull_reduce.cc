@@ -24,20 +24,6 @@
 
 namespace conccl::sched::detail {
 
-namespace {
-
-constexpr size_t kAlign = 256;
-
-size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
-size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
-
-Location plus(Location l, size_t bytes) {
-  l.offset += bytes;
-  return l;
-}
-
-}  // namespace
-
 void emitPullReduce(const CollectiveCall& call, const BuildOptions& options, const std::vector<ReduceShare>& shares,
                     Schedule& schedule) {
   const int n = call.nranks;
