@@ -110,9 +110,9 @@ typedef enum { concclSum = 0, concclProd = 1, concclMax = 2, concclMin = 3, conc
 
 typedef enum { concclBackendHost = 0, concclBackendCuda = 1 } concclBackend_t;
 
-/* How data moves on the CUDA backend. Copy: copy engines always. Auto: copy engines, except that a rank
- * whose part of a call copies at most config.smallMessageBytes runs it as one 1-CTA kernel (one launch instead
- * of three or more copy-engine operations; not used between processes that share a GPU). Sm (SM copy kernels
+/* How data moves on the CUDA backend. Copy: copy engines always. Auto: copy engines, except that small calls
+ * (config.smallMessageBytes) run as one 1-CTA kernel per rank (one launch instead of three or more copy-engine
+ * operations; not used between processes that share a GPU). Reductions run on a few SMs either way. Sm (SM copy kernels
  * at every size) is reserved and refused with concclNotSupported by this version rather than silently
  * replaced. */
 typedef enum { concclEngineAuto = 0, concclEngineCopy = 1, concclEngineSm = 2 } concclEngine_t;
@@ -135,9 +135,11 @@ typedef enum { concclEngineAuto = 0, concclEngineCopy = 1, concclEngineSm = 2 } 
  *   scratchBytes  CONCCL_SCRATCH_BYTES 64 MiB bound on the scratch memory of one rank (>= 64 KiB)
  *   timeoutMs     CONCCL_TIMEOUT_MS    300000 how long a rank waits for its peers, and its GPU work may go
  *                                             without progress (>= 1)
- *   smallMessageBytes CONCCL_SMALL_MESSAGE_BYTES 64 KiB  a rank whose part of a call copies at most this many
- *                 bytes runs it as one small kernel (1 CTA, a few microseconds of one SM) instead of copy-engine
- *                 operations: one launch instead of three or more. 0 disables it; engine = copy never uses it.
+ *   smallMessageBytes CONCCL_SMALL_MESSAGE_BYTES 64 KiB  a call whose part on every rank (bytes copied plus
+ *                 bytes its reductions produce) is at most this many bytes, or 4x this for calls without a
+ *                 reduction, runs as one small kernel per rank (1 CTA, a few microseconds of one SM) instead of
+ *                 copy-engine operations: one launch instead of three or more. 0 disables it; engine = copy never
+ *                 uses it.
  */
 typedef struct {
   size_t size;           /* sizeof(concclConfig_t) as compiled by the caller */
