@@ -270,7 +270,9 @@ TEST(ScheduleCopyBytes, WorkBytesCountReductionOutputs) {
       EXPECT_EQ(s.workBytes[r], programWorkBytes(s.programs[r]));
       // Each rank produces its whole share (4 MiB); pushed schedules also copy the peer's half into its scratch.
       EXPECT_EQ(s.workBytes[r], (size_t{4} << 20) + (peerReads ? 0 : (size_t{4} << 20))) << "peerReads " << peerReads;
-      if (peerReads) EXPECT_EQ(s.copyBytes[r], 0u);
+      if (peerReads) {
+        EXPECT_EQ(s.copyBytes[r], 0u);
+      }
     }
     EXPECT_EQ(s.peerReads, peerReads);
   }
