@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "check_cuda.h"
+#include "core/types.h"
 #include "exec/cuda/reduce_kernel.h"
 #include "exec/cuda/reduce_kernel_impl.cuh"
 #include "kernel_bench.h"
@@ -65,28 +66,14 @@ void fill(const Inputs& b, concclDataType_t dtype, cudaStream_t stream) {
   CHECK_CUDA(cudaGetLastError());
 }
 
-
-const char* typeName(concclDataType_t t) {
-  return t == concclBfloat16 ? "bf16" : t == concclFloat16 ? "fp16" : "fp32";
-}
-const char* opName(concclRedOp_t op) {
-  switch (op) {
-    case concclSum: return "sum";
-    case concclProd: return "prod";
-    case concclMax: return "max";
-    case concclMin: return "min";
-    default: return "avg";
-  }
-}
-
 void report(const char* kernel, concclDataType_t dtype, concclRedOp_t op, int k, int ctas, size_t bytes, double ms) {
   const double gbs = static_cast<double>(k) * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
-  std::printf("%-16s %-5s %-4s %6d %5d %10.3f %11.1f %10.1f\n", kernel, typeName(dtype), opName(op), k, ctas, ms, gbs,
-              gbs / ctas);
+  std::printf("%-16s %-8s %-4s %6d %5d %10.3f %11.1f %10.1f\n", kernel, conccl::typeName(dtype), conccl::opName(op), k,
+              ctas, ms, gbs, gbs / ctas);
   std::printf(
       "#json {\"bench\":\"reduce\",\"kernel\":\"%s\",\"dtype\":\"%s\",\"op\":\"%s\",\"inputs\":%d,"
       "\"input_bytes\":%zu,\"ctas\":%d,\"time_ms\":%.4f,\"read_gbps\":%.2f,\"read_gbps_per_sm\":%.2f}\n",
-      kernel, typeName(dtype), opName(op), k, bytes, ctas, ms, gbs, gbs / ctas);
+      kernel, conccl::typeName(dtype), conccl::opName(op), k, bytes, ctas, ms, gbs, gbs / ctas);
 }
 
 exec::ReduceArgs argsFor(const Inputs& b, int k, size_t elemBytes) {
@@ -130,7 +117,7 @@ void runReduceBench(size_t inputMiB, int runs) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
   std::printf("# reduction kernel: k inputs x %zu MiB, %d threads/CTA, device %d (%s, %d SMs), median of %d\n",
               inputMiB, exec::kReduceThreads, device, prop.name, sms, runs);
-  std::printf("%-16s %-5s %-4s %6s %5s %10s %11s %10s\n", "kernel", "dtype", "op", "inputs", "CTAs", "time_ms",
+  std::printf("%-16s %-8s %-4s %6s %5s %10s %11s %10s\n", "kernel", "dtype", "op", "inputs", "CTAs", "time_ms",
               "read_GB/s", "GB/s/SM");
   Inputs b;
   b.bytes = inputMiB << 20;
