@@ -1,6 +1,7 @@
 // concclC3Plan: the C3 planner (src/c3/planner.h) behind the public API, with the calibration named by
 // CONCCL_C3_CALIBRATION.
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -12,7 +13,7 @@
 namespace conccl::api {
 namespace {
 
-c3::Dtype gemmDtype(concclDataType_t t) {
+c3::Dtype gemmDtype(int t) {
   switch (t) {
     case concclBfloat16:
       return c3::Dtype::kBf16;
@@ -28,7 +29,17 @@ c3::Dtype gemmDtype(concclDataType_t t) {
   }
 }
 
-c3::CollKind collKind(concclC3Collective_t c) {
+// The caller's enum field read as the int it holds: a value outside the enum's range is the caller's error to
+// report, and loading it as the enum type would be undefined behaviour (UBSan flags it).
+template <typename Enum>
+int rawEnum(const Enum& field) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int raw = 0;
+  std::memcpy(&raw, &field, sizeof(raw));
+  return raw;
+}
+
+c3::CollKind collKind(int c) {
   switch (c) {
     case concclC3AllGather:
       return c3::CollKind::kAllGather;
@@ -41,7 +52,7 @@ c3::CollKind collKind(concclC3Collective_t c) {
     case concclC3Broadcast:
       return c3::CollKind::kBroadcast;
   }
-  CONCCL_THROW(concclInvalidArgument, "unknown collective " + std::to_string(int(c)));
+  CONCCL_THROW(concclInvalidArgument, "unknown collective " + std::to_string(c));
 }
 
 // The public enum follows the order of c3::Strategy (serial .. conccl+RP).
@@ -72,8 +83,8 @@ extern "C" concclResult_t concclC3Plan(const concclC3Workload_t* workload, concc
     CONCCL_REQUIRE(w.bytes > 0, "bytes must be positive");
     CONCCL_REQUIRE(w.nranks >= 1, "nranks must be >= 1");
     CONCCL_REQUIRE(w.smCount >= 0, "smCount must be >= 0 (0: 132)");
-    const c3::GemmShape gemm{w.m, w.n, w.k, api::gemmDtype(w.gemmType)};
-    const c3::CollectiveSpec coll{api::collKind(w.collective), uint64_t(w.bytes), w.nranks, c3::Dtype::kBf16};
+    const c3::GemmShape gemm{w.m, w.n, w.k, api::gemmDtype(api::rawEnum(w.gemmType))};
+    const c3::CollectiveSpec coll{api::collKind(api::rawEnum(w.collective)), uint64_t(w.bytes), w.nranks, c3::Dtype::kBf16};
     const c3::MachineProfile machine = c3::MachineProfile::h200();
     const int sms = w.smCount > 0 ? w.smCount : machine.sms;
 
