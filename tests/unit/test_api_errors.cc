@@ -1,12 +1,14 @@
 // Bad input and bad usage: each returns the right code with a message, and nothing crashes or hangs.
 #include <conccl/conccl.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/host_driver.h"
 #include "exec/executor.h"
@@ -86,6 +88,82 @@ TEST(ApiErrors, EnvironmentOverridesAndBadValues) {
   EXPECT_NE(lastError().find("CONCCL_LANES"), std::string::npos);
   unsetenv("CONCCL_LANES");
   unsetenv("CONCCL_BACKEND");
+}
+
+// reduceCtas 0 means auto (the default); the tuning variables are range-checked like the others.
+TEST(ApiErrors, AutoReduceCtasAndTuningVariables) {
+  concclComm_t comm = nullptr;
+  concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
+  config.backend = concclBackendHost;
+  concclConfig_t got = CONCCL_CONFIG_INITIALIZER;
+  ASSERT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclSuccess) << lastError();
+  ASSERT_EQ(concclCommGetConfig(comm, &got), concclSuccess);
+  EXPECT_EQ(got.reduceCtas, 0);
+  EXPECT_EQ(concclCommDestroy(comm), concclSuccess);
+  config.reduceCtas = 8;
+  ASSERT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclSuccess) << lastError();
+  ASSERT_EQ(concclCommGetConfig(comm, &got), concclSuccess);
+  EXPECT_EQ(got.reduceCtas, 8);
+  EXPECT_EQ(concclCommDestroy(comm), concclSuccess);
+  config.reduceCtas = -1;
+  EXPECT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclInvalidArgument);
+  EXPECT_NE(lastError().find("reduceCtas"), std::string::npos);
+  config.reduceCtas = CONCCL_CONFIG_UNDEF_INT;
+  for (const char* name : {"CONCCL_PIPELINE_DEPTH", "CONCCL_PEER_REDUCE", "CONCCL_MIN_CHUNK_BYTES"}) {
+    setenv(name, name == std::string("CONCCL_MIN_CHUNK_BYTES") ? "12" : "0x", 1);
+    EXPECT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclInvalidArgument) << name;
+    EXPECT_NE(lastError().find(name), std::string::npos) << lastError();
+    unsetenv(name);
+  }
+}
+
+// Reductions give the same results whether reducers read their peers in place (the default) or receive the
+// inputs into scratch first (CONCCL_PEER_REDUCE=0), here on the host backend with several pieces per share.
+TEST(ApiErrors, PeerReadsAndScratchExchangeAgree) {
+  const int n = 3;
+  const size_t count = (size_t{3} << 20) + 7;  // 12 MiB per rank: several 1 MiB pieces per share
+  std::vector<std::vector<float>> results;
+  for (const char* peer : {"1", "0"}) {
+    setenv("CONCCL_PEER_REDUCE", peer, 1);
+    setenv("CONCCL_MIN_CHUNK_BYTES", "1M", 1);
+    std::vector<concclComm_t> comms = hostComms(n);
+    unsetenv("CONCCL_PEER_REDUCE");
+    unsetenv("CONCCL_MIN_CHUNK_BYTES");
+    std::vector<std::vector<float>> send(n, std::vector<float>(count)), recv(n, std::vector<float>(count));
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < count; ++i) send[r][i] = static_cast<float>((i * 7 + static_cast<size_t>(r) * 3) % 101);
+    }
+    ASSERT_EQ(concclGroupStart(), concclSuccess);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(concclAllReduce(send[r].data(), recv[r].data(), count, concclFloat32, concclSum, comms[r], nullptr),
+                concclSuccess);
+    }
+    ASSERT_EQ(concclGroupEnd(), concclSuccess) << lastError();
+    ASSERT_EQ(concclGroupStart(), concclSuccess);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(concclReduce(send[r].data(), r == 1 ? send[r].data() : nullptr, count, concclFloat32, concclMax, 1,
+                             comms[r], nullptr),
+                concclSuccess);
+    }
+    ASSERT_EQ(concclGroupEnd(), concclSuccess) << lastError();
+    for (auto c : comms) EXPECT_EQ(concclCommDestroy(c), concclSuccess);
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < count; i += 4099) {
+        float sum = 0, max = 0;
+        for (int q = 0; q < n; ++q) {
+          const float v = static_cast<float>((i * 7 + static_cast<size_t>(q) * 3) % 101);
+          sum += v;
+          max = std::max(max, v);
+        }
+        ASSERT_EQ(recv[r][i], sum) << "peer reads " << peer << " rank " << r << " element " << i;
+        if (r == 1) {
+          ASSERT_EQ(send[r][i], max) << "peer reads " << peer << " element " << i;
+        }
+      }
+    }
+    results.push_back(recv[0]);
+  }
+  EXPECT_EQ(results[0], results[1]);
 }
 
 TEST(ApiErrors, SmallMessageBytesFromFieldEnvironmentAndOlderStructs) {
