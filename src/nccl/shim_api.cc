@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -34,6 +35,60 @@ std::unordered_set<void*>& concclAllocations() {
   return *s;
 }
 
+// NCCL lets one thread create several ranks of a communicator between ncclGroupStart and ncclGroupEnd (nccl-tests
+// with several GPUs per process does). conccl's init blocks for the peers and is refused inside its groups, so
+// inside a group the shim hands out the wrapper at once and runs the inits at the outermost ncclGroupEnd, one
+// thread per rank (the handle is usable after ncclGroupEnd, as with NCCL).
+struct PendingInit {
+  ncclComm_t wrapper;
+  int nranks;
+  concclUniqueId id;
+  int rank;
+  int device;
+  std::string call;
+  std::string reason;
+};
+thread_local int tlsGroupDepth = 0;
+thread_local std::vector<PendingInit> tlsPendingInits;
+
+ncclResult_t runPendingInits() {
+  std::vector<PendingInit> inits;
+  inits.swap(tlsPendingInits);
+  if (inits.empty()) return ncclSuccess;
+  std::vector<concclResult_t> results(inits.size(), concclSuccess);
+  std::vector<concclComm_t> comms(inits.size(), nullptr);
+  auto run = [&](size_t i) {
+    cudaError_t e = cudaSetDevice(inits[i].device);
+    if (e != cudaSuccess) {
+      results[i] = concclUnhandledCudaError;
+      return;
+    }
+    results[i] = concclCommInitRank(&comms[i], inits[i].nranks, inits[i].id, inits[i].rank);
+  };
+  if (inits.size() == 1) {
+    run(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < inits.size(); ++i) threads.emplace_back(run, i);
+    for (auto& t : threads) t.join();
+  }
+  ncclResult_t first = ncclSuccess;
+  for (size_t i = 0; i < inits.size(); ++i) {
+    ncclResult_t r = ncclSuccess;
+    if (results[i] == concclSuccess) {
+      inits[i].wrapper->conccl = comms[i];
+      logComm(inits[i].wrapper, inits[i].call + " (at ncclGroupEnd)", inits[i].reason);
+    } else if (results[i] == concclUnhandledCudaError && comms[i] == nullptr) {
+      r = fail(inits[i].wrapper, ncclUnhandledCudaError,
+               inits[i].call + ": cudaSetDevice(" + std::to_string(inits[i].device) + ") failed at ncclGroupEnd");
+    } else {
+      r = fromConccl(inits[i].wrapper, results[i], inits[i].call.c_str());
+    }
+    if (first == ncclSuccess) first = r;
+  }
+  return first;
+}
+
 ncclResult_t initRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config,
                       const char* call) {
   if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string(call) + ": comm is NULL");
@@ -54,6 +109,17 @@ ncclResult_t initRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int ran
   concclUniqueId id;
   static_assert(sizeof(id.internal) == sizeof(commId.internal));
   std::memcpy(id.internal, commId.internal, sizeof(id.internal));
+  if (tlsGroupDepth > 0) {
+    int device = -1;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+      return fail(nullptr, ncclUnhandledCudaError, std::string(call) + ": cudaGetDevice failed");
+    }
+    auto* w = new ncclComm;
+    w->path = Path::kConccl;  // w->conccl stays NULL until ncclGroupEnd
+    tlsPendingInits.push_back({w, nranks, id, rank, device, call, d.reason});
+    *comm = w;
+    return ncclSuccess;
+  }
   concclComm_t c = nullptr;
   concclResult_t r = concclCommInitRank(&c, nranks, id, rank);
   if (r != concclSuccess) return fromConccl(nullptr, r, call);
@@ -172,7 +238,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     auto fn = realFn<decltype(&::ncclCommDestroy)>("ncclCommDestroy");
     r = fn ? fn(realComm(comm)) : ncclInvalidUsage;
   } else {
-    r = fromConccl(nullptr, concclCommDestroy(comm->conccl), "ncclCommDestroy");
+    if (comm->conccl != nullptr) r = fromConccl(nullptr, concclCommDestroy(comm->conccl), "ncclCommDestroy");
   }
   if (isShimComm(comm)) delete comm;
   return r;
@@ -185,7 +251,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
     auto fn = realFn<decltype(&::ncclCommAbort)>("ncclCommAbort");
     r = fn ? fn(realComm(comm)) : ncclInvalidUsage;
   } else {
-    r = fromConccl(nullptr, concclCommAbort(comm->conccl), "ncclCommAbort");
+    if (comm->conccl != nullptr) r = fromConccl(nullptr, concclCommAbort(comm->conccl), "ncclCommAbort");
   }
   if (isShimComm(comm)) delete comm;
   return r;
@@ -336,6 +402,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm
 // A group may hold calls on communicators of both paths: open and close it in both libraries.
 CONCCL_NCCL_EXPORT ncclResult_t ncclGroupStart() {
   ncclResult_t r = fromConccl(nullptr, concclGroupStart(), "ncclGroupStart");
+  if (r == ncclSuccess) ++tlsGroupDepth;
   if (realAvailable()) {
     auto fn = realFn<decltype(&::ncclGroupStart)>("ncclGroupStart");
     ncclResult_t rr = fn ? fn() : ncclSuccess;
@@ -346,6 +413,11 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclGroupStart() {
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
   ncclResult_t r = fromConccl(nullptr, concclGroupEnd(), "ncclGroupEnd");
+  if (tlsGroupDepth > 0 && --tlsGroupDepth == 0) {
+    // After concclGroupEnd: the inits must not run inside a conccl group.
+    ncclResult_t ri = runPendingInits();
+    if (r == ncclSuccess) r = ri;
+  }
   if (realAvailable()) {
     auto fn = realFn<decltype(&::ncclGroupEnd)>("ncclGroupEnd");
     ncclResult_t rr = fn ? fn() : ncclSuccess;

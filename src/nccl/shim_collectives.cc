@@ -16,6 +16,11 @@ Path route(ncclComm_t comm, Coll coll, ncclDataType_t type, int op, const char* 
     *result = fail(nullptr, ncclInvalidArgument, std::string(call) + ": comm is NULL");
     return Path::kFail;
   }
+  if (isShimComm(comm) && comm->path == Path::kConccl && comm->conccl == nullptr) {
+    *result = fail(comm, ncclInvalidUsage,
+                   std::string(call) + ": the communicator's init failed or waits for ncclGroupEnd");
+    return Path::kFail;
+  }
   Decision d = routeCall(shim().env, isShimComm(comm) ? comm->path : Path::kNccl, coll, static_cast<int>(type), op);
   if (d.path == Path::kFail) *result = fail(comm, ncclInvalidArgument, std::string(call) + ": " + d.reason);
   return d.path;

@@ -94,25 +94,28 @@ ncclComm_t wrapComm(Path path, concclComm_t c, ncclComm_t real, const std::strin
   w->path = path;
   w->conccl = c;
   w->real = real;
-  {  // always printed: which path a communicator takes must never be a guess
-    int rank = -1, nranks = -1, dev = -1;
-    if (path == Path::kConccl) {
-      concclCommUserRank(c, &rank);
-      concclCommCount(c, &nranks);
-      concclCommCuDevice(c, &dev);
-    } else {
-      auto r = realFn<decltype(&::ncclCommUserRank)>("ncclCommUserRank");
-      auto n = realFn<decltype(&::ncclCommCount)>("ncclCommCount");
-      auto d = realFn<decltype(&::ncclCommCuDevice)>("ncclCommCuDevice");
-      if (r) r(real, &rank);
-      if (n) n(real, &nranks);
-      if (d) d(real, &dev);
-    }
-    char buf[96];
-    std::snprintf(buf, sizeof(buf), "comm %p rank %d nranks %d cudaDev %d", static_cast<void*>(w), rank, nranks, dev);
-    logLine("INFO", call + ": " + buf + " -> " + pathName(path) + " (" + reason + ")");
-  }
+  logComm(w, call, reason);
   return w;
+}
+
+void logComm(ncclComm_t w, const std::string& call, const std::string& reason) {
+  // Always printed: which path a communicator takes must never be a guess.
+  int rank = -1, nranks = -1, dev = -1;
+  if (w->path == Path::kConccl) {
+    concclCommUserRank(w->conccl, &rank);
+    concclCommCount(w->conccl, &nranks);
+    concclCommCuDevice(w->conccl, &dev);
+  } else {
+    auto r = realFn<decltype(&::ncclCommUserRank)>("ncclCommUserRank");
+    auto n = realFn<decltype(&::ncclCommCount)>("ncclCommCount");
+    auto d = realFn<decltype(&::ncclCommCuDevice)>("ncclCommCuDevice");
+    if (r) r(w->real, &rank);
+    if (n) n(w->real, &nranks);
+    if (d) d(w->real, &dev);
+  }
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "comm %p rank %d nranks %d cudaDev %d", static_cast<void*>(w), rank, nranks, dev);
+  logLine("INFO", call + ": " + buf + " -> " + pathName(w->path) + " (" + reason + ")");
 }
 
 }  // namespace conccl::nccl

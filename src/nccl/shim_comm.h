@@ -68,6 +68,8 @@ Fn realFn(const char* name) {
 
 // Wraps a communicator on `path` and logs its one line on stderr, always (rank, size, path, reason).
 ncclComm_t wrapComm(Path path, concclComm_t c, ncclComm_t real, const std::string& call, const std::string& reason);
+// The line alone (for a conccl communicator whose init was deferred to ncclGroupEnd).
+void logComm(ncclComm_t comm, const std::string& call, const std::string& reason);
 
 }  // namespace conccl::nccl
 
