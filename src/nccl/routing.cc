@@ -27,9 +27,12 @@ bool differs(const EnvLookup& lookup, const char* world, const char* local, std:
 
 const char* pathName(Path p) {
   switch (p) {
-    case Path::kConccl: return "conccl";
-    case Path::kNccl: return "NCCL";
-    case Path::kFail: return "none";
+    case Path::kConccl:
+      return "conccl";
+    case Path::kNccl:
+      return "NCCL";
+    case Path::kFail:
+      return "none";
   }
   return "invalid";
 }

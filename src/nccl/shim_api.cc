@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -130,7 +130,8 @@ ncclResult_t initRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int ran
 }  // namespace
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclGetVersion(int* version) {
-  if (!shim().env.enabled || fromRealNccl(__builtin_return_address(0))) CONCCL_NCCL_FORWARD(nullptr, ncclGetVersion, version);
+  if (!shim().env.enabled || fromRealNccl(__builtin_return_address(0)))
+    CONCCL_NCCL_FORWARD(nullptr, ncclGetVersion, version);
   if (version == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclGetVersion: version is NULL");
   *version = kNcclVersionCode;  // the API the shim implements (callers gate features on it)
   return ncclSuccess;
@@ -361,7 +362,8 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWi
 // With the shim on, memory comes from conccl (cudaMalloc'd: exportable to conccl's peers with CUDA IPC, and
 // usable by NCCL's collectives too, though NCCL's symmetric windows want its own cuMem allocations).
 CONCCL_NCCL_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
-  if (!shim().env.enabled || fromRealNccl(__builtin_return_address(0))) CONCCL_NCCL_FORWARD(nullptr, ncclMemAlloc, ptr, size);
+  if (!shim().env.enabled || fromRealNccl(__builtin_return_address(0)))
+    CONCCL_NCCL_FORWARD(nullptr, ncclMemAlloc, ptr, size);
   concclResult_t r = concclMemAlloc(ptr, size);
   if (r != concclSuccess) return fromConccl(nullptr, r, "ncclMemAlloc");
   std::lock_guard<std::mutex> lock(memMutex());

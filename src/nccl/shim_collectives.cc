@@ -17,8 +17,8 @@ Path route(ncclComm_t comm, Coll coll, ncclDataType_t type, int op, const char* 
     return Path::kFail;
   }
   if (isShimComm(comm) && comm->path == Path::kConccl && comm->conccl == nullptr) {
-    *result = fail(comm, ncclInvalidUsage,
-                   std::string(call) + ": the communicator's init failed or waits for ncclGroupEnd");
+    *result =
+        fail(comm, ncclInvalidUsage, std::string(call) + ": the communicator's init failed or waits for ncclGroupEnd");
     return Path::kFail;
   }
   Decision d = routeCall(shim().env, isShimComm(comm) ? comm->path : Path::kNccl, coll, static_cast<int>(type), op);
@@ -36,9 +36,12 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbu
                                               cudaStream_t stream) {
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kAllReduce, datatype, redOp, "ncclAllReduce", &r)) {
-    case Path::kNccl: CONCCL_NCCL_FORWARD(comm, ncclAllReduce, sendbuff, recvbuff, count, datatype, redOp, realComm(comm), stream);
-    case Path::kFail: return r;
-    case Path::kConccl: break;
+    case Path::kNccl:
+      CONCCL_NCCL_FORWARD(comm, ncclAllReduce, sendbuff, recvbuff, count, datatype, redOp, realComm(comm), stream);
+    case Path::kFail:
+      return r;
+    case Path::kConccl:
+      break;
   }
   return fromConccl(comm, concclAllReduce(sendbuff, recvbuff, count, ty(datatype), op(redOp), comm->conccl, stream),
                     "ncclAllReduce");
@@ -50,11 +53,12 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff,
   switch (route(comm, Coll::kReduce, datatype, redOp, "ncclReduce", &r)) {
     case Path::kNccl:
       CONCCL_NCCL_FORWARD(comm, ncclReduce, sendbuff, recvbuff, count, datatype, redOp, root, realComm(comm), stream);
-    case Path::kFail: return r;
-    case Path::kConccl: break;
+    case Path::kFail:
+      return r;
+    case Path::kConccl:
+      break;
   }
-  return fromConccl(comm,
-                    concclReduce(sendbuff, recvbuff, count, ty(datatype), op(redOp), root, comm->conccl, stream),
+  return fromConccl(comm, concclReduce(sendbuff, recvbuff, count, ty(datatype), op(redOp), root, comm->conccl, stream),
                     "ncclReduce");
 }
 
@@ -64,22 +68,28 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* re
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kReduceScatter, datatype, redOp, "ncclReduceScatter", &r)) {
     case Path::kNccl:
-      CONCCL_NCCL_FORWARD(comm, ncclReduceScatter, sendbuff, recvbuff, recvcount, datatype, redOp, realComm(comm), stream);
-    case Path::kFail: return r;
-    case Path::kConccl: break;
+      CONCCL_NCCL_FORWARD(comm, ncclReduceScatter, sendbuff, recvbuff, recvcount, datatype, redOp, realComm(comm),
+                          stream);
+    case Path::kFail:
+      return r;
+    case Path::kConccl:
+      break;
   }
-  return fromConccl(
-      comm, concclReduceScatter(sendbuff, recvbuff, recvcount, ty(datatype), op(redOp), comm->conccl, stream),
-      "ncclReduceScatter");
+  return fromConccl(comm,
+                    concclReduceScatter(sendbuff, recvbuff, recvcount, ty(datatype), op(redOp), comm->conccl, stream),
+                    "ncclReduceScatter");
 }
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                               ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kBroadcast, datatype, -1, "ncclBroadcast", &r)) {
-    case Path::kNccl: CONCCL_NCCL_FORWARD(comm, ncclBroadcast, sendbuff, recvbuff, count, datatype, root, realComm(comm), stream);
-    case Path::kFail: return r;
-    case Path::kConccl: break;
+    case Path::kNccl:
+      CONCCL_NCCL_FORWARD(comm, ncclBroadcast, sendbuff, recvbuff, count, datatype, root, realComm(comm), stream);
+    case Path::kFail:
+      return r;
+    case Path::kConccl:
+      break;
   }
   return fromConccl(comm, concclBroadcast(sendbuff, recvbuff, count, ty(datatype), root, comm->conccl, stream),
                     "ncclBroadcast");
@@ -92,8 +102,10 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType
     // The real ncclBcast calls ncclBroadcast through the PLT, which would land in the shim: go there directly.
     case Path::kNccl:
       CONCCL_NCCL_FORWARD(comm, ncclBroadcast, buff, buff, count, datatype, root, realComm(comm), stream);
-    case Path::kFail: return r;
-    case Path::kConccl: break;
+    case Path::kFail:
+      return r;
+    case Path::kConccl:
+      break;
   }
   return fromConccl(comm, concclBroadcast(buff, buff, count, ty(datatype), root, comm->conccl, stream), "ncclBcast");
 }
@@ -102,9 +114,12 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbu
                                               ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kAllGather, datatype, -1, "ncclAllGather", &r)) {
-    case Path::kNccl: CONCCL_NCCL_FORWARD(comm, ncclAllGather, sendbuff, recvbuff, sendcount, datatype, realComm(comm), stream);
-    case Path::kFail: return r;
-    case Path::kConccl: break;
+    case Path::kNccl:
+      CONCCL_NCCL_FORWARD(comm, ncclAllGather, sendbuff, recvbuff, sendcount, datatype, realComm(comm), stream);
+    case Path::kFail:
+      return r;
+    case Path::kConccl:
+      break;
   }
   return fromConccl(comm, concclAllGather(sendbuff, recvbuff, sendcount, ty(datatype), comm->conccl, stream),
                     "ncclAllGather");
@@ -114,9 +129,12 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuf
                                              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kAllToAll, datatype, -1, "ncclAlltoAll", &r)) {
-    case Path::kNccl: CONCCL_NCCL_FORWARD(comm, ncclAlltoAll, sendbuff, recvbuff, count, datatype, realComm(comm), stream);
-    case Path::kFail: return r;
-    case Path::kConccl: break;
+    case Path::kNccl:
+      CONCCL_NCCL_FORWARD(comm, ncclAlltoAll, sendbuff, recvbuff, count, datatype, realComm(comm), stream);
+    case Path::kFail:
+      return r;
+    case Path::kConccl:
+      break;
   }
   return fromConccl(comm, concclAllToAll(sendbuff, recvbuff, count, ty(datatype), comm->conccl, stream),
                     "ncclAlltoAll");
@@ -126,9 +144,12 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff,
                                            int root, ncclComm_t comm, cudaStream_t stream) {
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kGather, datatype, -1, "ncclGather", &r)) {
-    case Path::kNccl: CONCCL_NCCL_FORWARD(comm, ncclGather, sendbuff, recvbuff, count, datatype, root, realComm(comm), stream);
-    case Path::kFail: return r;
-    case Path::kConccl: break;
+    case Path::kNccl:
+      CONCCL_NCCL_FORWARD(comm, ncclGather, sendbuff, recvbuff, count, datatype, root, realComm(comm), stream);
+    case Path::kFail:
+      return r;
+    case Path::kConccl:
+      break;
   }
   return fromConccl(comm, concclGather(sendbuff, recvbuff, count, ty(datatype), root, comm->conccl, stream),
                     "ncclGather");
@@ -138,9 +159,12 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff
                                             int root, ncclComm_t comm, cudaStream_t stream) {
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kScatter, datatype, -1, "ncclScatter", &r)) {
-    case Path::kNccl: CONCCL_NCCL_FORWARD(comm, ncclScatter, sendbuff, recvbuff, count, datatype, root, realComm(comm), stream);
-    case Path::kFail: return r;
-    case Path::kConccl: break;
+    case Path::kNccl:
+      CONCCL_NCCL_FORWARD(comm, ncclScatter, sendbuff, recvbuff, count, datatype, root, realComm(comm), stream);
+    case Path::kFail:
+      return r;
+    case Path::kConccl:
+      break;
   }
   return fromConccl(comm, concclScatter(sendbuff, recvbuff, count, ty(datatype), root, comm->conccl, stream),
                     "ncclScatter");
@@ -150,9 +174,12 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncc
                                          ncclComm_t comm, cudaStream_t stream) {
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kSendRecv, datatype, -1, "ncclSend", &r)) {
-    case Path::kNccl: CONCCL_NCCL_FORWARD(comm, ncclSend, sendbuff, count, datatype, peer, realComm(comm), stream);
-    case Path::kFail: return r;
-    case Path::kConccl: break;
+    case Path::kNccl:
+      CONCCL_NCCL_FORWARD(comm, ncclSend, sendbuff, count, datatype, peer, realComm(comm), stream);
+    case Path::kFail:
+      return r;
+    case Path::kConccl:
+      break;
   }
   return fromConccl(comm, concclSend(sendbuff, count, ty(datatype), peer, comm->conccl, stream), "ncclSend");
 }
@@ -161,9 +188,12 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataT
                                          ncclComm_t comm, cudaStream_t stream) {
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kSendRecv, datatype, -1, "ncclRecv", &r)) {
-    case Path::kNccl: CONCCL_NCCL_FORWARD(comm, ncclRecv, recvbuff, count, datatype, peer, realComm(comm), stream);
-    case Path::kFail: return r;
-    case Path::kConccl: break;
+    case Path::kNccl:
+      CONCCL_NCCL_FORWARD(comm, ncclRecv, recvbuff, count, datatype, peer, realComm(comm), stream);
+    case Path::kFail:
+      return r;
+    case Path::kConccl:
+      break;
   }
   return fromConccl(comm, concclRecv(recvbuff, count, ty(datatype), peer, comm->conccl, stream), "ncclRecv");
 }

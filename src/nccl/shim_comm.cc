@@ -17,8 +17,8 @@ namespace {
 thread_local std::string tlsLastError;
 
 bool debugIsInfo(const char* v) {
-  return v != nullptr && (std::strcmp(v, "INFO") == 0 || std::strcmp(v, "TRACE") == 0 ||
-                          std::strcmp(v, "info") == 0 || std::strcmp(v, "trace") == 0);
+  return v != nullptr && (std::strcmp(v, "INFO") == 0 || std::strcmp(v, "TRACE") == 0 || std::strcmp(v, "info") == 0 ||
+                          std::strcmp(v, "trace") == 0);
 }
 
 std::string shimDir() {
@@ -45,8 +45,8 @@ Shim& shim() {
     auto* s = new Shim;  // never freed: exported calls may run during static destruction
     s->env = parseShimEnv([](const char* name) { return std::getenv(name); });
     s->logInfo = debugIsInfo(std::getenv("NCCL_DEBUG")) || debugIsInfo(std::getenv("CONCCL_DEBUG"));
-    s->real = new RealNccl(realNcclCandidates(s->env.realLib, shimDir()),
-                           reinterpret_cast<const void*>(&ncclGetVersion));
+    s->real =
+        new RealNccl(realNcclCandidates(s->env.realLib, shimDir()), reinterpret_cast<const void*>(&ncclGetVersion));
     if (!s->env.error.empty()) logLine("WARN", s->env.error + ": forwarding everything to the real NCCL");
     if (s->logInfo) {
       logLine("INFO", std::string("shim ") + (s->env.enabled ? "on" : "off") + ", real NCCL: " +

@@ -42,7 +42,8 @@ struct Shim {
 // Process-wide state, made on first use (thread-safe): the environment parsed once, the real NCCL opened once.
 Shim& shim();
 
-// NCCL_DEBUG-style line on stderr: "host:pid:tid NCCL INFO conccl-shim: ..." (INFO only with NCCL_DEBUG/CONCCL_DEBUG=INFO; WARN always).
+// NCCL_DEBUG-style line on stderr: "host:pid:tid NCCL INFO conccl-shim: ..." (INFO only with
+// NCCL_DEBUG/CONCCL_DEBUG=INFO; WARN always).
 void logInfo(const std::string& message);
 void logWarn(const std::string& message);
 
@@ -74,15 +75,15 @@ void logComm(ncclComm_t comm, const std::string& call, const std::string& reason
 }  // namespace conccl::nccl
 
 // Calls the real NCCL's `name` with the arguments, failing cleanly if it is missing.
-#define CONCCL_NCCL_FORWARD(comm, name, ...)                                                                    \
-  do {                                                                                                         \
-    auto fn_ = ::conccl::nccl::realFn<decltype(&::name)>(#name);                                               \
-    if (fn_ == nullptr) {                                                                                      \
-      return ::conccl::nccl::fail(comm, ncclInvalidUsage,                                                      \
-                                  std::string(#name ": no real NCCL to forward to (") +                        \
-                                      ::conccl::nccl::shim().real->error() + ")");                            \
-    }                                                                                                          \
-    return fn_(__VA_ARGS__);                                                                                   \
+#define CONCCL_NCCL_FORWARD(comm, name, ...)                                                                 \
+  do {                                                                                                       \
+    auto fn_ = ::conccl::nccl::realFn<decltype(&::name)>(#name);                                             \
+    if (fn_ == nullptr) {                                                                                    \
+      return ::conccl::nccl::fail(                                                                           \
+          comm, ncclInvalidUsage,                                                                            \
+          std::string(#name ": no real NCCL to forward to (") + ::conccl::nccl::shim().real->error() + ")"); \
+    }                                                                                                        \
+    return fn_(__VA_ARGS__);                                                                                 \
   } while (0)
 
 #endif  // CONCCL_NCCL_SHIM_COMM_H_

@@ -7,8 +7,8 @@ namespace conccl::nccl {
 namespace {
 
 constexpr std::array<const char*, static_cast<size_t>(Coll::kCount)> kCollNames = {
-    "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "gather", "scatter",
-    "send_recv"};
+    "all_reduce", "broadcast", "reduce",  "all_gather", "reduce_scatter",
+    "all_to_all", "gather",    "scatter", "send_recv"};
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);

@@ -27,9 +27,9 @@ EnvLookup lookupIn(const std::map<std::string, std::string>& vars) {
 TEST(NcclShimTypeMap, EveryNcclTypeMapsToTheConcclTypeOfTheSameLayout) {
   // The enums are ordered differently (ncclFloat32 = 7, ncclBfloat16 = 9); the mapping must follow names.
   const std::pair<int, concclDataType_t> expected[] = {
-      {kInt8, concclInt8},       {kUint8, concclUint8},       {kInt32, concclInt32},
-      {kUint32, concclUint32},   {kInt64, concclInt64},       {kUint64, concclUint64},
-      {kFloat16, concclFloat16}, {kFloat32, concclFloat32},   {kFloat64, concclFloat64},
+      {kInt8, concclInt8},         {kUint8, concclUint8},           {kInt32, concclInt32},
+      {kUint32, concclUint32},     {kInt64, concclInt64},           {kUint64, concclUint64},
+      {kFloat16, concclFloat16},   {kFloat32, concclFloat32},       {kFloat64, concclFloat64},
       {kBfloat16, concclBfloat16}, {kFloat8e4m3, concclFloat8e4m3}, {kFloat8e5m2, concclFloat8e5m2}};
   for (auto [nccl, conccl] : expected) {
     auto t = toConcclType(nccl);
@@ -46,7 +46,7 @@ TEST(NcclShimTypeMap, BuiltInOpsMapAndCreatedOpsDoNot) {
   EXPECT_EQ(toConcclOp(kMax), concclMax);
   EXPECT_EQ(toConcclOp(kMin), concclMin);
   EXPECT_EQ(toConcclOp(kAvg), concclAvg);
-  EXPECT_FALSE(toConcclOp(kNumOps).has_value());      // first ncclRedOpCreatePreMulSum op
+  EXPECT_FALSE(toConcclOp(kNumOps).has_value());  // first ncclRedOpCreatePreMulSum op
   EXPECT_FALSE(toConcclOp(kNumOps + 7).has_value());
   EXPECT_FALSE(toConcclOp(-1).has_value());
 }
