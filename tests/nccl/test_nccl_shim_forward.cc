@@ -6,8 +6,14 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
 
 namespace {
 
@@ -63,6 +69,27 @@ void* NcclShimForward::shim_ = nullptr;
 void* NcclShimForward::fake_ = nullptr;
 
 #define SHIM(name) shimFn<decltype(&::name)>(#name)
+
+// Every function nccl.h declares (read from the header the shim was compiled against) is exported by the shim, so
+// that no call of a preloaded program can reach the real NCCL with a shim handle unseen. The exceptions take no
+// communicator and are harmless when they reach the real NCCL directly.
+TEST_F(NcclShimForward, ExportsEveryFunctionOfNcclH) {
+  std::ifstream header(NCCL_HEADER_PATH);
+  ASSERT_TRUE(header.good()) << NCCL_HEADER_PATH;
+  std::stringstream text;
+  text << header.rdbuf();
+  const std::string src = text.str();
+  std::regex decl(R"((?:ncclResult_t|const char\s*\*|void)\s+(nccl[A-Za-z]+)\s*\()");
+  const std::set<std::string> notExported = {"ncclResetDebugInit"};  // deprecated, no communicator
+  int declared = 0;
+  for (auto it = std::sregex_iterator(src.begin(), src.end(), decl); it != std::sregex_iterator(); ++it) {
+    std::string name = (*it)[1];
+    ++declared;
+    if (notExported.count(name)) continue;
+    EXPECT_NE(dlsym(shim_, name.c_str()), nullptr) << name << " is declared in nccl.h but not exported by the shim";
+  }
+  EXPECT_GE(declared, 40);  // the regex still matches the header's style
+}
 
 TEST_F(NcclShimForward, ExportsNccl228Api) {
   for (const char* name : {"ncclGetVersion",
@@ -121,7 +148,14 @@ TEST_F(NcclShimForward, ShimOffForwardsACommunicatorsWholeLife) {
   EXPECT_EQ(id.internal[127], 0);  // no conccl mark
 
   ncclComm_t comm = nullptr;
+  testing::internal::CaptureStderr();
   ASSERT_EQ(SHIM(ncclCommInitRank)(&comm, 4, id, 2), ncclSuccess);
+  std::string log = testing::internal::GetCapturedStderr();
+  // One line per communicator, always: which path it takes and why.
+  EXPECT_NE(log.find("NCCL INFO conccl-shim: ncclCommInitRank: comm"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 2 nranks 4"), std::string::npos) << log;
+  EXPECT_NE(log.find("-> NCCL (CONCCL_NCCL_SHIM=0)"), std::string::npos) << log;
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
   EXPECT_EQ(record()->nranks, 4);
   EXPECT_EQ(record()->rank, 2);
   EXPECT_EQ(record()->idByte0, 0xAB);
