@@ -48,7 +48,6 @@ struct PendingInit {
   std::string call;
   std::string reason;
 };
-thread_local int tlsGroupDepth = 0;
 thread_local std::vector<PendingInit> tlsPendingInits;
 
 ncclResult_t runPendingInits() {
@@ -57,6 +56,7 @@ ncclResult_t runPendingInits() {
   if (inits.empty()) return ncclSuccess;
   std::vector<concclResult_t> results(inits.size(), concclSuccess);
   std::vector<concclComm_t> comms(inits.size(), nullptr);
+  std::vector<std::string> messages(inits.size());  // conccl's last error is per thread: read it there
   auto run = [&](size_t i) {
     cudaError_t e = cudaSetDevice(inits[i].device);
     if (e != cudaSuccess) {
@@ -64,6 +64,7 @@ ncclResult_t runPendingInits() {
       return;
     }
     results[i] = concclCommInitRank(&comms[i], inits[i].nranks, inits[i].id, inits[i].rank);
+    if (results[i] != concclSuccess) messages[i] = concclGetLastError(nullptr);
   };
   if (inits.size() == 1) {
     run(0);
@@ -77,12 +78,14 @@ ncclResult_t runPendingInits() {
     ncclResult_t r = ncclSuccess;
     if (results[i] == concclSuccess) {
       inits[i].wrapper->conccl = comms[i];
-      logComm(inits[i].wrapper, inits[i].call + " (at ncclGroupEnd)", inits[i].reason);
+      logComm(inits[i].wrapper, inits[i].call + " (at ncclGroupEnd)", inits[i].reason, inits[i].rank, inits[i].nranks);
     } else if (results[i] == concclUnhandledCudaError && comms[i] == nullptr) {
       r = fail(inits[i].wrapper, ncclUnhandledCudaError,
                inits[i].call + ": cudaSetDevice(" + std::to_string(inits[i].device) + ") failed at ncclGroupEnd");
     } else {
-      r = fromConccl(inits[i].wrapper, results[i], inits[i].call.c_str());
+      r = fail(
+          inits[i].wrapper, static_cast<ncclResult_t>(toNcclResult(results[i])),
+          inits[i].call + " on conccl (at ncclGroupEnd): " + concclGetErrorString(results[i]) + ": " + messages[i]);
     }
     if (first == ncclSuccess) first = r;
   }
@@ -101,7 +104,7 @@ ncclResult_t initRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int ran
     ncclComm_t real = nullptr;
     ncclResult_t r = fn(&real, nranks, commId, rank, config);
     if (r != ncclSuccess && r != ncclInProgress) return r;
-    *comm = wrapComm(Path::kNccl, nullptr, real, call, d.reason);
+    *comm = wrapComm(Path::kNccl, nullptr, real, call, d.reason, rank, nranks);
     return r;
   }
   // conccl ignores NCCL's tuning fields (CTAs, CGA size, net name, ...); a non-blocking config is honoured by
@@ -109,7 +112,7 @@ ncclResult_t initRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int ran
   concclUniqueId id;
   static_assert(sizeof(id.internal) == sizeof(commId.internal));
   std::memcpy(id.internal, commId.internal, sizeof(id.internal));
-  if (tlsGroupDepth > 0) {
+  if (groupDepth() > 0) {
     int device = -1;
     if (cudaGetDevice(&device) != cudaSuccess) {
       return fail(nullptr, ncclUnhandledCudaError, std::string(call) + ": cudaGetDevice failed");
@@ -123,7 +126,7 @@ ncclResult_t initRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int ran
   concclComm_t c = nullptr;
   concclResult_t r = concclCommInitRank(&c, nranks, id, rank);
   if (r != concclSuccess) return fromConccl(nullptr, r, call);
-  *comm = wrapComm(Path::kConccl, c, nullptr, call, d.reason);
+  *comm = wrapComm(Path::kConccl, c, nullptr, call, d.reason, rank, nranks);
   return ncclSuccess;
 }
 
@@ -199,7 +202,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, in
   if (fn == nullptr) return fail(nullptr, ncclInvalidUsage, "ncclCommInitRankScalable: no real NCCL");
   ncclResult_t r = fn(&real, nranks, myrank, nId, commIds, config);
   if (r != ncclSuccess && r != ncclInProgress) return r;
-  *newcomm = wrapComm(Path::kNccl, nullptr, real, "ncclCommInitRankScalable", "NCCL unique ids");
+  *newcomm = wrapComm(Path::kNccl, nullptr, real, "ncclCommInitRankScalable", "NCCL unique ids", myrank, nranks);
   return r;
 }
 
@@ -213,7 +216,9 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, cons
     std::vector<ncclComm_t> real(static_cast<size_t>(ndev), nullptr);
     ncclResult_t r = fn(real.data(), ndev, devlist);
     if (r != ncclSuccess) return r;
-    for (int i = 0; i < ndev; ++i) comm[i] = wrapComm(Path::kNccl, nullptr, real[i], "ncclCommInitAll", d.reason);
+    for (int i = 0; i < ndev; ++i) {
+      comm[i] = wrapComm(Path::kNccl, nullptr, real[i], "ncclCommInitAll", d.reason, i, ndev);
+    }
     return ncclSuccess;
   }
   std::vector<concclComm_t> cs(static_cast<size_t>(ndev), nullptr);
@@ -221,7 +226,9 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, cons
   config.backend = concclBackendCuda;  // NCCL's buffers are device memory, never the host backend's
   concclResult_t r = concclCommInitAll(cs.data(), ndev, devlist, &config);
   if (r != concclSuccess) return fromConccl(nullptr, r, "ncclCommInitAll");
-  for (int i = 0; i < ndev; ++i) comm[i] = wrapComm(Path::kConccl, cs[i], nullptr, "ncclCommInitAll", d.reason);
+  for (int i = 0; i < ndev; ++i) {
+    comm[i] = wrapComm(Path::kConccl, cs[i], nullptr, "ncclCommInitAll", d.reason, i, ndev);
+  }
   return ncclSuccess;
 }
 
@@ -404,7 +411,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm
 // A group may hold calls on communicators of both paths: open and close it in both libraries.
 CONCCL_NCCL_EXPORT ncclResult_t ncclGroupStart() {
   ncclResult_t r = fromConccl(nullptr, concclGroupStart(), "ncclGroupStart");
-  if (r == ncclSuccess) ++tlsGroupDepth;
+  if (r == ncclSuccess) ++groupDepth();
   if (realAvailable()) {
     auto fn = realFn<decltype(&::ncclGroupStart)>("ncclGroupStart");
     ncclResult_t rr = fn ? fn() : ncclSuccess;
@@ -415,7 +422,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclGroupStart() {
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
   ncclResult_t r = fromConccl(nullptr, concclGroupEnd(), "ncclGroupEnd");
-  if (tlsGroupDepth > 0 && --tlsGroupDepth == 0) {
+  if (groupDepth() > 0 && --groupDepth() == 0) {
     // After concclGroupEnd: the inits must not run inside a conccl group.
     ncclResult_t ri = runPendingInits();
     if (r == ncclSuccess) r = ri;

@@ -89,28 +89,34 @@ ncclResult_t fromConccl(ncclComm_t comm, concclResult_t result, const char* call
               std::string(call) + " on conccl: " + concclGetErrorString(result) + ": " + (msg ? msg : ""));
 }
 
-ncclComm_t wrapComm(Path path, concclComm_t c, ncclComm_t real, const std::string& call, const std::string& reason) {
+int& groupDepth() {
+  thread_local int depth = 0;
+  return depth;
+}
+
+ncclComm_t wrapComm(Path path, concclComm_t c, ncclComm_t real, const std::string& call, const std::string& reason,
+                    int rank, int nranks) {
   auto* w = new ncclComm;
   w->path = path;
   w->conccl = c;
   w->real = real;
-  logComm(w, call, reason);
+  logComm(w, call, reason, rank, nranks);
   return w;
 }
 
-void logComm(ncclComm_t w, const std::string& call, const std::string& reason) {
+void logComm(ncclComm_t w, const std::string& call, const std::string& reason, int rank, int nranks) {
   // Always printed: which path a communicator takes must never be a guess.
-  int rank = -1, nranks = -1, dev = -1;
+  int dev = -1;
   if (w->path == Path::kConccl) {
     concclCommUserRank(w->conccl, &rank);
     concclCommCount(w->conccl, &nranks);
     concclCommCuDevice(w->conccl, &dev);
-  } else {
+  } else if (groupDepth() == 0) {
     auto r = realFn<decltype(&::ncclCommUserRank)>("ncclCommUserRank");
     auto n = realFn<decltype(&::ncclCommCount)>("ncclCommCount");
     auto d = realFn<decltype(&::ncclCommCuDevice)>("ncclCommCuDevice");
-    if (r) r(w->real, &rank);
-    if (n) n(w->real, &nranks);
+    if (r && rank < 0) r(w->real, &rank);
+    if (n && nranks < 0) n(w->real, &nranks);
     if (d) d(w->real, &dev);
   }
   char buf[96];

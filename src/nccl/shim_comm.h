@@ -68,9 +68,15 @@ Fn realFn(const char* name) {
 }
 
 // Wraps a communicator on `path` and logs its one line on stderr, always (rank, size, path, reason).
-ncclComm_t wrapComm(Path path, concclComm_t c, ncclComm_t real, const std::string& call, const std::string& reason);
+// rank / nranks: as the caller knows them, or -1 to ask the communicator (an NCCL communicator is asked only
+// outside groups: inside one its init has not run yet).
+ncclComm_t wrapComm(Path path, concclComm_t c, ncclComm_t real, const std::string& call, const std::string& reason,
+                    int rank = -1, int nranks = -1);
 // The line alone (for a conccl communicator whose init was deferred to ncclGroupEnd).
-void logComm(ncclComm_t comm, const std::string& call, const std::string& reason);
+void logComm(ncclComm_t comm, const std::string& call, const std::string& reason, int rank = -1, int nranks = -1);
+
+// ncclGroupStart/End nesting depth of the calling thread.
+int& groupDepth();
 
 }  // namespace conccl::nccl
 
