@@ -223,7 +223,10 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, cons
   }
   std::vector<concclComm_t> cs(static_cast<size_t>(ndev), nullptr);
   concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
-  config.backend = concclBackendCuda;  // NCCL's buffers are device memory, never the host backend's
+  // NCCL's buffers are device memory: the CUDA backend, unless CONCCL_BACKEND=host is set explicitly, which only
+  // the shim's CPU tests do (host buffers, NULL streams) to run the conccl path without a GPU.
+  const char* backend = std::getenv("CONCCL_BACKEND");
+  if (backend == nullptr || std::strcmp(backend, "host") != 0) config.backend = concclBackendCuda;
   concclResult_t r = concclCommInitAll(cs.data(), ndev, devlist, &config);
   if (r != concclSuccess) return fromConccl(nullptr, r, "ncclCommInitAll");
   for (int i = 0; i < ndev; ++i) {
