@@ -1,0 +1,443 @@
+// NCCL's C API, communicator and process level: version, errors, ids, communicators, registration, memory,
+// reduction ops, groups. The collectives are in shim_collectives.cc. Each function either runs on conccl's
+// public API, forwards to the real NCCL, or fails with an ncclResult_t and a message (ncclGetLastError).
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "nccl/nccl_abi.h"
+#include "nccl/shim_comm.h"
+#include "nccl/type_map.h"
+
+using namespace conccl::nccl;
+
+namespace {
+
+constexpr const char* kNullComm = "comm is NULL";
+
+bool realAvailable() { return shim().real->available(); }
+
+// Calls on this communicator go to the real NCCL: it was forwarded at init, or it is the real NCCL's own
+// (passed by the real NCCL calling one of its exported functions, see shim_comm.h).
+bool forwarded(ncclComm_t comm) { return !isShimComm(comm) || comm->path == Path::kNccl; }
+
+// Pointers from concclMemAlloc, so that ncclMemFree frees each with the library that allocated it.
+std::mutex& memMutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_set<void*>& concclAllocations() {
+  static auto* s = new std::unordered_set<void*>;
+  return *s;
+}
+
+// NCCL lets one thread create several ranks of a communicator between ncclGroupStart and ncclGroupEnd (nccl-tests
+// with several GPUs per process does). conccl's init blocks for the peers and is refused inside its groups, so
+// inside a group the shim hands out the wrapper at once and runs the inits at the outermost ncclGroupEnd, one
+// thread per rank (the handle is usable after ncclGroupEnd, as with NCCL).
+struct PendingInit {
+  ncclComm_t wrapper;
+  int nranks;
+  concclUniqueId id;
+  int rank;
+  int device;
+  std::string call;
+  std::string reason;
+};
+thread_local std::vector<PendingInit> tlsPendingInits;
+
+ncclResult_t runPendingInits() {
+  std::vector<PendingInit> inits;
+  inits.swap(tlsPendingInits);
+  if (inits.empty()) return ncclSuccess;
+  std::vector<concclResult_t> results(inits.size(), concclSuccess);
+  std::vector<concclComm_t> comms(inits.size(), nullptr);
+  std::vector<std::string> messages(inits.size());  // conccl's last error is per thread: read it there
+  auto run = [&](size_t i) {
+    cudaError_t e = cudaSetDevice(inits[i].device);
+    if (e != cudaSuccess) {
+      results[i] = concclUnhandledCudaError;
+      return;
+    }
+    results[i] = concclCommInitRank(&comms[i], inits[i].nranks, inits[i].id, inits[i].rank);
+    if (results[i] != concclSuccess) messages[i] = concclGetLastError(nullptr);
+  };
+  if (inits.size() == 1) {
+    run(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < inits.size(); ++i) threads.emplace_back(run, i);
+    for (auto& t : threads) t.join();
+  }
+  ncclResult_t first = ncclSuccess;
+  for (size_t i = 0; i < inits.size(); ++i) {
+    ncclResult_t r = ncclSuccess;
+    if (results[i] == concclSuccess) {
+      inits[i].wrapper->conccl = comms[i];
+      logComm(inits[i].wrapper, inits[i].call + " (at ncclGroupEnd)", inits[i].reason, inits[i].rank, inits[i].nranks);
+    } else if (results[i] == concclUnhandledCudaError && comms[i] == nullptr) {
+      r = fail(inits[i].wrapper, ncclUnhandledCudaError,
+               inits[i].call + ": cudaSetDevice(" + std::to_string(inits[i].device) + ") failed at ncclGroupEnd");
+    } else {
+      r = fail(
+          inits[i].wrapper, static_cast<ncclResult_t>(toNcclResult(results[i])),
+          inits[i].call + " on conccl (at ncclGroupEnd): " + concclGetErrorString(results[i]) + ": " + messages[i]);
+    }
+    if (first == ncclSuccess) first = r;
+  }
+  return first;
+}
+
+ncclResult_t initRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config,
+                      const char* call) {
+  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string(call) + ": comm is NULL");
+  bool idIsConccl = untagConcclId(commId.internal, NCCL_UNIQUE_ID_BYTES);
+  Decision d = decideInitRank(shim().env, idIsConccl, realAvailable());
+  if (d.path == Path::kFail) return fail(nullptr, ncclInvalidUsage, std::string(call) + ": " + d.reason);
+  if (d.path == Path::kNccl) {
+    auto fn = realFn<decltype(&::ncclCommInitRankConfig)>("ncclCommInitRankConfig");
+    if (fn == nullptr) return fail(nullptr, ncclInvalidUsage, std::string(call) + ": real NCCL lacks it");
+    ncclComm_t real = nullptr;
+    ncclResult_t r = fn(&real, nranks, commId, rank, config);
+    if (r != ncclSuccess && r != ncclInProgress) return r;
+    *comm = wrapComm(Path::kNccl, nullptr, real, call, d.reason, rank, nranks);
+    return r;
+  }
+  // conccl ignores NCCL's tuning fields (CTAs, CGA size, net name, ...); a non-blocking config is honoured by
+  // completing init before returning, which NCCL's contract allows (ncclSuccess, never ncclInProgress).
+  concclUniqueId id;
+  static_assert(sizeof(id.internal) == sizeof(commId.internal));
+  std::memcpy(id.internal, commId.internal, sizeof(id.internal));
+  if (groupDepth() > 0) {
+    int device = -1;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+      return fail(nullptr, ncclUnhandledCudaError, std::string(call) + ": cudaGetDevice failed");
+    }
+    auto* w = new ncclComm;
+    w->path = Path::kConccl;  // w->conccl stays NULL until ncclGroupEnd
+    tlsPendingInits.push_back({w, nranks, id, rank, device, call, d.reason});
+    *comm = w;
+    return ncclSuccess;
+  }
+  concclComm_t c = nullptr;
+  concclResult_t r = concclCommInitRank(&c, nranks, id, rank);
+  if (r != concclSuccess) return fromConccl(nullptr, r, call);
+  *comm = wrapComm(Path::kConccl, c, nullptr, call, d.reason, rank, nranks);
+  return ncclSuccess;
+}
+
+}  // namespace
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclGetVersion(int* version) {
+  if (!shim().env.enabled || fromRealNccl(__builtin_return_address(0)))
+    CONCCL_NCCL_FORWARD(nullptr, ncclGetVersion, version);
+  if (version == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclGetVersion: version is NULL");
+  *version = kNcclVersionCode;  // the API the shim implements (callers gate features on it)
+  return ncclSuccess;
+}
+
+CONCCL_NCCL_EXPORT const char* ncclGetErrorString(ncclResult_t result) { return ncclResultString(result); }
+
+CONCCL_NCCL_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
+  if (comm != nullptr && forwarded(comm)) {
+    auto fn = realFn<decltype(&::ncclGetLastError)>("ncclGetLastError");
+    if ((!isShimComm(comm) || comm->lastError.empty()) && fn != nullptr) return fn(realComm(comm));
+  }
+  if (isShimComm(comm) && !comm->lastError.empty()) return comm->lastError.c_str();
+  if (comm == nullptr && threadLastError()[0] == '\0' && realAvailable()) {
+    auto fn = realFn<decltype(&::ncclGetLastError)>("ncclGetLastError");
+    if (fn != nullptr) return fn(nullptr);
+  }
+  return threadLastError();
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  if (fromRealNccl(__builtin_return_address(0))) CONCCL_NCCL_FORWARD(nullptr, ncclGetUniqueId, uniqueId);
+  if (uniqueId == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+  std::string why;
+  LaunchScope scope = launchScopeFromEnv([](const char* n) { return std::getenv(n); }, &why);
+  Decision d = decideUniqueId(shim().env, scope, realAvailable());
+  if (d.path == Path::kFail) return fail(nullptr, ncclInvalidUsage, "ncclGetUniqueId: " + d.reason);
+  if (d.path == Path::kNccl) {
+    logInfo("ncclGetUniqueId -> NCCL (" + d.reason + (why.empty() ? "" : ": " + why) + ")");
+    CONCCL_NCCL_FORWARD(nullptr, ncclGetUniqueId, uniqueId);
+  }
+  concclUniqueId id;
+  concclResult_t r = concclGetUniqueId(&id);
+  if (r != concclSuccess) return fromConccl(nullptr, r, "ncclGetUniqueId");
+  std::memcpy(uniqueId->internal, id.internal, sizeof(id.internal));
+  if (!tagConcclId(uniqueId->internal, NCCL_UNIQUE_ID_BYTES)) {
+    return fail(nullptr, ncclInternalError, "ncclGetUniqueId: conccl's id has no room for the shim's mark");
+  }
+  logInfo("ncclGetUniqueId -> conccl (" + d.reason + ")");
+  return ncclSuccess;
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                                       ncclConfig_t* config) {
+  return initRank(comm, nranks, commId, rank, config, "ncclCommInitRankConfig");
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return initRank(comm, nranks, commId, rank, nullptr, "ncclCommInitRank");
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                                                         ncclUniqueId* commIds, ncclConfig_t* config) {
+  if (newcomm == nullptr || commIds == nullptr || nId < 1) {
+    return fail(nullptr, ncclInvalidArgument, "ncclCommInitRankScalable: bad arguments");
+  }
+  // conccl needs one id; with one conccl id this is ncclCommInitRankConfig.
+  ncclUniqueId first = commIds[0];
+  if (untagConcclId(first.internal, NCCL_UNIQUE_ID_BYTES)) {
+    if (nId != 1) return fail(nullptr, ncclInvalidUsage, "ncclCommInitRankScalable: several conccl ids");
+    return initRank(newcomm, nranks, commIds[0], myrank, config, "ncclCommInitRankScalable");
+  }
+  ncclComm_t real = nullptr;
+  auto fn = realFn<decltype(&::ncclCommInitRankScalable)>("ncclCommInitRankScalable");
+  if (fn == nullptr) return fail(nullptr, ncclInvalidUsage, "ncclCommInitRankScalable: no real NCCL");
+  ncclResult_t r = fn(&real, nranks, myrank, nId, commIds, config);
+  if (r != ncclSuccess && r != ncclInProgress) return r;
+  *newcomm = wrapComm(Path::kNccl, nullptr, real, "ncclCommInitRankScalable", "NCCL unique ids", myrank, nranks);
+  return r;
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
+  if (comm == nullptr || ndev < 1) return fail(nullptr, ncclInvalidArgument, "ncclCommInitAll: bad arguments");
+  Decision d = decideInitAll(shim().env, realAvailable());
+  if (d.path == Path::kFail) return fail(nullptr, ncclInvalidUsage, "ncclCommInitAll: " + d.reason);
+  if (d.path == Path::kNccl) {
+    auto fn = realFn<decltype(&::ncclCommInitAll)>("ncclCommInitAll");
+    if (fn == nullptr) return fail(nullptr, ncclInvalidUsage, "ncclCommInitAll: real NCCL lacks it");
+    std::vector<ncclComm_t> real(static_cast<size_t>(ndev), nullptr);
+    ncclResult_t r = fn(real.data(), ndev, devlist);
+    if (r != ncclSuccess) return r;
+    for (int i = 0; i < ndev; ++i) {
+      comm[i] = wrapComm(Path::kNccl, nullptr, real[i], "ncclCommInitAll", d.reason, i, ndev);
+    }
+    return ncclSuccess;
+  }
+  std::vector<concclComm_t> cs(static_cast<size_t>(ndev), nullptr);
+  concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
+  // NCCL's buffers are device memory: the CUDA backend, unless CONCCL_BACKEND=host is set explicitly, which only
+  // the shim's CPU tests do (host buffers, NULL streams) to run the conccl path without a GPU.
+  const char* backend = std::getenv("CONCCL_BACKEND");
+  if (backend == nullptr || std::strcmp(backend, "host") != 0) config.backend = concclBackendCuda;
+  concclResult_t r = concclCommInitAll(cs.data(), ndev, devlist, &config);
+  if (r != concclSuccess) return fromConccl(nullptr, r, "ncclCommInitAll");
+  for (int i = 0; i < ndev; ++i) {
+    comm[i] = wrapComm(Path::kConccl, cs[i], nullptr, "ncclCommInitAll", d.reason, i, ndev);
+  }
+  return ncclSuccess;
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string("ncclCommFinalize: ") + kNullComm);
+  if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclCommFinalize, realComm(comm));
+  // conccl has no separate finalize: concclCommDestroy waits for the communicator's work.
+  return ncclSuccess;
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;  // as NCCL
+  ncclResult_t r = ncclSuccess;
+  if (forwarded(comm)) {
+    auto fn = realFn<decltype(&::ncclCommDestroy)>("ncclCommDestroy");
+    r = fn ? fn(realComm(comm)) : ncclInvalidUsage;
+  } else {
+    if (comm->conccl != nullptr) r = fromConccl(nullptr, concclCommDestroy(comm->conccl), "ncclCommDestroy");
+  }
+  if (isShimComm(comm)) delete comm;
+  return r;
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;  // as NCCL
+  ncclResult_t r = ncclSuccess;
+  if (forwarded(comm)) {
+    auto fn = realFn<decltype(&::ncclCommAbort)>("ncclCommAbort");
+    r = fn ? fn(realComm(comm)) : ncclInvalidUsage;
+  } else {
+    if (comm->conccl != nullptr) r = fromConccl(nullptr, concclCommAbort(comm->conccl), "ncclCommAbort");
+  }
+  if (isShimComm(comm)) delete comm;
+  return r;
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string("ncclCommRevoke: ") + kNullComm);
+  if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclCommRevoke, realComm(comm), revokeFlags);
+  return fail(comm, ncclInvalidUsage, "ncclCommRevoke is not implemented on conccl communicators");
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                              ncclConfig_t* config) {
+  if (comm == nullptr || newcomm == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommSplit: NULL argument");
+  Decision d = decideSplit(forwarded(comm) ? Path::kNccl : Path::kConccl);
+  if (d.path != Path::kNccl) return fail(comm, ncclInvalidUsage, "ncclCommSplit: " + d.reason);
+  auto fn = realFn<decltype(&::ncclCommSplit)>("ncclCommSplit");
+  if (fn == nullptr) return fail(comm, ncclInvalidUsage, "ncclCommSplit: real NCCL lacks it");
+  ncclComm_t real = nullptr;
+  ncclResult_t r = fn(realComm(comm), color, key, &real, config);
+  if (r != ncclSuccess && r != ncclInProgress) return r;
+  *newcomm = real == nullptr ? nullptr : wrapComm(Path::kNccl, nullptr, real, "ncclCommSplit", d.reason);
+  return r;
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                               ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  if (comm == nullptr || newcomm == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommShrink: NULL argument");
+  if (!forwarded(comm)) {
+    return fail(comm, ncclInvalidUsage, "ncclCommShrink is not implemented on conccl communicators");
+  }
+  auto fn = realFn<decltype(&::ncclCommShrink)>("ncclCommShrink");
+  if (fn == nullptr) return fail(comm, ncclInvalidUsage, "ncclCommShrink: real NCCL lacks it");
+  ncclComm_t real = nullptr;
+  ncclResult_t r = fn(realComm(comm), excludeRanksList, excludeRanksCount, &real, config, shrinkFlags);
+  if (r != ncclSuccess && r != ncclInProgress) return r;
+  *newcomm = real == nullptr ? nullptr : wrapComm(Path::kNccl, nullptr, real, "ncclCommShrink", "parent on NCCL");
+  return r;
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  if (comm == nullptr || asyncError == nullptr) {
+    return fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: NULL argument");
+  }
+  if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclCommGetAsyncError, realComm(comm), asyncError);
+  concclResult_t e = concclSuccess;
+  concclResult_t r = concclCommGetAsyncError(comm->conccl, &e);
+  if (r != concclSuccess) return fromConccl(comm, r, "ncclCommGetAsyncError");
+  *asyncError = static_cast<ncclResult_t>(toNcclResult(e));
+  return ncclSuccess;
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string("ncclCommCount: ") + kNullComm);
+  if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclCommCount, realComm(comm), count);
+  return fromConccl(comm, concclCommCount(comm->conccl, count), "ncclCommCount");
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string("ncclCommCuDevice: ") + kNullComm);
+  if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclCommCuDevice, realComm(comm), device);
+  return fromConccl(comm, concclCommCuDevice(comm->conccl, device), "ncclCommCuDevice");
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string("ncclCommUserRank: ") + kNullComm);
+  if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclCommUserRank, realComm(comm), rank);
+  return fromConccl(comm, concclCommUserRank(comm->conccl, rank), "ncclCommUserRank");
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string("ncclCommRegister: ") + kNullComm);
+  if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclCommRegister, realComm(comm), buff, size, handle);
+  return fromConccl(comm, concclCommRegister(comm->conccl, buff, size, handle), "ncclCommRegister");
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string("ncclCommDeregister: ") + kNullComm);
+  if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclCommDeregister, realComm(comm), handle);
+  return fromConccl(comm, concclCommDeregister(comm->conccl, handle), "ncclCommDeregister");
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+                                                       int winFlags) {
+  if (comm == nullptr || win == nullptr) {
+    return fail(comm, ncclInvalidArgument, "ncclCommWindowRegister: NULL argument");
+  }
+  if (forwarded(comm)) {
+    CONCCL_NCCL_FORWARD(comm, ncclCommWindowRegister, realComm(comm), buff, size, win, winFlags);
+  }
+  // conccl's windows are registered collectively and used symmetrically, which is what NCCL_WIN_COLL_SYMMETRIC
+  // asks for; other flags ask nothing conccl would do differently.
+  concclWindow_t w = nullptr;
+  concclResult_t r = concclCommWindowRegister(comm->conccl, buff, size, &w);
+  if (r != concclSuccess) return fromConccl(comm, r, "ncclCommWindowRegister");
+  *win = reinterpret_cast<ncclWindow_t>(w);
+  return ncclSuccess;
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string("ncclCommWindowDeregister: ") + kNullComm);
+  if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclCommWindowDeregister, realComm(comm), win);
+  return fromConccl(comm, concclCommWindowDeregister(comm->conccl, reinterpret_cast<concclWindow_t>(win)),
+                    "ncclCommWindowDeregister");
+}
+
+// With the shim on, memory comes from conccl (cudaMalloc'd: exportable to conccl's peers with CUDA IPC, and
+// usable by NCCL's collectives too, though NCCL's symmetric windows want its own cuMem allocations).
+CONCCL_NCCL_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  if (!shim().env.enabled || fromRealNccl(__builtin_return_address(0)))
+    CONCCL_NCCL_FORWARD(nullptr, ncclMemAlloc, ptr, size);
+  concclResult_t r = concclMemAlloc(ptr, size);
+  if (r != concclSuccess) return fromConccl(nullptr, r, "ncclMemAlloc");
+  std::lock_guard<std::mutex> lock(memMutex());
+  concclAllocations().insert(*ptr);
+  return ncclSuccess;
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclMemFree(void* ptr) {
+  {
+    std::lock_guard<std::mutex> lock(memMutex());
+    auto it = concclAllocations().find(ptr);
+    if (it != concclAllocations().end()) {
+      concclAllocations().erase(it);
+      return fromConccl(nullptr, concclMemFree(ptr), "ncclMemFree");
+    }
+  }
+  CONCCL_NCCL_FORWARD(nullptr, ncclMemFree, ptr);
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                                         ncclScalarResidence_t residence, ncclComm_t comm) {
+  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string("ncclRedOpCreatePreMulSum: ") + kNullComm);
+  if (forwarded(comm)) {
+    CONCCL_NCCL_FORWARD(comm, ncclRedOpCreatePreMulSum, op, scalar, datatype, residence, realComm(comm));
+  }
+  // sum(x_i * s) rounds differently from any op conccl has; refusing here is better than a near miss.
+  return fail(comm, ncclInvalidUsage,
+              "ncclRedOpCreatePreMulSum is not implemented on conccl communicators (no exact equivalent); run "
+              "with CONCCL_NCCL_SHIM=0 to use NCCL");
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string("ncclRedOpDestroy: ") + kNullComm);
+  if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclRedOpDestroy, op, realComm(comm));
+  return fail(comm, ncclInvalidArgument, "ncclRedOpDestroy: conccl communicators have no created ops");
+}
+
+// A group may hold calls on communicators of both paths: open and close it in both libraries.
+CONCCL_NCCL_EXPORT ncclResult_t ncclGroupStart() {
+  ncclResult_t r = fromConccl(nullptr, concclGroupStart(), "ncclGroupStart");
+  if (r == ncclSuccess) ++groupDepth();
+  if (realAvailable()) {
+    auto fn = realFn<decltype(&::ncclGroupStart)>("ncclGroupStart");
+    ncclResult_t rr = fn ? fn() : ncclSuccess;
+    if (r == ncclSuccess) r = rr;
+  }
+  return r;
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
+  ncclResult_t r = fromConccl(nullptr, concclGroupEnd(), "ncclGroupEnd");
+  if (groupDepth() > 0 && --groupDepth() == 0) {
+    // After concclGroupEnd: the inits must not run inside a conccl group.
+    ncclResult_t ri = runPendingInits();
+    if (r == ncclSuccess) r = ri;
+  }
+  if (realAvailable()) {
+    auto fn = realFn<decltype(&::ncclGroupEnd)>("ncclGroupEnd");
+    ncclResult_t rr = fn ? fn() : ncclSuccess;
+    if (r == ncclSuccess) r = rr;
+  }
+  return r;
+}
+
+CONCCL_NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  CONCCL_NCCL_FORWARD(nullptr, ncclGroupSimulateEnd, simInfo);
+}

@@ -1,0 +1,60 @@
+// The shim's environment switches, parsed by pure functions (the caller passes the lookup, so tests need no
+// setenv):
+//   CONCCL_NCCL_SHIM=0|1          0: forward every call to the real NCCL (default 1)
+//   CONCCL_NCCL_COLLS=a,b,...     collectives that run on conccl on conccl communicators (default "all"):
+//                                 all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather,
+//                                 scatter, send_recv, or "all"
+//   CONCCL_NCCL_REAL_LIB=path     the real NCCL to forward to (default: libnccl.so.2 on the library path,
+//                                 never the shim itself)
+// A value that does not parse turns the shim off (everything forwarded: correct, if slower) and is reported in
+// ShimEnv::error, which the shim logs once.
+#ifndef CONCCL_NCCL_SHIM_ENV_H_
+#define CONCCL_NCCL_SHIM_ENV_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace conccl::nccl {
+
+// The collectives the shim routes, one bit each in ShimEnv::collMask.
+enum class Coll : int {
+  kAllReduce = 0,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kGather,
+  kScatter,
+  kSendRecv,
+  kCount
+};
+inline constexpr uint32_t kAllColls = (1u << static_cast<int>(Coll::kCount)) - 1;
+
+inline constexpr uint32_t collBit(Coll c) { return 1u << static_cast<int>(c); }
+
+// "all_reduce", ... (the CONCCL_NCCL_COLLS spelling).
+const char* collName(Coll c);
+
+struct ShimEnv {
+  bool enabled = true;
+  uint32_t collMask = kAllColls;
+  std::string realLib;  // empty: search
+  std::string error;    // non-empty: a value did not parse; enabled is then false
+};
+
+using EnvLookup = std::function<const char*(const char*)>;
+
+// Parses the switches above; `lookup` returns the variable's value or nullptr.
+ShimEnv parseShimEnv(const EnvLookup& lookup);
+
+// Parses a CONCCL_NCCL_COLLS list (comma-separated, spaces ignored, case-sensitive); nullopt with `error` set
+// for an unknown name or an empty list.
+std::optional<uint32_t> parseCollList(std::string_view list, std::string* error);
+
+}  // namespace conccl::nccl
+
+#endif  // CONCCL_NCCL_SHIM_ENV_H_

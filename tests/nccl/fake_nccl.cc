@@ -1,0 +1,145 @@
+// A fake "real NCCL" for the shim's CPU tests: exports a few nccl* functions with NCCL 2.28's C ABI (plain
+// types here, so it builds without nccl.h) that record their arguments; the tests read the record through
+// fakeNcclRecord(). Loaded with dlopen (CONCCL_NCCL_REAL_LIB or RealNccl's candidate list).
+#include <cstddef>
+#include <cstring>
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+// NCCL's own communicator starts with this magic (src/include/comm.h, startMagic): never the shim's.
+struct FakeComm {
+  unsigned long long startMagic = 0x0280028002800280ull;
+  int nranks = 0;
+  int rank = 0;
+};
+
+struct UniqueId {
+  char internal[128];
+};
+
+}  // namespace
+
+// What the last calls received. Field order is the test's copy of this struct (test_nccl_shim_forward.cc).
+struct FakeNcclRecord {
+  char lastCall[64];
+  int calls;
+  int groupStarts;
+  int groupEnds;
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  int datatype;
+  int op;
+  int root;
+  void* comm;
+  void* stream;
+  int nranks;
+  int rank;
+  unsigned char idByte0;
+  unsigned char idByte127;
+  int configPassed;
+};
+
+static FakeNcclRecord gRecord;
+static FakeComm gComm;
+
+static void note(const char* name) {
+  std::strncpy(gRecord.lastCall, name, sizeof(gRecord.lastCall) - 1);
+  gRecord.calls++;
+}
+
+FAKE_EXPORT FakeNcclRecord* fakeNcclRecord() { return &gRecord; }
+
+FAKE_EXPORT int ncclGetVersion(int* version) {
+  note("ncclGetVersion");
+  *version = 99999;
+  return 0;
+}
+
+FAKE_EXPORT int ncclGetUniqueId(UniqueId* id) {
+  note("ncclGetUniqueId");
+  std::memset(id->internal, 0, sizeof(id->internal));
+  std::memset(id->internal, 0xAB, 16);
+  return 0;
+}
+
+FAKE_EXPORT int ncclCommInitRankConfig(FakeComm** comm, int nranks, UniqueId id, int rank, void* config) {
+  note("ncclCommInitRankConfig");
+  gRecord.nranks = nranks;
+  gRecord.rank = rank;
+  gRecord.idByte0 = static_cast<unsigned char>(id.internal[0]);
+  gRecord.idByte127 = static_cast<unsigned char>(id.internal[127]);
+  gRecord.configPassed = config != nullptr;
+  gComm.nranks = nranks;
+  gComm.rank = rank;
+  *comm = &gComm;
+  return 0;
+}
+
+FAKE_EXPORT int ncclCommCount(FakeComm* comm, int* count) {
+  note("ncclCommCount");
+  *count = comm->nranks;
+  return 0;
+}
+
+FAKE_EXPORT int ncclCommUserRank(FakeComm* comm, int* rank) {
+  note("ncclCommUserRank");
+  *rank = comm->rank;
+  return 0;
+}
+
+FAKE_EXPORT int ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, int datatype, int op, void* comm,
+                              void* stream) {
+  note("ncclAllReduce");
+  gRecord.sendbuff = sendbuff;
+  gRecord.recvbuff = recvbuff;
+  gRecord.count = count;
+  gRecord.datatype = datatype;
+  gRecord.op = op;
+  gRecord.comm = comm;
+  gRecord.stream = stream;
+  return 0;
+}
+
+FAKE_EXPORT int ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, int datatype, int root, void* comm,
+                              void* stream) {
+  note("ncclBroadcast");
+  gRecord.sendbuff = sendbuff;
+  gRecord.recvbuff = recvbuff;
+  gRecord.count = count;
+  gRecord.datatype = datatype;
+  gRecord.root = root;
+  gRecord.comm = comm;
+  gRecord.stream = stream;
+  return 0;
+}
+
+FAKE_EXPORT int ncclRedOpCreatePreMulSum(int* op, void* /*scalar*/, int datatype, int /*residence*/, void* comm) {
+  note("ncclRedOpCreatePreMulSum");
+  gRecord.datatype = datatype;
+  gRecord.comm = comm;
+  *op = 5;
+  return 0;
+}
+
+FAKE_EXPORT int ncclGroupStart() {
+  note("ncclGroupStart");
+  gRecord.groupStarts++;
+  return 0;
+}
+
+FAKE_EXPORT int ncclGroupEnd() {
+  note("ncclGroupEnd");
+  gRecord.groupEnds++;
+  return 0;
+}
+
+FAKE_EXPORT int ncclCommDestroy(void* comm) {
+  note("ncclCommDestroy");
+  gRecord.comm = comm;
+  return 0;
+}
+
+FAKE_EXPORT const char* ncclGetLastError(void* /*comm*/) { return "fake NCCL's last error"; }
