@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstring>
 
+#include "nccl/fake_nccl.h"
+
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
@@ -20,27 +22,6 @@ struct UniqueId {
 };
 
 }  // namespace
-
-// What the last calls received. Field order is the test's copy of this struct (test_nccl_shim_forward.cc).
-struct FakeNcclRecord {
-  char lastCall[64];
-  int calls;
-  int groupStarts;
-  int groupEnds;
-  const void* sendbuff;
-  void* recvbuff;
-  size_t count;
-  int datatype;
-  int op;
-  int root;
-  void* comm;
-  void* stream;
-  int nranks;
-  int rank;
-  unsigned char idByte0;
-  unsigned char idByte127;
-  int configPassed;
-};
 
 static FakeNcclRecord gRecord;
 static FakeComm gComm;

@@ -15,28 +15,10 @@
 #include <sstream>
 #include <string>
 
+#include "nccl/fake_nccl.h"
+
 namespace {
 
-// Same layout as FakeNcclRecord in fake_nccl.cc.
-struct FakeNcclRecord {
-  char lastCall[64];
-  int calls;
-  int groupStarts;
-  int groupEnds;
-  const void* sendbuff;
-  void* recvbuff;
-  size_t count;
-  int datatype;
-  int op;
-  int root;
-  void* comm;
-  void* stream;
-  int nranks;
-  int rank;
-  unsigned char idByte0;
-  unsigned char idByte127;
-  int configPassed;
-};
 
 class NcclShimForward : public ::testing::Test {
  protected:
