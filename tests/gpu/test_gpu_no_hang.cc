@@ -130,6 +130,20 @@ bool runThreadPerRank(Clique& clique, const CollCase& c, const std::string& what
   return true;
 }
 
+// One case of the issue's matrix on `clique`: fresh random inputs, one thread per rank, results checked against
+// the host reference. `how` says how the communicator and its streams were prepared (for the failure message).
+bool runFreshCase(Clique& clique, Coll coll, int iter, const std::string& how) {
+  const int n = clique.size();
+  const CaseSpec spec = bigSpec(coll, n, iter);
+  const uint64_t seed = freshSeed();
+  const std::string what = "iteration " + std::to_string(iter) + ", " + spec.describe(n) + ", seed " +
+                           std::to_string(seed) + " (" + how + ")";
+  if (verbose()) std::fprintf(stderr, "case: %s\n", what.c_str());
+  CollCase c(spec, n);
+  c.prepare(seed);
+  return runThreadPerRank(clique, c, what) && c.check(what);
+}
+
 // The test the issue asks for: >= 20 fresh communicators x ranks {3,4,5} on one GPU x thread per rank x
 // AllReduce / ReduceScatter / Broadcast above the small-message threshold, checked against a host reference on
 // fresh random data. Failed before the fix (the first call of a fresh communicator could deadlock on the GPU).
@@ -141,17 +155,9 @@ TEST(NoHang, FreshCommunicatorsThreadPerRankAboveSmallThreshold) {
   for (int iter = 0; iter < iters; ++iter) {
     for (int n : {3, 4, 5}) {
       for (Coll coll : {Coll::kAllReduce, Coll::kReduceScatter, Coll::kBroadcast}) {
-        const CaseSpec spec = bigSpec(coll, n, iter);
-        const uint64_t seed = freshSeed();
-        const std::string what = "iteration " + std::to_string(iter) + ", " + spec.describe(n) + ", seed " +
-                                 std::to_string(seed) + " (fresh communicator, thread per rank)";
-        if (verbose()) std::fprintf(stderr, "case: %s\n", what.c_str());
         auto clique = Clique::create(n);
-        ASSERT_NE(clique, nullptr) << what;
-        CollCase c(spec, n);
-        c.prepare(seed);
-        ASSERT_TRUE(runThreadPerRank(*clique, c, what));
-        ASSERT_TRUE(c.check(what));
+        ASSERT_NE(clique, nullptr) << "iteration " << iter << ", " << n << " ranks";
+        ASSERT_TRUE(runFreshCase(*clique, coll, iter, "fresh communicator, thread per rank"));
         ++cases;
       }
     }
@@ -178,14 +184,7 @@ TEST(NoHang, NewStreamsOnAWarmCommunicatorThreadPerRank) {
         }
       }
       const Coll coll = iter % 3 == 0 ? Coll::kAllReduce : iter % 3 == 1 ? Coll::kReduceScatter : Coll::kBroadcast;
-      const CaseSpec spec = bigSpec(coll, n, iter);
-      const uint64_t seed = freshSeed();
-      const std::string what = "iteration " + std::to_string(iter) + ", " + spec.describe(n) + ", seed " +
-                               std::to_string(seed) + " (warm communicator, thread per rank)";
-      CollCase c(spec, n);
-      c.prepare(seed);
-      ASSERT_TRUE(runThreadPerRank(*clique, c, what));
-      ASSERT_TRUE(c.check(what));
+      ASSERT_TRUE(runFreshCase(*clique, coll, iter, "warm communicator, thread per rank"));
     }
   }
 }
@@ -217,14 +216,7 @@ TEST(NoHangDiagnosis, CallerStreamsUsedFirstFromOneThread) {
       *gate = 1;
       for (auto s : clique->streams) ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
       cudaFreeHost(gateMem);
-      const CaseSpec spec = bigSpec(Coll::kAllReduce, n, iter);
-      const uint64_t seed = freshSeed();
-      const std::string what = "iteration " + std::to_string(iter) + ", " + spec.describe(n) + ", seed " +
-                               std::to_string(seed) + " (caller streams first used from one thread)";
-      CollCase c(spec, n);
-      c.prepare(seed);
-      ASSERT_TRUE(runThreadPerRank(*clique, c, what));
-      ASSERT_TRUE(c.check(what));
+      ASSERT_TRUE(runFreshCase(*clique, Coll::kAllReduce, iter, "caller streams first used from one thread"));
     }
   }
 }

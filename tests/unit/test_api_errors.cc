@@ -27,6 +27,21 @@ std::vector<concclComm_t> hostComms(int n, int timeoutMs = 60000) {
 
 std::string lastError(concclComm_t comm = nullptr) { return concclGetLastError(comm); }
 
+// The configuration a one-rank communicator made from `config` reports (it is destroyed again); a failed init or
+// query is a test failure and leaves the result's magic 0.
+concclConfig_t resolvedConfig(const concclConfig_t& config) {
+  concclConfig_t got = CONCCL_CONFIG_INITIALIZER;
+  concclComm_t comm = nullptr;
+  if (concclCommInitAll(&comm, 1, nullptr, &config) != concclSuccess) {
+    ADD_FAILURE() << "init: " << lastError();
+    got.magic = 0;
+    return got;
+  }
+  EXPECT_EQ(concclCommGetConfig(comm, &got), concclSuccess);
+  EXPECT_EQ(concclCommDestroy(comm), concclSuccess);
+  return got;
+}
+
 TEST(ApiErrors, VersionAndErrorStrings) {
   int version = 0;
   ASSERT_EQ(concclGetVersion(&version), concclSuccess);
@@ -95,16 +110,9 @@ TEST(ApiErrors, AutoReduceCtasAndTuningVariables) {
   concclComm_t comm = nullptr;
   concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
   config.backend = concclBackendHost;
-  concclConfig_t got = CONCCL_CONFIG_INITIALIZER;
-  ASSERT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclSuccess) << lastError();
-  ASSERT_EQ(concclCommGetConfig(comm, &got), concclSuccess);
-  EXPECT_EQ(got.reduceCtas, 0);
-  EXPECT_EQ(concclCommDestroy(comm), concclSuccess);
+  EXPECT_EQ(resolvedConfig(config).reduceCtas, 0);
   config.reduceCtas = 8;
-  ASSERT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclSuccess) << lastError();
-  ASSERT_EQ(concclCommGetConfig(comm, &got), concclSuccess);
-  EXPECT_EQ(got.reduceCtas, 8);
-  EXPECT_EQ(concclCommDestroy(comm), concclSuccess);
+  EXPECT_EQ(resolvedConfig(config).reduceCtas, 8);
   config.reduceCtas = -1;
   EXPECT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclInvalidArgument);
   EXPECT_NE(lastError().find("reduceCtas"), std::string::npos);
@@ -172,21 +180,12 @@ TEST(ApiErrors, SmallMessageBytesFromFieldEnvironmentAndOlderStructs) {
   config.backend = concclBackendHost;
   concclConfig_t got = CONCCL_CONFIG_INITIALIZER;
   // Default.
-  ASSERT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclSuccess) << lastError();
-  ASSERT_EQ(concclCommGetConfig(comm, &got), concclSuccess);
-  EXPECT_EQ(got.smallMessageBytes, size_t{64} << 10);
-  EXPECT_EQ(concclCommDestroy(comm), concclSuccess);
+  EXPECT_EQ(resolvedConfig(config).smallMessageBytes, size_t{64} << 10);
   // The environment, then the field over it.
   setenv("CONCCL_SMALL_MESSAGE_BYTES", "16K", 1);
-  ASSERT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclSuccess) << lastError();
-  ASSERT_EQ(concclCommGetConfig(comm, &got), concclSuccess);
-  EXPECT_EQ(got.smallMessageBytes, size_t{16} << 10);
-  EXPECT_EQ(concclCommDestroy(comm), concclSuccess);
+  EXPECT_EQ(resolvedConfig(config).smallMessageBytes, size_t{16} << 10);
   config.smallMessageBytes = 0;
-  ASSERT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclSuccess) << lastError();
-  ASSERT_EQ(concclCommGetConfig(comm, &got), concclSuccess);
-  EXPECT_EQ(got.smallMessageBytes, 0u);
-  EXPECT_EQ(concclCommDestroy(comm), concclSuccess);
+  EXPECT_EQ(resolvedConfig(config).smallMessageBytes, 0u);
   unsetenv("CONCCL_SMALL_MESSAGE_BYTES");
   // A struct from a header that ends at timeoutMs: accepted, the new field keeps its default, and GetConfig
   // writes no byte past the caller's struct.
