@@ -39,7 +39,7 @@ if [[ " $phases " == *" kernel "* ]]; then
   run_step kernel-bench 150 "$bin/conccl-kernel-bench" ${KERNEL_ARGS:---read-probe --peer-probe --no-latency --runs 5}
   grep '^#json' "$logs/kernel-bench.log" | sed 's/^#json //' >"$OUT/kernel-bench.jsonl"
   awk '$1=="library" && $5==8 && $3=="sum"' "$logs/kernel-bench.log" | head -30
-  grep -E "^(fixed|registers|tma)" "$logs/kernel-bench.log" | awk '$5==8 || $5==4 || $1 ~ /fixed/' | head -40
+  grep -E "^(fixed|registers|tma|bulk)" "$logs/kernel-bench.log" | awk '$5==8 || $5==4 || $1 ~ /fixed|bulk|tma-store/' | head -80
   grep -E "^(local|peer) |contention" "$logs/kernel-bench.log"
 fi
 

@@ -43,6 +43,8 @@ double timeMs(cudaStream_t stream, int runs, Launch&& launch) {
 void runReduceBench(size_t inputMiB, int runs);
 // What one SM reads, by how the loads are issued (read_probe.cu).
 void runReadProbe(int runs);
+// What one SM writes, by how the stores are issued (write_probe.cu).
+void runWriteProbe(int runs);
 // Reductions reading a peer GPU's memory, and a reduction beside a peer copy (peer_probe.cu; needs 2 GPUs).
 void runPeerProbe(int runs);
 // Per-call latency and host enqueue cost of the collectives through the public API (latency_bench.cu).

@@ -2,7 +2,8 @@
 //
 //  1. The reduction kernel alone (reduce_bench.cu): fp32/bf16/fp16 sums at fan-in 2..8 on 1/4/8 CTAs, GB/s of
 //     input read in total and per SM, plus the kernel's shape variants.
-//  2. With --read-probe: what one SM reads by how loads are issued (read_probe.cu); with --peer-probe: reductions
+//  2. With --read-probe / --write-probe: what one SM reads / writes by how loads / stores are issued
+//     (read_probe.cu, write_probe.cu); with --peer-probe: reductions
 //     reading a peer GPU over NVLink, and a reduction beside a peer copy (peer_probe.cu).
 //  3. Per-call latency of the collectives through the public API (latency_bench.cu).
 //
@@ -19,7 +20,7 @@ int main(int argc, char** argv) {
   CLI::App app{"conccl-kernel-bench: reduction kernel GB/s per SM, read probe, per-call latency of the collectives"};
   int ranks = 2, iters = 200, runs = 7, lanes = 0;
   size_t inputMiB = 128, maxBytes = size_t{1} << 20;
-  bool skipReduce = false, skipLatency = false, readProbe = false, peerProbe = false;
+  bool skipReduce = false, skipLatency = false, readProbe = false, writeProbe = false, peerProbe = false;
   app.add_option("-g,--ranks", ranks, "ranks for the latency sweep (distinct GPUs if available, else GPU 0 repeated)");
   app.add_option("-n,--iters", iters, "calls per size in the latency sweep");
   app.add_option("--runs", runs, "timed runs per kernel configuration (median reported)");
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-reduce", skipReduce, "skip the kernel benchmark");
   app.add_flag("--no-latency", skipLatency, "skip the latency sweep");
   app.add_flag("--read-probe", readProbe, "also run the per-SM read probe");
+  app.add_flag("--write-probe", writeProbe, "also run the per-SM write probe (registers vs TMA bulk stores)");
   app.add_flag("--peer-probe", peerProbe, "also run the peer-read and contention probe (2 GPUs)");
   CLI11_PARSE(app, argc, argv);
   int devices = 0;
@@ -39,6 +41,7 @@ int main(int argc, char** argv) {
   try {
     if (!skipReduce) conccl::kbench::runReduceBench(inputMiB, runs);
     if (readProbe) conccl::kbench::runReadProbe(runs);
+    if (writeProbe) conccl::kbench::runWriteProbe(runs);
     if (peerProbe) conccl::kbench::runPeerProbe(runs);
     if (!skipLatency) conccl::kbench::runLatencyBench(ranks, iters, lanes, maxBytes);
   } catch (const std::exception& e) {

@@ -17,6 +17,7 @@
 #include "core/types.h"
 #include "exec/cuda/reduce_kernel.h"
 #include "exec/cuda/reduce_kernel_impl.cuh"
+#include "bulk_store_reduce.cuh"
 #include "kernel_bench.h"
 
 namespace conccl::kbench {
@@ -95,6 +96,26 @@ void variant(const char* name, const Inputs& b, int ctas, cudaStream_t stream, i
   report(name, concclBfloat16, concclSum, K, ctas, b.bytes, ms);
 }
 
+// The TMA bulk-store kernel (reduce_bulk_store.cuh), sum, launched directly.
+template <typename T, int K, int U, int Threads>
+void bulkVariant(const char* name, concclDataType_t dtype, const Inputs& b, int ctas, cudaStream_t stream, int runs) {
+  exec::ReduceArgs args = argsFor(b, K, sizeof(T));
+  const size_t smem = bulkStoreSmemBytes(Threads, U);
+  auto kernel = reduceBulkStoreKernel<T, exec::OpSum, K, U, Threads>;
+  CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const double ms = timeMs(stream, runs, [&] { kernel<<<ctas, Threads, smem, stream>>>(args); });
+  report(name, dtype, concclSum, K, ctas, b.bytes, ms);
+}
+
+template <int K>
+void bulkVariants(const Inputs& b, cudaStream_t stream, int runs) {
+  for (int ctas : {4, 8}) {
+    bulkVariant<__nv_bfloat16, K, 2, 1024>("bulk-u2-t1024", concclBfloat16, b, ctas, stream, runs);
+    bulkVariant<__nv_bfloat16, K, 4, 1024>("bulk-u4-t1024", concclBfloat16, b, ctas, stream, runs);
+    bulkVariant<__nv_bfloat16, K, 8, 512>("bulk-u8-t512", concclBfloat16, b, ctas, stream, runs);
+  }
+}
+
 template <int K>
 void variants(const Inputs& b, cudaStream_t stream, int runs) {
   constexpr int u = exec::fixedUnroll(K);
@@ -143,6 +164,10 @@ void runReduceBench(size_t inputMiB, int runs) {
     }
   }
   fill(b, concclBfloat16, stream);
+  bulkVariants<2>(b, stream, runs);
+  bulkVariants<3>(b, stream, runs);
+  bulkVariants<4>(b, stream, runs);
+  bulkVariants<8>(b, stream, runs);
   variants<2>(b, stream, runs);
   variants<3>(b, stream, runs);
   variants<4>(b, stream, runs);
