@@ -86,8 +86,10 @@ void finalizeSlots(Schedule& schedule) {
   schedule.slots = top + 1;
 }
 
-void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule) {
+void emitDirect(const std::vector<std::vector<Transfer>>& given, const BuildOptions& options, Schedule& schedule) {
   const int n = schedule.nranks;
+  std::vector<std::vector<Transfer>> transfers = given;
+  if (options.ownBlockViaPeer) routeOwnBlocksThroughPeers(transfers, options, schedule);
   const int lanes = options.lanes;
   const size_t minPiece = std::max(options.minChunkBytes, kAlign);
   // writes[p][q]: p copies something into q's memory (q != p).
@@ -108,12 +110,15 @@ void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const Build
     const size_t split =
         static_cast<size_t>(std::max(1, (lanes + std::max(1, numTargets) - 1) / std::max(1, numTargets)));
     auto pushCopies = [&](const Transfer& t, int baseLane) {
-      const size_t pieces = std::max<size_t>(1, std::min(split, t.bytes / minPiece));
+      const size_t pieces = t.lane >= 0 ? 1 : std::max<size_t>(1, std::min(split, t.bytes / minPiece));
       const size_t pieceBytes = pieces == 1 ? t.bytes : roundUp(ceilDiv(t.bytes, pieces), kAlign);
       int j = 0;
       for (size_t off = 0; off < t.bytes; off += pieceBytes, ++j) {
-        const int lane = (baseLane + j) % lanes;
-        ops.push_back(Copy{plus(t.src, off), plus(t.dst, off), std::min(pieceBytes, t.bytes - off), lane});
+        const int lane = t.lane >= 0 ? t.lane : (baseLane + j) % lanes;
+        const size_t len = std::min(pieceBytes, t.bytes - off);
+        ops.push_back(Copy{plus(t.src, off), plus(t.dst, off), len, lane});
+        // Routed own block: pull the piece on from where it landed, behind it on the same lane.
+        if (t.then) ops.push_back(Copy{plus(t.dst, off), plus(*t.then, off), len, lane});
         if (t.dst.rank != me) done.noteCopy(t.dst.rank, lane);
       }
     };

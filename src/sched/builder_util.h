@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "sched/schedule.h"
@@ -60,7 +61,19 @@ struct Transfer {
   Location src;
   Location dst;
   size_t bytes = 0;
+  // When set, the same rank then copies what landed at dst on to `then` (its own memory), on the same lane right
+  // after each piece: a rank's own block routed through a peer (BuildOptions::ownBlockViaPeer).
+  std::optional<Location> then;
+  // >= 0: the copy is not split and runs on this lane (a scratch bounce whose region belongs to that lane).
+  int lane = -1;
 };
+
+// BuildOptions::ownBlockViaPeer: replaces every rank's local transfers (src and dst in its own memory) by a route
+// through a peer: a pull back from a peer that receives the same bytes from it anyway, else a bounce through the
+// peer's scratch (one region per sending rank and lane, in pieces of at most the region's size). Sets
+// schedule.scratchBytes when it bounces. No-op for nranks < 2.
+void routeOwnBlocksThroughPeers(std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options,
+                                Schedule& schedule);
 
 // Fills `schedule.programs` with direct push programs: transfers[r] are the copies rank r issues (all with
 // src.rank == r). Handles the ready/done handshakes, lane assignment and splitting of large copies;

@@ -198,6 +198,13 @@ struct BuildOptions {
   // Ranks can read each other's memory in a Reduce (GPUs with peer access, ranks of one GPU, one process's host
   // memory): reducers read the peers' inputs where they lie instead of receiving them into scratch.
   bool peerReads = false;
+  // A rank's own block (a copy inside its own memory: AllGather, AllToAll(v), out-of-place Broadcast / Gather /
+  // Scatter roots) goes through a peer on copy engines instead: pulled back from a peer that receives the same
+  // block anyway (AllGather, Broadcast), or bounced through the peer's scratch. Same-device copies run on SMs on
+  // our driver (FACTS.md), so this is what keeps movement off the SMs while a GEMM holds them, at the price of
+  // one more NVLink crossing of that block. Only meaningful when ranks are on distinct GPUs; SendRecv
+  // self-sends stay local (the peers of a point-to-point group need not take part).
+  bool ownBlockViaPeer = false;
 };
 
 // Byte sizes of rank r's call buffers (index -> bytes): what the executor must bind and what argument

@@ -20,7 +20,10 @@ Schedule buildSendRecv(const CollectiveCall& call, const BuildOptions& options) 
           {Location{r, ops[i].buffer, 0}, Location{m.rank, recv.buffer, 0}, ops[i].count * es});
     }
   }
-  emitDirect(transfers, options, s);
+  // Self-sends stay local copies: routing them through a peer would involve a rank that may not be in the group.
+  BuildOptions local = options;
+  local.ownBlockViaPeer = false;
+  emitDirect(transfers, local, s);
   return s;
 }
 

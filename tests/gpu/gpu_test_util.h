@@ -196,9 +196,11 @@ enum class Path { kDefault, kCopyEngines };
 inline const char* pathName(Path p) { return p == Path::kDefault ? "default" : "copy"; }
 inline size_t smallBytesFor(Path p) { return p == Path::kDefault ? CONCCL_CONFIG_UNDEF_SIZE : 0; }
 
-inline concclConfig_t cudaConfig(int lanes = CONCCL_CONFIG_UNDEF_INT, size_t smallMessageBytes = CONCCL_CONFIG_UNDEF_SIZE) {
+inline concclConfig_t cudaConfig(int lanes = CONCCL_CONFIG_UNDEF_INT, size_t smallMessageBytes = CONCCL_CONFIG_UNDEF_SIZE,
+                                 int engine = CONCCL_CONFIG_UNDEF_INT) {
   concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
   config.backend = concclBackendCuda;
+  config.engine = engine;
   config.timeoutMs = 20000;  // a hang becomes a failure that names the case
   config.lanes = lanes;
   config.smallMessageBytes = smallMessageBytes;
@@ -212,10 +214,11 @@ struct Clique {
   bool broken = false;
 
   static std::unique_ptr<Clique> create(int n, int lanes = CONCCL_CONFIG_UNDEF_INT, std::vector<int> devices = {},
-                                        size_t smallMessageBytes = CONCCL_CONFIG_UNDEF_SIZE) {
+                                        size_t smallMessageBytes = CONCCL_CONFIG_UNDEF_SIZE,
+                                        int engine = CONCCL_CONFIG_UNDEF_INT) {
     auto c = std::make_unique<Clique>();
     if (devices.empty()) devices.assign(static_cast<size_t>(n), 0);
-    concclConfig_t config = cudaConfig(lanes, smallMessageBytes);
+    concclConfig_t config = cudaConfig(lanes, smallMessageBytes, engine);
     c->comms.resize(static_cast<size_t>(n));
     if (concclCommInitAll(c->comms.data(), n, devices.data(), &config) != concclSuccess) {
       ADD_FAILURE() << "concclCommInitAll(" << n << "): " << concclGetLastError(nullptr);

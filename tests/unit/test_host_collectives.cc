@@ -16,6 +16,7 @@ struct Case {
   concclRedOp_t op;
   bool inPlace;
   Drive drive;
+  concclEngine_t engine = concclEngineAuto;  // copy: own blocks routed through a peer (BuildOptions::ownBlockViaPeer)
 };
 
 std::string caseName(const testing::TestParamInfo<Case>& info) {
@@ -25,6 +26,7 @@ std::string caseName(const testing::TestParamInfo<Case>& info) {
   if (isReduction(c.coll)) s += "_op" + std::to_string(static_cast<int>(c.op));
   s += c.inPlace ? "_inplace" : "_outplace";
   s += c.drive == Drive::kGroup ? "_group" : "_threads";
+  if (c.engine == concclEngineCopy) s += "_copy";
   s += "_" + std::to_string(info.index);
   return s;
 }
@@ -40,6 +42,7 @@ TEST_P(HostCollective, MatchesReference) {
   config.backend = concclBackendHost;
   config.scratchBytes = 64 << 10;  // small scratch: large counts run the pipelined path with many chunks
   config.timeoutMs = 60000;
+  config.engine = c.engine;
   std::vector<concclComm_t> comms(n);
   ASSERT_EQ(concclCommInitAll(comms.data(), n, nullptr, &config), concclSuccess) << concclGetLastError(nullptr);
 
@@ -107,6 +110,16 @@ std::vector<Case> allCases() {
     // One thread per rank.
     cases.push_back({coll, 4, 4099, concclBfloat16, concclMax, false, Drive::kThreads});
     if (hasInPlace(coll)) cases.push_back({coll, 5, 7, concclInt32, concclSum, true, Drive::kThreads});
+    // engine = copy: own blocks through a peer (echo or scratch bounce; 64 KiB of scratch makes many pieces).
+    for (int n : {2, 3, 8}) {
+      for (size_t count : {size_t{7}, size_t{4099}, size_t{1} << 16}) {
+        for (bool inPlace : {false, true}) {
+          if (inPlace && !hasInPlace(coll)) continue;
+          const Drive drive = count == 4099 ? Drive::kThreads : Drive::kGroup;
+          cases.push_back({coll, n, count, concclFloat16, concclMin, inPlace, drive, concclEngineCopy});
+        }
+      }
+    }
   }
   return cases;
 }

@@ -68,6 +68,21 @@ TEST_P(SchedMatrix, PeerReads) {
   }
 }
 
+// A rank's own block routed through a peer (BuildOptions::ownBlockViaPeer): proven by the checker alone and back
+// to back with itself (scratch regions reused by the next call), with the default and a tiny scratch budget.
+TEST_P(SchedMatrix, OwnBlockViaPeer) {
+  const auto [kind, n, countIdx, inPlace] = GetParam();
+  const bool pair = kCounts[countIdx] <= 4099;
+  BuildOptions o;
+  o.ownBlockViaPeer = true;
+  expectValid(matrixCall(kind, n, countIdx, inPlace), o, pair);
+  BuildOptions tiny = tinyOptions(1 + n % 3, 1 + n % 4);
+  tiny.ownBlockViaPeer = true;
+  tiny.peerReads = n % 2 == 0;
+  if (kCounts[countIdx] == (size_t{1} << 20)) tiny.scratchBudget = 1u << 20;  // keep the piece count affordable
+  expectValid(matrixCall(kind, n, countIdx, inPlace), tiny, pair);
+}
+
 std::string matrixName(const ::testing::TestParamInfo<MatrixParam>& info) {
   const auto [kind, n, countIdx, inPlace] = info.param;
   return std::string(collKindName(kind)) + "_n" + std::to_string(n) + "_c" + std::to_string(kCounts[countIdx]) +
@@ -304,6 +319,67 @@ TEST(ScheduleCopyBytes, ActiveOpsAndReduceInputsForEveryRank) {
       EXPECT_EQ(inputs > 0, kind != CollKind::kAllGather) << collKindName(kind) << " rank " << r;
     }
   }
+}
+
+
+// With ownBlockViaPeer no movement collective copies inside one rank's memory (what CUDA would run on SMs), for
+// every rank count >= 2, both roots' layouts and in / out of place; AllGather and Broadcast pull the block back
+// from a peer's output (no scratch), the others bounce it through a peer's scratch.
+TEST(OwnBlockViaPeer, NoCopyStaysInsideARank) {
+  for (CollKind kind : {CollKind::kAllGather, CollKind::kBroadcast, CollKind::kAllToAll, CollKind::kGather,
+                        CollKind::kScatter}) {
+    for (int n = 2; n <= 8; ++n) {
+      for (bool inPlace : {false, true}) {
+        if (inPlace && kind == CollKind::kAllToAll) continue;
+        for (int root : {0, n - 1}) {
+          CollectiveCall call = makeCall(kind, n, 100003, concclFloat32, concclSum, root, inPlace);
+          BuildOptions o;
+          o.ownBlockViaPeer = true;
+          o.minChunkBytes = 64u << 10;
+          const Schedule s = buildSchedule(call, o);
+          SCOPED_TRACE(callStr(call, o));
+          size_t pulls = 0;
+          for (int r = 0; r < n; ++r) {
+            for (const Op& op : s.programs[static_cast<size_t>(r)].ops) {
+              const auto* copy = std::get_if<Copy>(&op);
+              if (copy == nullptr || copy->bytes == 0) continue;
+              EXPECT_FALSE(copy->src.rank == r && copy->dst.rank == r) << "rank " << r << " copies inside itself";
+              if (copy->src.rank != r) ++pulls;
+            }
+          }
+          const bool echoes = kind == CollKind::kAllGather || kind == CollKind::kBroadcast;
+          if (echoes) {
+            EXPECT_EQ(s.scratchBytes, 0u);
+          }
+          // Every out-of-place own block (all ranks' for AllGather / AllToAll, the root's for the rooted ones)
+          // comes back with at least one pull.
+          const bool rooted = kind != CollKind::kAllGather && kind != CollKind::kAllToAll;
+          const size_t blocks = inPlace ? 0 : (rooted ? 1 : static_cast<size_t>(n));
+          EXPECT_GE(pulls, blocks);
+          if (inPlace) {
+            EXPECT_EQ(pulls, 0u);
+          }
+          expectValid(call, o);
+        }
+      }
+    }
+  }
+}
+
+// Send/Recv self-sends stay local copies (the peers of a point-to-point group need not take part).
+TEST(OwnBlockViaPeer, SelfSendsStayLocal) {
+  CollectiveCall call = makeCall(CollKind::kSendRecv, 2, 0);
+  call.p2p.resize(2);
+  call.p2p[0] = {P2POp{true, 0, 1000, 0}, P2POp{false, 0, 1000, 1}};
+  BuildOptions o;
+  o.ownBlockViaPeer = true;
+  const Schedule s = buildSchedule(call, o);
+  bool local = false;
+  for (const Op& op : s.programs[0].ops) {
+    if (const auto* copy = std::get_if<Copy>(&op)) local = local || (copy->src.rank == 0 && copy->dst.rank == 0);
+  }
+  EXPECT_TRUE(local);
+  EXPECT_TRUE(s.programs[1].ops.empty());
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // conccl's collectives and the SM-copy proxy (collectives.h).
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "c3_check.h"
 #include "collectives.h"
@@ -106,6 +108,12 @@ std::pair<size_t, size_t> bufferBytes(const CollectiveSpec& c) {
 ConcclComms::ConcclComms(const std::vector<int>& devices) : devices_(devices), comms_(devices.size()) {
   concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
   config.backend = concclBackendCuda;
+  // Beside a GEMM no SM may move data: engine = copy sends a rank's own block through a peer GPU on copy engines
+  // (a copy inside one GPU would wait for the GEMM's SMs) and turns the small-message kernel off. Its cost alone is
+  // part of this strategy's own T_c. CONCCL_ENGINE=auto in the environment does not override a field set here;
+  // C3_CONCCL_ENGINE=auto does, to measure the difference.
+  const char* engine = std::getenv("C3_CONCCL_ENGINE");
+  config.engine = engine != nullptr && std::string(engine) == "auto" ? concclEngineAuto : concclEngineCopy;
   C3_CONCCL_CHECK(concclCommInitAll(comms_.data(), int(devices.size()), devices.data(), &config));
 }
 

@@ -203,6 +203,10 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
   }
   smallBytes_ = config.engine == concclEngineCopy || !allPeers ? 0 : config.smallMessageBytes;
   options_.peerReads = allPeers && config.peerReduce;
+  // engine = copy: a rank's own block through a peer, where that peer is another GPU (on a shared GPU the route
+  // would be a same-device copy too).
+  options_.ownBlockViaPeer = config.engine == concclEngineCopy && allPeers && unique.size() == devices.size() &&
+                             devices.size() >= 2;
 
   for (int d : unique) {
     DeviceGuard guard(d);
@@ -341,22 +345,28 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
   // (see launch), so all use the smallest one (0 when any process cannot use the kernel).
   // So does the reduction shape: schedules are built in every process and must agree, so peer reads are used only
   // when every process can use them.
-  std::string mine(sizeof(BufferExport) + 2 * sizeof(uint64_t), '\0');
+  std::string mine(sizeof(BufferExport) + 3 * sizeof(uint64_t), '\0');
   if (self.scratch) {
     BufferExport e = exportBuffer(localRank_, self.scratch.get(), self.scratch.bytes(), "scratch");
     std::memcpy(mine.data(), &e, sizeof(e));
   }
-  const uint64_t localChoice[2] = {smallBytes_, allPeers && config.peerReduce ? 1u : 0u};
+  // engine = copy routes own blocks through peers only when no two ranks share a GPU (every process must agree).
+  bool distinctDevices = true;
+  for (int r = 0; r < n; ++r) distinctDevices = distinctDevices && (r == topo.localRank || topo.devices[r] != device);
+  const uint64_t localChoice[3] = {smallBytes_, allPeers && config.peerReduce ? 1u : 0u,
+                                   config.engine == concclEngineCopy && allPeers && distinctDevices && n >= 2 ? 1u : 0u};
   std::memcpy(mine.data() + sizeof(BufferExport), localChoice, sizeof(localChoice));
   std::vector<std::string> all = topo.allGather(mine);
   CONCCL_ASSERT(static_cast<int>(all.size()) == n);
   options_.peerReads = true;
+  options_.ownBlockViaPeer = true;
   for (int r = 0; r < n; ++r) {
     CONCCL_ASSERT(all[static_cast<size_t>(r)].size() == mine.size());
-    uint64_t choice[2] = {0, 0};
+    uint64_t choice[3] = {0, 0, 0};
     std::memcpy(choice, all[static_cast<size_t>(r)].data() + sizeof(BufferExport), sizeof(choice));
     smallBytes_ = std::min<size_t>(smallBytes_, choice[0]);
     options_.peerReads = options_.peerReads && choice[1] != 0;
+    options_.ownBlockViaPeer = options_.ownBlockViaPeer && choice[2] != 0;
     if (r == localRank_) continue;
     BufferExport e;
     std::memcpy(&e, all[static_cast<size_t>(r)].data(), sizeof(e));

@@ -26,6 +26,8 @@ class HostExecutor final : public Executor {
     options_.lanes = config.lanes;
     options_.pipelineDepth = 2;
     options_.peerReads = config.peerReduce;  // every rank is a thread of this process: all memory is addressable
+    // The route the CUDA backend takes with engine = copy, run here too so that the host tests prove its results.
+    options_.ownBlockViaPeer = config.engine == concclEngineCopy;
     const int slots = sched::maxSlots(nranks, options_);
     for (auto& r : ranks_) r.flags.assign(slots, 0);
   }

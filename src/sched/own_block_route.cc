@@ -1,0 +1,100 @@
+// BuildOptions::ownBlockViaPeer: a rank's own block leaves its GPU and comes back, on copy engines.
+//
+// Why: CUDA runs a copy inside one GPU's memory on SMs on our driver (FACTS.md: it waited ~20 ms behind a kernel
+// holding every SM), so beside a GEMM that holds them, AllGather's or AllToAll's own block waited for the whole
+// GEMM (11.6x the collective's time alone, 2026-11-30). Copies between GPUs run on copy engines whatever the SMs
+// do; two hops through a peer were measured at peer-copy speed beside such a kernel (FACTS.md, 2 H200s).
+//
+// Two routes, the cheaper first:
+//   * echo: the rank pushes the same bytes to a peer anyway (AllGather: its block goes into every peer's output;
+//     Broadcast: the root's input goes to every peer). After each piece of that push lands, the rank pulls it back
+//     from the peer into its own output, on the same lane (stream order makes the pull follow the push). One
+//     extra NVLink crossing, no scratch.
+//   * bounce: otherwise (AllToAll(v), Gather and Scatter roots) the block goes into a region of a peer's scratch
+//     and is pulled back from there, piece by piece, the pieces spread over the peers and lanes. Region
+//     (sender, lane) of a peer's scratch belongs to that sender's lane alone, so a piece reuses it only after the
+//     previous piece on the lane was pulled back (stream order again); no flag is needed.
+// Either route writes (echo: already did) into the peer's memory, so the ready / done handshakes of emitDirect
+// keep the peer's program running while its memory is used.
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "sched/builder_util.h"
+
+namespace conccl::sched::detail {
+
+namespace {
+
+// The index in `mine` of a push to a peer that carries exactly `local`'s bytes, preferring the peer after `me`
+// (each rank then pulls from a different neighbour, spreading the extra traffic over the links); -1 if none.
+int findEcho(const std::vector<Transfer>& mine, const Transfer& local, int me, int n) {
+  int best = -1, bestDistance = n;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const Transfer& u = mine[i];
+    if (u.dst.rank == me || u.then || u.bytes != local.bytes || !(u.src == local.src)) continue;
+    const int distance = (u.dst.rank - me + n) % n;
+    if (distance < bestDistance) {
+      best = static_cast<int>(i);
+      bestDistance = distance;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+void routeOwnBlocksThroughPeers(std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options,
+                                Schedule& schedule) {
+  const int n = schedule.nranks;
+  if (n < 2) return;
+  const int lanes = options.lanes;
+  const auto regions = static_cast<size_t>(n) * static_cast<size_t>(lanes);
+  const size_t region = options.scratchBudget / regions / kAlign * kAlign;
+  const size_t minPiece = std::max(options.minChunkBytes, kAlign);
+  size_t scratchEnd = schedule.scratchBytes;
+  for (int me = 0; me < n; ++me) {
+    std::vector<Transfer>& mine = transfers[static_cast<size_t>(me)];
+    std::vector<Transfer> routed;
+    std::vector<Transfer> bounces;
+    for (const Transfer& t : mine) {
+      const bool local = t.dst.rank == me && t.bytes > 0;
+      if (!local) continue;
+      const int echo = findEcho(mine, t, me, n);
+      if (echo >= 0) {
+        mine[static_cast<size_t>(echo)].then = t.dst;
+        continue;
+      }
+      CONCCL_REQUIRE(region >= kAlign, "a scratch budget of " + std::to_string(options.scratchBudget) +
+                                           " bytes is too small to route a rank's own block through a peer (" +
+                                           std::to_string(n) + " ranks x " + std::to_string(lanes) + " lanes)");
+      // Enough pieces to use every peer and lane, none larger than a region, none below minPiece unless the
+      // block is smaller.
+      const size_t wanted = std::min(static_cast<size_t>(n - 1) * static_cast<size_t>(lanes),
+                                     std::max<size_t>(1, t.bytes / minPiece));
+      const size_t pieceBytes = std::min(region, roundUp(ceilDiv(t.bytes, wanted), kAlign));
+      size_t i = 0;
+      for (size_t off = 0; off < t.bytes; off += pieceBytes, ++i) {
+        const int peer = (me + 1 + static_cast<int>(i % static_cast<size_t>(n - 1))) % n;
+        const int lane = static_cast<int>((i / static_cast<size_t>(n - 1)) % static_cast<size_t>(lanes));
+        const size_t at = (static_cast<size_t>(me) * static_cast<size_t>(lanes) + static_cast<size_t>(lane)) * region;
+        Transfer piece;
+        piece.src = plus(t.src, off);
+        piece.dst = Location{peer, kScratch, at};
+        piece.bytes = std::min(pieceBytes, t.bytes - off);
+        piece.then = plus(t.dst, off);
+        piece.lane = lane;
+        bounces.push_back(piece);
+        scratchEnd = std::max(scratchEnd, at + region);
+      }
+    }
+    for (const Transfer& t : mine) {
+      if (!(t.dst.rank == me && t.bytes > 0)) routed.push_back(t);
+    }
+    routed.insert(routed.end(), bounces.begin(), bounces.end());
+    mine = std::move(routed);
+  }
+  schedule.scratchBytes = scratchEnd;
+}
+
+}  // namespace conccl::sched::detail
