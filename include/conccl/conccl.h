@@ -114,10 +114,10 @@ typedef enum { concclBackendHost = 0, concclBackendCuda = 1 } concclBackend_t;
  * as one 1-CTA kernel per rank (one launch instead of three or more copy-engine operations; not used between
  * processes that share a GPU), and a rank's own block (AllGather, AllToAll(v), out-of-place Broadcast / Gather /
  * Scatter roots) is a copy inside its GPU, which CUDA runs on SMs. Copy: no SM moves data: no small kernel, and
- * when every rank has a GPU of its own with peer access, a rank's own block leaves through a peer and comes back
- * on copy engines (pulled back from a peer that receives it anyway, or bounced through a peer's scratch), at the
- * price of one more NVLink crossing of that block; use it beside a GEMM that holds every SM (concclC3Plan says
- * when). Reductions run on a few SMs either way. Sm (SM copy kernels
+ * (with 2+ ranks whose GPUs have peer access) a rank's own block leaves through a peer GPU and comes back on copy
+ * engines (pulled back from a peer that receives it anyway, or bounced through a peer's scratch), at the price of
+ * one more NVLink crossing of that block; use it beside a GEMM that holds every SM (conccl-c3 does). Ranks that
+ * share a GPU take the same route and gain nothing by it. Reductions run on a few SMs either way. Sm (SM copy kernels
  * at every size) is reserved and refused with concclNotSupported by this version rather than silently
  * replaced. */
 typedef enum { concclEngineAuto = 0, concclEngineCopy = 1, concclEngineSm = 2 } concclEngine_t;

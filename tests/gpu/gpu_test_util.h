@@ -192,9 +192,14 @@ inline bool syncStreams(const std::vector<cudaStream_t>& streams, const std::vec
 // The two paths of a collective (docs/cuda-executor.md): the default config (the small-message kernel up to
 // smallMessageBytes, copy engines above) and copy engines only (smallMessageBytes = 0). Every collective test runs
 // both, at every count (issue 13).
-enum class Path { kDefault, kCopyEngines };
-inline const char* pathName(Path p) { return p == Path::kDefault ? "default" : "copy"; }
+// kDefault: the library's defaults (small calls on the 1-CTA kernel); kCopyEngines: copy engines at every size (a
+// rank's own block a same-device copy); kNoSm: engine = copy (own blocks routed through a peer, no SM moves data).
+enum class Path { kDefault, kCopyEngines, kNoSm };
+inline const char* pathName(Path p) {
+  return p == Path::kDefault ? "default" : p == Path::kCopyEngines ? "copy" : "nosm";
+}
 inline size_t smallBytesFor(Path p) { return p == Path::kDefault ? CONCCL_CONFIG_UNDEF_SIZE : 0; }
+inline int engineFor(Path p) { return p == Path::kNoSm ? concclEngineCopy : CONCCL_CONFIG_UNDEF_INT; }
 
 inline concclConfig_t cudaConfig(int lanes = CONCCL_CONFIG_UNDEF_INT, size_t smallMessageBytes = CONCCL_CONFIG_UNDEF_SIZE,
                                  int engine = CONCCL_CONFIG_UNDEF_INT) {
@@ -273,7 +278,7 @@ inline Clique* sharedClique(int n, Path path = Path::kDefault) {
   // Keep one clique alive at a time: fewer streams on the GPU, so the active clique's streams get hardware
   // queues of their own (see kConnectionsSet).
   cache.clear();
-  cache[key] = Clique::create(n, CONCCL_CONFIG_UNDEF_INT, {}, smallBytesFor(path));
+  cache[key] = Clique::create(n, CONCCL_CONFIG_UNDEF_INT, {}, smallBytesFor(path), engineFor(path));
   return cache[key].get();
 }
 

@@ -65,7 +65,7 @@ INSTANTIATE_TEST_SUITE_P(AllCollectives, Collectives,
                                                               Coll::kAllToAllv, Coll::kGather, Coll::kScatter,
                                                               Coll::kSendRecv),
                                             ::testing::Values(1, 2, 3, 4, 8),
-                                            ::testing::Values(Path::kDefault, Path::kCopyEngines)),
+                                            ::testing::Values(Path::kDefault, Path::kCopyEngines, Path::kNoSm)),
                          [](const auto& param_info) {
                            return std::string(collName(std::get<0>(param_info.param))) + "_" +
                                   std::to_string(std::get<1>(param_info.param)) + "ranks_" +
@@ -114,9 +114,10 @@ TEST(MultiGpu, AllCollectivesAcrossDevices) {
   std::vector<int> devlist;
   for (int d = 0; d < devices && d < 8; ++d) devlist.push_back(d);
   uint64_t seed = 99;
-  for (Path path : {Path::kDefault, Path::kCopyEngines}) {
+  for (Path path : {Path::kDefault, Path::kCopyEngines, Path::kNoSm}) {
   SCOPED_TRACE(pathName(path));
-  auto clique = Clique::create(static_cast<int>(devlist.size()), CONCCL_CONFIG_UNDEF_INT, devlist, smallBytesFor(path));
+  auto clique = Clique::create(static_cast<int>(devlist.size()), CONCCL_CONFIG_UNDEF_INT, devlist, smallBytesFor(path),
+                               engineFor(path));
   ASSERT_NE(clique, nullptr);
   for (Coll coll : {Coll::kAllGather, Coll::kReduceScatter, Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce,
                     Coll::kAllToAll, Coll::kAllToAllv, Coll::kGather, Coll::kScatter, Coll::kSendRecv}) {

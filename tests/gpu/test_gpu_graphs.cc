@@ -71,7 +71,7 @@ INSTANTIATE_TEST_SUITE_P(AllCollectives, GraphCapture,
                                                               Coll::kAllToAllv, Coll::kGather, Coll::kScatter,
                                                               Coll::kSendRecv),
                                             ::testing::Values(2, 4),
-                                            ::testing::Values(Path::kDefault, Path::kCopyEngines)),
+                                            ::testing::Values(Path::kDefault, Path::kCopyEngines, Path::kNoSm)),
                          [](const auto& param_info) {
                            return std::string(collName(std::get<0>(param_info.param))) + "_" +
                                   std::to_string(std::get<1>(param_info.param)) + "ranks_" +

@@ -203,10 +203,9 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
   }
   smallBytes_ = config.engine == concclEngineCopy || !allPeers ? 0 : config.smallMessageBytes;
   options_.peerReads = allPeers && config.peerReduce;
-  // engine = copy: a rank's own block through a peer, where that peer is another GPU (on a shared GPU the route
-  // would be a same-device copy too).
-  options_.ownBlockViaPeer = config.engine == concclEngineCopy && allPeers && unique.size() == devices.size() &&
-                             devices.size() >= 2;
+  // engine = copy: a rank's own block through a peer. Ranks sharing a GPU gain nothing by it (both hops are
+  // same-device copies) but get the same schedule, which lets one GPU test it.
+  options_.ownBlockViaPeer = config.engine == concclEngineCopy && allPeers && devices.size() >= 2;
 
   for (int d : unique) {
     DeviceGuard guard(d);
@@ -350,11 +349,9 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
     BufferExport e = exportBuffer(localRank_, self.scratch.get(), self.scratch.bytes(), "scratch");
     std::memcpy(mine.data(), &e, sizeof(e));
   }
-  // engine = copy routes own blocks through peers only when no two ranks share a GPU (every process must agree).
-  bool distinctDevices = true;
-  for (int r = 0; r < n; ++r) distinctDevices = distinctDevices && (r == topo.localRank || topo.devices[r] != device);
+  // engine = copy routes own blocks through peers (every process must agree, as on the other choices).
   const uint64_t localChoice[3] = {smallBytes_, allPeers && config.peerReduce ? 1u : 0u,
-                                   config.engine == concclEngineCopy && allPeers && distinctDevices && n >= 2 ? 1u : 0u};
+                                   config.engine == concclEngineCopy && allPeers && n >= 2 ? 1u : 0u};
   std::memcpy(mine.data() + sizeof(BufferExport), localChoice, sizeof(localChoice));
   std::vector<std::string> all = topo.allGather(mine);
   CONCCL_ASSERT(static_cast<int>(all.size()) == n);
