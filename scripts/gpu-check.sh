@@ -118,6 +118,15 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; t
     "$stage/bin/test_gpu_collectives" --gtest_brief=1 --gtest_filter='*/Collectives.*/*_1ranks_*'
   step racecheck-executor 45 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$stage/bin/test_gpu_executor" --gtest_brief=1 --gtest_filter="Executor.LanesSignalsWaitsAndReduce"
+  if [ "$gpus" -ge 2 ]; then
+    # Issue 13 item 5: both tools across GPUs (every collective, every path, ranks on distinct GPUs). API return
+    # codes are not memory errors: cudaDeviceEnablePeerAccess answers cudaErrorPeerAccessAlreadyEnabled when a
+    # second communicator enables it again, which the executor expects and clears (2026-11-30 run 6).
+    step memcheck-multigpu 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+      "$stage/bin/test_gpu_collectives" --gtest_brief=1 --gtest_filter='MultiGpu.*'
+    step racecheck-multigpu 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      "$stage/bin/test_gpu_collectives" --gtest_brief=1 --gtest_filter='MultiGpu.*'
+  fi
 fi
 
 echo
