@@ -51,6 +51,8 @@ struct PendingCall {
   std::vector<std::optional<RankArgs>> args;  // [rank]
   int posted = 0;
   bool ready = false;  // all ranks posted and the schedule is built, or `error` is set
+  // `ready`, published for waiters that spin before they take the lock (LocalClique::spinUntilReady).
+  std::atomic<bool> readyPublished{false};
   std::optional<Error> error;
   sched::CollectiveCall call;
   std::shared_ptr<const sched::Schedule> schedule;  // shared with the schedule cache
@@ -61,6 +63,7 @@ struct PendingCall {
 // A rank's handle on a call it posted.
 struct CallTicket {
   std::shared_ptr<PendingCall> call;  // set when posted (collectives) or when the p2p group closes
+  bool collective = false;            // `call` was set at post time and is not written by other threads
   int rank = 0;
   std::string what;  // "concclAllGather #12" for messages
 };

@@ -27,6 +27,9 @@ struct Config {
   // Reductions read the peers' inputs where they lie when every GPU pair has peer access (sched::emitPullReduce);
   // CONCCL_PEER_REDUCE=0 keeps the copy-engine exchange into scratch (for comparison).
   bool peerReduce = true;
+  // How long a rank's thread spins for its peers before it blocks on the clique's condition variable
+  // (LocalClique::spinUntilReady; CONCCL_RENDEZVOUS_SPIN_US, 0 = block at once).
+  int rendezvousSpinUs = 50;
 };
 
 // Merges `user` (may be null), the CONCCL_* environment variables and the defaults. `cudaAvailable`

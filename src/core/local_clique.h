@@ -40,6 +40,8 @@ class LocalClique final : public Clique {
   void deregisterWindow(int rank, uint64_t id) override;
 
  private:
+  // Spins (bounded) until the ticket's collective is ready, before waitAndLaunch takes the lock.
+  void spinUntilReady(const CallTicket& ticket) const;
   void checkHealthyLocked() const;
   void finalizeLocked(PendingCall& call);
   void tryCloseP2PLocked(int rank);
