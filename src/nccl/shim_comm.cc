@@ -94,6 +94,11 @@ int& groupDepth() {
   return depth;
 }
 
+uint64_t& groupEpoch() {
+  thread_local uint64_t epoch = 0;
+  return epoch;
+}
+
 ncclComm_t wrapComm(Path path, concclComm_t c, ncclComm_t real, const std::string& call, const std::string& reason,
                     int rank, int nranks) {
   auto* w = new ncclComm;
