@@ -9,7 +9,8 @@
 #   bash scripts/gpu-shim.sh
 # Env: OUT (default ./gpu-shim-out), BUDGET_S (total seconds, default 540: stays under one 600 s device call),
 #      PHASES (default "ncclt,torch,fsdp"), MAX_BYTES (nccl-tests -e, default 64M; e.g. 1G if time permits),
-#      NT_ITERS / NT_WARMUP (nccl-tests -n / -w, default 10 / 3), NP (torch processes, default max(G, 2)),
+#      ALLOPS_MAX_BYTES (-e of the -o all runs, default 4M), NT_ITERS / NT_WARMUP (-n / -w, default 10 / 3),
+#      NP (torch processes, default max(G, 2)),
 #      FSDP_STEPS (default 60), PY (default /opt/torch/.venv/bin/python), NCCL_LIB (the real NCCL's directory),
 #      SHIM (default gpu-stage/lib/libconccl_nccl.so).
 # Exit status: 0 when every step that ran passed; 1 otherwise (a step that could not run for lack of a staged file
@@ -26,6 +27,7 @@ SHIM="${SHIM:-$root/gpu-stage/lib/libconccl_nccl.so}"
 BUDGET_S="${BUDGET_S:-540}"
 PHASES="${PHASES:-ncclt,torch,fsdp}"
 MAX_BYTES="${MAX_BYTES:-64M}"
+ALLOPS_MAX_BYTES="${ALLOPS_MAX_BYTES:-4M}"
 NT_ITERS="${NT_ITERS:-10}"
 NT_WARMUP="${NT_WARMUP:-3}"
 FSDP_STEPS="${FSDP_STEPS:-60}"
@@ -127,6 +129,9 @@ run_nccl_tests() {
     local t
     t="$(basename "$bin" _perf)"
     local modes=("shim-g$G:-g $G" "shim-g$G-graph:-g $G -G 1")
+    # Every op of the reductions, ncclRedOpCreatePreMulSum ("mulsum") included, checked by nccl-tests' own data;
+    # smaller sizes: -o all runs each size six times.
+    case "$t" in all_reduce | reduce_scatter | reduce) modes+=("shim-g$G-allops:-g $G -o all -e $ALLOPS_MAX_BYTES") ;; esac
     [ "$G" -ge 2 ] && modes+=("shim-t$G:-t $G -g 1" "nccl-g$G:-g $G" "nccl-t$G:-t $G -g 1")
     for m in "${modes[@]}"; do
       local name="nt-$t-${m%%:*}" args="${m#*:}" envv=("${shim_env[@]}")

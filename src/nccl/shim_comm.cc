@@ -1,5 +1,6 @@
 #include "nccl/shim_comm.h"
 
+#include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -87,6 +88,17 @@ ncclResult_t fromConccl(ncclComm_t comm, concclResult_t result, const char* call
   const char* msg = concclGetLastError(isShimComm(comm) ? comm->conccl : nullptr);
   return fail(comm, static_cast<ncclResult_t>(toNcclResult(result)),
               std::string(call) + " on conccl: " + concclGetErrorString(result) + ": " + (msg ? msg : ""));
+}
+
+CudaDeviceGuard::CudaDeviceGuard(int device) {
+  if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+  // Only switch when needed: cudaSetDevice is cheap but not free, and this runs on every PreMulSum call.
+  ok_ = previous_ == device || cudaSetDevice(device) == cudaSuccess;
+  if (previous_ == device) previous_ = -1;
+}
+
+CudaDeviceGuard::~CudaDeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
 }
 
 int& groupDepth() {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "nccl/nccl_abi.h"
@@ -21,9 +22,11 @@ struct PreMulState {
   std::mutex mutex;
   PreMulOpTable ops;
   bool hostBackend = false;
+  int device = -1;  // the communicator's CUDA device: scratch is allocated and the kernel launched there
   ScratchArenas scratch;
-  explicit PreMulState(bool host)
+  PreMulState(bool host, int dev)
       : hostBackend(host),
+        device(dev),
         scratch(host ? ScratchArenas::Alloc([](size_t n) { return std::malloc(n); })
                      : ScratchArenas::Alloc(&allocDevice),
                 host ? ScratchArenas::Free([](void* p) { std::free(p); }) : ScratchArenas::Free(&freeDevice)) {}
@@ -58,7 +61,12 @@ PreMulState* stateOf(ncclComm_t comm, std::string* error) {
     *error = std::string("concclCommGetConfig failed: ") + concclGetLastError(comm->conccl);
     return nullptr;
   }
-  comm->premul.reset(new PreMulState(config.backend == concclBackendHost));
+  int device = -1;
+  if (concclCommCuDevice(comm->conccl, &device) != concclSuccess) {
+    *error = std::string("concclCommCuDevice failed: ") + concclGetLastError(comm->conccl);
+    return nullptr;
+  }
+  comm->premul.reset(new PreMulState(config.backend == concclBackendHost, device));
   return comm->premul.get();
 }
 
@@ -155,6 +163,14 @@ ncclResult_t runPreMulSum(ncclComm_t comm, Coll coll, const void* sendbuff, void
   }
   void* scratch = nullptr;
   PreMulOp p;
+  std::optional<CudaDeviceGuard> guard;
+  if (!s->hostBackend) {
+    guard.emplace(s->device);
+    if (!guard->ok()) {
+      return fail(comm, ncclUnhandledCudaError,
+                  std::string(call) + ": cudaSetDevice(" + std::to_string(s->device) + ") failed");
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(s->mutex);
     std::optional<PreMulOp> found = s->ops.find(static_cast<int>(op));

@@ -33,23 +33,6 @@ struct SplitEntry {
   char id[CONCCL_UNIQUE_ID_BYTES];
 };
 
-// Restores the calling thread's device on every exit path.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    ok_ = cudaSetDevice(device) == cudaSuccess;
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  bool ok() const { return ok_; }
-
- private:
-  int previous_ = -1;
-  bool ok_ = false;
-};
-
 // All-gather of one SplitEntry per rank over the parent. Host backend: host buffers, NULL stream. CUDA backend:
 // device buffers from cudaMalloc (exportable to peer processes) and a private stream, synchronised before
 // returning; the call is blocking anyway, so the device-wide synchronisation of cudaMalloc/cudaFree costs nothing
@@ -62,7 +45,7 @@ std::string allGatherEntries(ncclComm_t comm, bool hostBackend, int device, int 
     concclResult_t r = concclAllGather(&mine, all->data(), bytes, concclUint8, comm->conccl, nullptr);
     return r == concclSuccess ? "" : std::string("concclAllGather: ") + concclGetLastError(comm->conccl);
   }
-  DeviceGuard guard(device);
+  CudaDeviceGuard guard(device);
   if (!guard.ok()) return "cudaSetDevice(" + std::to_string(device) + ") failed";
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaThreadExchangeStreamCaptureMode(&mode);
@@ -193,7 +176,7 @@ ncclResult_t splitConccl(ncclComm_t comm, int color, int key, ncclComm_t* newcom
   if (comm->singleProcess) {
     error = createLocalChild(std::string(leader.id, sizeof(leader.id)), p, all, config, config.timeoutMs, &child);
   } else {
-    DeviceGuard guard(device);
+    CudaDeviceGuard guard(device);
     concclUniqueId childId;
     std::memcpy(childId.internal, leader.id, sizeof(childId.internal));
     if (!guard.ok()) {
