@@ -4,11 +4,11 @@
 # refuses ranks that share a GPU). One command, bounded in time, every raw log in one tarball under $OUT.
 #
 # Prepare on the CPU machine (gpu-build.sh empties gpu-stage/, so nccl-tests after it):
-#   TARGETS=conccl_nccl_shim scripts/gpu-build.sh && scripts/build-nccl-tests.sh <nccl-tests source>
+#   TARGETS="conccl_nccl_shim test_gpu_nccl_shim" scripts/gpu-build.sh && scripts/build-nccl-tests.sh <nccl-tests src>
 # Run from the repository root on the GPU machine (carry gpu-stage):
 #   bash scripts/gpu-shim.sh
 # Env: OUT (default ./gpu-shim-out), BUDGET_S (total seconds, default 540: stays under one 600 s device call),
-#      PHASES (default "ncclt,torch,fsdp"), MAX_BYTES (nccl-tests -e, default 64M; e.g. 1G if time permits),
+#      PHASES (default "gtest,ncclt,torch,fsdp"), MAX_BYTES (nccl-tests -e, default 64M; e.g. 1G if time permits),
 #      ALLOPS_MAX_BYTES (-e of the -o all runs, default 4M), NT_ITERS / NT_WARMUP (-n / -w, default 10 / 3),
 #      NP (torch processes, default max(G, 2)),
 #      FSDP_STEPS (default 60), PY (default /opt/torch/.venv/bin/python), NCCL_LIB (the real NCCL's directory),
@@ -25,7 +25,7 @@ PY="${PY:-/opt/torch/.venv/bin/python}"
 NCCL_LIB="${NCCL_LIB:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib}"
 SHIM="${SHIM:-$root/gpu-stage/lib/libconccl_nccl.so}"
 BUDGET_S="${BUDGET_S:-540}"
-PHASES="${PHASES:-ncclt,torch,fsdp}"
+PHASES="${PHASES:-gtest,ncclt,torch,fsdp}"
 MAX_BYTES="${MAX_BYTES:-64M}"
 ALLOPS_MAX_BYTES="${ALLOPS_MAX_BYTES:-4M}"
 NT_ITERS="${NT_ITERS:-10}"
@@ -100,6 +100,22 @@ if [ ! -f "$SHIM" ]; then
   record preflight FAIL 0 "no shim at $SHIM: run TARGETS=conccl_nccl_shim scripts/gpu-build.sh and carry gpu-stage"
   PHASES=""
 fi
+
+# ---------------------------------------------------------------------------------------------------------------
+# The shim's device paths alone (tests/nccl/test_gpu_nccl_shim.cc): PreMulSum kernel bit-exact, in graphs, split.
+run_gtest() {
+  local bin="$root/gpu-stage/bin/test_gpu_nccl_shim"
+  if [ ! -x "$bin" ]; then
+    record gtest-nccl-shim FAIL 0 "no $bin: TARGETS=\"conccl_nccl_shim test_gpu_nccl_shim\" scripts/gpu-build.sh"
+    return
+  fi
+  bounded gtest-nccl-shim 180 env CONCCL_NCCL_SHIM_PATH="$SHIM" CONCCL_NCCL_REAL_LIB="$NCCL_LIB/libnccl.so.2" "$bin" ||
+    return
+  local status=PASS
+  [ "$RC" -ne 0 ] && status=FAIL
+  record gtest-nccl-shim "$status" "$SECS" "$(grep -hE '^\[  (PASSED|SKIPPED) *\] [0-9]+ test|^\[  FAILED  \] [A-Z]' \
+    "$logs/gtest-nccl-shim.log" | sort -u | tr '\n' ' ' | cut -c1-400)"
+}
 
 # ---------------------------------------------------------------------------------------------------------------
 # nccl-tests: every *_perf, -c 1 (data checked), through the shim and (>= 2 GPUs) with plain NCCL.
@@ -228,6 +244,7 @@ run_fsdp() {
   fsdp_compare fsdp-reference fsdp-nccl
 }
 
+has_phase gtest && run_gtest
 has_phase ncclt && run_nccl_tests
 has_phase torch && run_torch
 has_phase fsdp && run_fsdp
