@@ -252,6 +252,9 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     r = fn ? fn(realComm(comm)) : ncclInvalidUsage;
   } else {
     if (comm->conccl != nullptr) r = fromConccl(nullptr, concclCommDestroy(comm->conccl), "ncclCommDestroy");
+    // The PreMulSum scratch is freed with the wrapper, once conccl waited for the communicator's work; if that wait
+    // failed, work may still be in flight (or stuck): drop it unfreed rather than let cudaFree wait for it.
+    if (r != ncclSuccess) forgetPreMulScratch(comm);
   }
   if (isShimComm(comm)) delete comm;
   return r;
