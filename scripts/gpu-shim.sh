@@ -171,7 +171,7 @@ run_nccl_tests() {
 torchrun=("$PY" -m torch.distributed.run --standalone --nproc-per-node "$NP")
 run_torch() {
   local name="torch-collectives-shim"
-  if bounded "$name" 240 "${shim_env[@]}" "${torchrun[@]}" tests/torch/shim_collectives.py; then
+  if bounded "$name" 240 "${shim_env[@]}" "${torchrun[@]}" tests/torch/shim_collectives.py --expect-path conccl; then
     local status=PASS note
     note="$(grep -h '\] \(OK\|FAILED\):' "$logs/$name.log" | head -"$NP" | sed 's/^\[rank \([0-9]*\)\] /r\1 /' | tr '\n' ' ')"
     [ "$RC" -ne 0 ] && status=FAIL && note="rc $RC; $note; $(why_failed "$logs/$name.log")"
@@ -183,7 +183,7 @@ run_torch() {
     return
   fi
   name="torch-collectives-nccl"
-  if bounded "$name" 240 "${nccl_env[@]}" "${torchrun[@]}" tests/torch/shim_collectives.py; then
+  if bounded "$name" 240 "${nccl_env[@]}" "${torchrun[@]}" tests/torch/shim_collectives.py --expect-path NCCL; then
     local status=PASS note
     note="$(grep -h '\] \(OK\|FAILED\):' "$logs/$name.log" | head -"$NP" | sed 's/^\[rank \([0-9]*\)\] /r\1 /' | tr '\n' ' ')"
     [ "$RC" -ne 0 ] && status=FAIL && note="rc $RC; $note; $(why_failed "$logs/$name.log")"

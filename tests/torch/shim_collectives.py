@@ -18,6 +18,7 @@ import argparse
 import datetime
 import os
 import sys
+import threading
 import time
 import zlib
 
@@ -251,6 +252,48 @@ def run_graph(args, world, rank, device, dtype, n):
     del graph
 
 
+class StderrTee:
+    """Copies what is written to file descriptor 2 (C libraries included) while passing it through unchanged: the
+    shim prints one line per communicator there, which is how this script tells which library took it."""
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        self.read_end, write_end = os.pipe()
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        self.chunks = []
+
+        def pump():
+            while True:
+                chunk = os.read(self.read_end, 65536)
+                if not chunk:
+                    return
+                os.write(self.saved, chunk)
+                self.chunks.append(chunk)
+
+        self.thread = threading.Thread(target=pump, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)  # drops the pipe's last write end: the pump sees EOF
+        self.thread.join(timeout=5)
+        os.close(self.read_end)
+        os.close(self.saved)
+        return False
+
+    def text(self):
+        return b"".join(self.chunks).decode(errors="replace")
+
+
+def communicator_paths(text):
+    """The shim's per-communicator lines ("conccl-shim: ...: comm 0x.. rank r nranks n cudaDev d -> conccl (...)")."""
+    lines = [ln for ln in text.splitlines() if "conccl-shim:" in ln and " -> " in ln]
+    return sorted({ln.split(" -> ")[1].split(" ")[0] for ln in lines}), lines
+
+
 def which_library():
     """Whether the conccl shim is loaded in this process, and the version the NCCL API reports."""
     shim = None
@@ -278,6 +321,8 @@ def main():
     p.add_argument("--no-device-id", dest="device_id", action="store_false",
                    help="init_process_group without device_id (no eager init, new_group without ncclCommSplit)")
     p.add_argument("--timeout-s", type=int, default=300)
+    p.add_argument("--expect-path", choices=["conccl", "NCCL"],
+                   help="fail unless the default communicator took this path (read from the shim's stderr line)")
     p.add_argument("--cpu-gloo", action="store_true",
                    help="check this script's own logic without a GPU: gloo on the CPU, without what gloo lacks "
                         "(AVG, PreMulSum, CUDA graphs, device_id)")
@@ -289,6 +334,7 @@ def main():
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_s))
         args.graph = False
         ndev = 0
+        paths = []
     else:
         ndev = torch.cuda.device_count()
         if ndev == 0:
@@ -297,12 +343,22 @@ def main():
         device = torch.device("cuda", local_rank % ndev)  # ranks may share a GPU (conccl allows it, NCCL not)
         torch.cuda.set_device(device)
         kw = {"device_id": device} if args.device_id else {}
-        dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=args.timeout_s), **kw)
+        # The communicator is made here (device_id: eager init) or by the first collective: watch stderr for both.
+        with StderrTee() as tee:
+            dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=args.timeout_s), **kw)
+            probe = torch.ones(1, device=device)
+            dist.all_reduce(probe)
+            torch.cuda.synchronize()
+        paths, _ = communicator_paths(tee.text())
     rank, world = dist.get_rank(), dist.get_world_size()
     shim, version = which_library()
-    if rank == 0:
-        log(f"world {world} on {ndev} GPU(s), device of rank 0: {device}; conccl shim loaded: "
-            f"{shim or 'no (plain NCCL)'}; NCCL version reported: {version}; torch {torch.__version__}")
+    handled = ",".join(paths) if paths else ("none seen" if shim else "NCCL (no shim loaded)")
+    log(f"world {world} on {ndev} GPU(s), device {device}; conccl shim loaded: {shim or 'no'}; communicator path "
+        f"(the shim's line): {handled}; NCCL version reported: {version}; torch {torch.__version__}")
+    if args.expect_path and not args.cpu_gloo:
+        got = paths if paths else (["NCCL"] if not shim else [])
+        if got != [args.expect_path]:
+            FAILURES.append(f"the default communicator took {got or 'an unknown path'}, expected {args.expect_path}")
     t0 = time.time()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",") if d]
