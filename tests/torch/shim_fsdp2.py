@@ -117,6 +117,9 @@ def run_fsdp(args, device):
     fully_shard(model)
     if args.divide_factor:
         # FSDP2 then reduce-scatters with a PreMulSum of 1/F (ncclRedOpCreatePreMulSum) instead of ReduceOp.AVG.
+        if not hasattr(model, "set_gradient_divide_factor"):
+            raise SystemExit(f"torch {torch.__version__}: FSDPModule has no set_gradient_divide_factor; "
+                             "run without --divide-factor")
         model.set_gradient_divide_factor(args.divide_factor)
     opt = make_optimizer(args, model.parameters())
     losses, times = [], []
