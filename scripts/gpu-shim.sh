@@ -97,7 +97,7 @@ if [ "$G" -lt 1 ]; then
   record preflight FAIL 0 "no GPU visible"
 fi
 if [ ! -f "$SHIM" ]; then
-  record preflight FAIL 0 "no shim at $SHIM: run TARGETS=conccl_nccl_shim scripts/gpu-build.sh and carry gpu-stage"
+  record preflight FAIL 0 "no shim at $SHIM: run TARGETS=\"conccl_nccl_shim test_gpu_nccl_shim\" scripts/gpu-build.sh, carry gpu-stage"
   PHASES=""
 fi
 
