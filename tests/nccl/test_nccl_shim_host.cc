@@ -157,15 +157,17 @@ TEST_F(NcclShimHost, PreMulSumPreMultipliesBeforeTheSum) {
   ASSERT_EQ(SHIM(ncclAllReduce)(x1, y1, 4, ncclFloat32, ops[1], comms_[1], nullptr), ncclSuccess);
   ASSERT_EQ(SHIM(ncclReduceScatter)(x0, rs0, 2, ncclFloat32, ops[0], comms_[0], nullptr), ncclInvalidArgument)
       << "reduce_scatter is left out of CONCCL_NCCL_COLLS in this suite";
-  ASSERT_EQ(SHIM(ncclReduce)(x1, rs1, 2, ncclFloat32, ops[1], 1, comms_[1], nullptr), ncclSuccess);
-  ASSERT_EQ(SHIM(ncclReduce)(x0, rs0, 2, ncclFloat32, ops[0], 1, comms_[0], nullptr), ncclSuccess);
+  // Other inputs than the all-reduce's: a scratch region shared by two calls of the group would show.
+  float z0[2] = {5.5f, -6.25f}, z1[2] = {7.0f, 0.3f};
+  ASSERT_EQ(SHIM(ncclReduce)(z1, rs1, 2, ncclFloat32, ops[1], 1, comms_[1], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclReduce)(z0, rs0, 2, ncclFloat32, ops[0], 1, comms_[0], nullptr), ncclSuccess);
   ASSERT_EQ(SHIM(ncclGroupEnd)(), ncclSuccess) << SHIM(ncclGetLastError)(nullptr);
   for (int i = 0; i < 4; ++i) {
     const float expect = x0[i] * scalar + x1[i] * scalar;
     EXPECT_EQ(y0[i], expect) << i;
     EXPECT_EQ(y1[i], expect) << i;
   }
-  for (int i = 0; i < 2; ++i) EXPECT_EQ(rs1[i], x0[i] * scalar + x1[i] * scalar) << i;
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(rs1[i], z0[i] * scalar + z1[i] * scalar) << i;
   // Inputs untouched (the multiplication goes to scratch memory); the ops are destroyed once.
   EXPECT_EQ(x0[3], 0.1f);
   for (int r = 0; r < 2; ++r) {
