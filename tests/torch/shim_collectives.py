@@ -265,12 +265,19 @@ class StderrTee:
         self.chunks = []
 
         def pump():
+            # Keeps draining whatever happens: a pipe left full would block every writer to stderr.
             while True:
-                chunk = os.read(self.read_end, 65536)
+                try:
+                    chunk = os.read(self.read_end, 65536)
+                except OSError:
+                    return
                 if not chunk:
                     return
-                os.write(self.saved, chunk)
                 self.chunks.append(chunk)
+                try:
+                    os.write(self.saved, chunk)
+                except OSError:
+                    pass
 
         self.thread = threading.Thread(target=pump, daemon=True)
         self.thread.start()
