@@ -28,13 +28,22 @@ if [ -z "${TARGETS:-}" ]; then
     TARGETS+=" ${name%.*}"
   done
   known="$(ninja -C "$build" -t targets all 2>/dev/null | cut -d: -f1)"
-  for tool in conccl-kernel-bench conccl-bench conccl-c3 conccl-ce-probe conccl_mp_worker multiprocess_allreduce; do
+  for tool in conccl-kernel-bench conccl-bench conccl-c3 conccl-ce-probe conccl_mp_worker multiprocess_allreduce \
+              conccl_nccl_shim test_gpu_nccl_shim; do
     if grep -qx "$tool" <<<"$known"; then TARGETS+=" $tool"; fi
   done
 fi
+# conccl_nccl_shim is a shared library (libconccl_nccl.so, the NCCL drop-in), staged as gpu-stage/lib/ below; the
+# other targets are executables, staged as gpu-stage/bin/.
+shim_target=""
+executables=""
+for t in $TARGETS; do
+  if [ "$t" = conccl_nccl_shim ]; then shim_target=1; else executables+=" $t"; fi
+done
 echo "gpu-build: building$TARGETS"
 # Remove the old executables first: with -k 0 a target that fails to compile would otherwise be staged stale.
-for t in $TARGETS; do find "$build" -type f -name "$t" -perm -u+x -delete 2>/dev/null; done
+for t in $executables; do find "$build" -type f -name "$t" -perm -u+x -delete 2>/dev/null; done
+[ -n "$shim_target" ] && rm -f "$build/libconccl_nccl.so"
 # -k 0: a target another engineer is still writing must not keep the others from being staged.
 build_rc=0
 ninja -C "$build" -j "$jobs" -k 0 $TARGETS || build_rc=$?
@@ -43,7 +52,7 @@ rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/scripts"
 staged=""
 missing=""
-for t in $TARGETS; do
+for t in $executables; do
   f="$(find "$build" -type f -name "$t" -perm -u+x 2>/dev/null | head -1)"
   if [ -n "$f" ]; then
     cp "$f" "$stage/bin/$t"
@@ -53,6 +62,17 @@ for t in $TARGETS; do
     missing+=" $t"
   fi
 done
+# The NCCL shim (scripts/gpu-shim.sh preloads it from here; ~5 MiB stripped).
+if [ -n "$shim_target" ]; then
+  if [ -f "$build/libconccl_nccl.so" ]; then
+    mkdir -p "$stage/lib"
+    cp "$build/libconccl_nccl.so" "$stage/lib/libconccl_nccl.so"
+    strip --strip-unneeded "$stage/lib/libconccl_nccl.so" 2>/dev/null || true
+    staged+=" conccl_nccl_shim(lib/libconccl_nccl.so)"
+  else
+    missing+=" conccl_nccl_shim"
+  fi
+fi
 cp "$root"/scripts/gpu-check.sh "$root"/scripts/gpu-session.sh "$stage/scripts/"
 # The shared library and the PyTorch snippet of docs/multiprocess.md (run by gpu-session.sh's procs phase).
 so="$(find "$build" -maxdepth 1 -name 'libconccl.so.*.*' -type f | head -1)"

@@ -101,7 +101,8 @@ Decision decideInitAll(const ShimEnv& env, bool realNcclAvailable) {
 
 Decision decideSplit(Path parent) {
   if (parent == Path::kNccl) return {Path::kNccl, "parent communicator is on NCCL"};
-  return {Path::kFail, "ncclCommSplit of a conccl communicator is not implemented yet (conccl has no split)"};
+  if (parent == Path::kConccl) return {Path::kConccl, "parent communicator is on conccl"};
+  return {Path::kFail, "parent communicator has no path"};
 }
 
 Decision routeCall(const ShimEnv& env, Path comm, Coll coll, int ncclType, int ncclOp) {
@@ -118,7 +119,7 @@ Decision routeCall(const ShimEnv& env, Path comm, Coll coll, int ncclType, int n
   if (ncclOp >= 0 && !concclCanReduce(ncclType, ncclOp)) {
     if (!toConcclOp(ncclOp)) {
       return {Path::kFail, "reduction op " + std::to_string(ncclOp) +
-                               (ncclOp >= kNumOps ? " (ncclRedOpCreatePreMulSum) has no exact conccl counterpart"
+                               (ncclOp >= kNumOps ? " was not made by ncclRedOpCreatePreMulSum on this communicator"
                                                   : " is not an NCCL op")};
     }
     return {Path::kFail, std::string("conccl does not reduce ") + ncclTypeName(ncclType)};

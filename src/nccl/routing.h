@@ -44,11 +44,13 @@ bool untagConcclId(char* id, int bytes);
 Decision decideInitRank(const ShimEnv& env, bool idIsConccl, bool realNcclAvailable);
 // ncclCommInitAll: single-process, all ranks on this node.
 Decision decideInitAll(const ShimEnv& env, bool realNcclAvailable);
-// ncclCommSplit: the child takes the parent's path; conccl has no split in its public API yet.
+// ncclCommSplit: the child takes the parent's path (a conccl parent is split by the shim, shim_split.cc).
 Decision decideSplit(Path parent);
 
 // One call on a communicator of path `comm`. A conccl communicator has no NCCL twin in this version, so a
-// call it cannot run exactly fails (kFail, with the reason) instead of being forwarded.
+// call it cannot run exactly fails (kFail, with the reason) instead of being forwarded. Ops made by
+// ncclRedOpCreatePreMulSum on a conccl communicator do not come here (shim_premul.cc checks them as a sum); an op
+// >= ncclNumOps that reaches this is one the communicator never made.
 // type/op: NCCL values; op < 0 for calls without a reduction.
 Decision routeCall(const ShimEnv& env, Path comm, Coll coll, int ncclType, int ncclOp);
 

@@ -1,6 +1,7 @@
 // NCCL's C API, communicator and process level: version, errors, ids, communicators, registration, memory,
 // reduction ops, groups. The collectives are in shim_collectives.cc. Each function either runs on conccl's
 // public API, forwards to the real NCCL, or fails with an ncclResult_t and a message (ncclGetLastError).
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -231,6 +232,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, cons
   if (r != concclSuccess) return fromConccl(nullptr, r, "ncclCommInitAll");
   for (int i = 0; i < ndev; ++i) {
     comm[i] = wrapComm(Path::kConccl, cs[i], nullptr, "ncclCommInitAll", d.reason, i, ndev);
+    comm[i]->singleProcess = true;
   }
   return ncclSuccess;
 }
@@ -250,6 +252,9 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     r = fn ? fn(realComm(comm)) : ncclInvalidUsage;
   } else {
     if (comm->conccl != nullptr) r = fromConccl(nullptr, concclCommDestroy(comm->conccl), "ncclCommDestroy");
+    // The PreMulSum scratch is freed with the wrapper, once conccl waited for the communicator's work; if that wait
+    // failed, work may still be in flight (or stuck): drop it unfreed rather than let cudaFree wait for it.
+    if (r != ncclSuccess) forgetPreMulScratch(comm);
   }
   if (isShimComm(comm)) delete comm;
   return r;
@@ -263,6 +268,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
     r = fn ? fn(realComm(comm)) : ncclInvalidUsage;
   } else {
     if (comm->conccl != nullptr) r = fromConccl(nullptr, concclCommAbort(comm->conccl), "ncclCommAbort");
+    forgetPreMulScratch(comm);
   }
   if (isShimComm(comm)) delete comm;
   return r;
@@ -278,6 +284,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int ke
                                               ncclConfig_t* config) {
   if (comm == nullptr || newcomm == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommSplit: NULL argument");
   Decision d = decideSplit(forwarded(comm) ? Path::kNccl : Path::kConccl);
+  if (d.path == Path::kConccl) return splitConccl(comm, color, key, newcomm);
   if (d.path != Path::kNccl) return fail(comm, ncclInvalidUsage, "ncclCommSplit: " + d.reason);
   auto fn = realFn<decltype(&::ncclCommSplit)>("ncclCommSplit");
   if (fn == nullptr) return fail(comm, ncclInvalidUsage, "ncclCommSplit: real NCCL lacks it");
@@ -399,22 +406,22 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* 
   if (forwarded(comm)) {
     CONCCL_NCCL_FORWARD(comm, ncclRedOpCreatePreMulSum, op, scalar, datatype, residence, realComm(comm));
   }
-  // sum(x_i * s) rounds differently from any op conccl has; refusing here is better than a near miss.
-  return fail(comm, ncclInvalidUsage,
-              "ncclRedOpCreatePreMulSum is not implemented on conccl communicators (no exact equivalent); run "
-              "with CONCCL_NCCL_SHIM=0 to use NCCL");
+  return createPreMulSum(comm, op, scalar, datatype, residence);
 }
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string("ncclRedOpDestroy: ") + kNullComm);
   if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclRedOpDestroy, op, realComm(comm));
-  return fail(comm, ncclInvalidArgument, "ncclRedOpDestroy: conccl communicators have no created ops");
+  return destroyPreMulSum(comm, op);
 }
 
 // A group may hold calls on communicators of both paths: open and close it in both libraries.
 CONCCL_NCCL_EXPORT ncclResult_t ncclGroupStart() {
   ncclResult_t r = fromConccl(nullptr, concclGroupStart(), "ncclGroupStart");
-  if (r == ncclSuccess) ++groupDepth();
+  if (r == ncclSuccess && ++groupDepth() == 1) {
+    static std::atomic<uint64_t> epochs{0};
+    groupEpoch() = ++epochs;  // PreMulSum calls of this group each get their own scratch region
+  }
   if (realAvailable()) {
     auto fn = realFn<decltype(&::ncclGroupStart)>("ncclGroupStart");
     ncclResult_t rr = fn ? fn() : ncclSuccess;
@@ -426,6 +433,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclGroupStart() {
 CONCCL_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
   ncclResult_t r = fromConccl(nullptr, concclGroupEnd(), "ncclGroupEnd");
   if (groupDepth() > 0 && --groupDepth() == 0) {
+    groupEpoch() = 0;
     // After concclGroupEnd: the inits must not run inside a conccl group.
     ncclResult_t ri = runPendingInits();
     if (r == ncclSuccess) r = ri;

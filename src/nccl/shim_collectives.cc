@@ -26,6 +26,12 @@ Path route(ncclComm_t comm, Coll coll, ncclDataType_t type, int op, const char* 
   return d.path;
 }
 
+// An op made by ncclRedOpCreatePreMulSum, on a conccl communicator: runPreMulSum (shim_premul.cc) runs it.
+bool preMulOnConccl(ncclComm_t comm, ncclRedOp_t op) {
+  return comm != nullptr && isShimComm(comm) && comm->path == Path::kConccl && comm->conccl != nullptr &&
+         static_cast<int>(op) >= static_cast<int>(ncclNumOps);
+}
+
 concclDataType_t ty(ncclDataType_t t) { return *toConcclType(static_cast<int>(t)); }
 concclRedOp_t op(ncclRedOp_t o) { return *toConcclOp(static_cast<int>(o)); }
 
@@ -34,6 +40,10 @@ concclRedOp_t op(ncclRedOp_t o) { return *toConcclOp(static_cast<int>(o)); }
 CONCCL_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                               ncclDataType_t datatype, ncclRedOp_t redOp, ncclComm_t comm,
                                               cudaStream_t stream) {
+  if (preMulOnConccl(comm, redOp)) {
+    return runPreMulSum(comm, Coll::kAllReduce, sendbuff, recvbuff, count, count, datatype, redOp, 0, stream,
+                        "ncclAllReduce");
+  }
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kAllReduce, datatype, redOp, "ncclAllReduce", &r)) {
     case Path::kNccl:
@@ -49,6 +59,10 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbu
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                            ncclRedOp_t redOp, int root, ncclComm_t comm, cudaStream_t stream) {
+  if (preMulOnConccl(comm, redOp)) {
+    return runPreMulSum(comm, Coll::kReduce, sendbuff, recvbuff, count, count, datatype, redOp, root, stream,
+                        "ncclReduce");
+  }
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kReduce, datatype, redOp, "ncclReduce", &r)) {
     case Path::kNccl:
@@ -65,6 +79,14 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff,
 CONCCL_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                                   ncclDataType_t datatype, ncclRedOp_t redOp, ncclComm_t comm,
                                                   cudaStream_t stream) {
+  if (preMulOnConccl(comm, redOp)) {
+    int nranks = 0;
+    if (concclCommCount(comm->conccl, &nranks) != concclSuccess) {
+      return fromConccl(comm, concclInvalidUsage, "ncclReduceScatter");
+    }
+    return runPreMulSum(comm, Coll::kReduceScatter, sendbuff, recvbuff, recvcount,
+                        recvcount * static_cast<size_t>(nranks), datatype, redOp, 0, stream, "ncclReduceScatter");
+  }
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kReduceScatter, datatype, redOp, "ncclReduceScatter", &r)) {
     case Path::kNccl:

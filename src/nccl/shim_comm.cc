@@ -1,5 +1,6 @@
 #include "nccl/shim_comm.h"
 
+#include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -89,9 +90,25 @@ ncclResult_t fromConccl(ncclComm_t comm, concclResult_t result, const char* call
               std::string(call) + " on conccl: " + concclGetErrorString(result) + ": " + (msg ? msg : ""));
 }
 
+CudaDeviceGuard::CudaDeviceGuard(int device) {
+  if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+  // Only switch when needed: cudaSetDevice is cheap but not free, and this runs on every PreMulSum call.
+  ok_ = previous_ == device || cudaSetDevice(device) == cudaSuccess;
+  if (previous_ == device) previous_ = -1;
+}
+
+CudaDeviceGuard::~CudaDeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
 int& groupDepth() {
   thread_local int depth = 0;
   return depth;
+}
+
+uint64_t& groupEpoch() {
+  thread_local uint64_t epoch = 0;
+  return epoch;
 }
 
 ncclComm_t wrapComm(Path path, concclComm_t c, ncclComm_t real, const std::string& call, const std::string& reason,

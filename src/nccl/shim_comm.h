@@ -6,6 +6,7 @@
 #include <conccl/conccl.h>
 #include <nccl.h>
 
+#include <memory>
 #include <string>
 
 #include "nccl/real_nccl.h"
@@ -23,11 +24,22 @@
 // wrapper from a real communicator (whose first field is NCCL's own start magic), and fromRealNccl() tells a
 // call made by the real library from the application's.
 inline constexpr uint64_t kShimCommMagic = 0x636f6e63636c5368ull;  // "conccl" "Sh"
+namespace conccl::nccl {
+// The PreMulSum ops and their scratch memory of a conccl communicator (shim_premul.cc), made on first use.
+struct PreMulState;
+struct PreMulStateDeleter {
+  void operator()(PreMulState* state) const;
+};
+}  // namespace conccl::nccl
 struct ncclComm {
   uint64_t magic = kShimCommMagic;
   conccl::nccl::Path path = conccl::nccl::Path::kFail;
   concclComm_t conccl = nullptr;
   ncclComm_t real = nullptr;
+  // conccl path: made by ncclCommInitAll (or split from such a communicator), all ranks in this process. Its
+  // split then makes the children with concclCommInitAll (which the host backend needs) instead of InitRank.
+  bool singleProcess = false;
+  std::unique_ptr<conccl::nccl::PreMulState, conccl::nccl::PreMulStateDeleter> premul;
   std::string lastError;
 };
 
@@ -75,8 +87,40 @@ ncclComm_t wrapComm(Path path, concclComm_t c, ncclComm_t real, const std::strin
 // The line alone (for a conccl communicator whose init was deferred to ncclGroupEnd).
 void logComm(ncclComm_t comm, const std::string& call, const std::string& reason, int rank = -1, int nranks = -1);
 
+// Makes `device` current for a scope and restores the caller's device on every exit path (the shim allocates and
+// launches on a communicator's device, whatever device the caller has current, as NCCL allows).
+class CudaDeviceGuard {
+ public:
+  explicit CudaDeviceGuard(int device);
+  ~CudaDeviceGuard();
+  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
+  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  int previous_ = -1;
+  bool ok_ = false;
+};
+
 // ncclGroupStart/End nesting depth of the calling thread.
 int& groupDepth();
+// 0 outside groups; inside one, an id unique to the calling thread's outermost group (process-wide counter).
+uint64_t& groupEpoch();
+
+// ncclCommSplit of a conccl communicator (shim_split.cc).
+ncclResult_t splitConccl(ncclComm_t comm, int color, int key, ncclComm_t* newcomm);
+
+// PreMulSum on conccl communicators (shim_premul.cc).
+ncclResult_t createPreMulSum(ncclComm_t comm, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                             ncclScalarResidence_t residence);
+ncclResult_t destroyPreMulSum(ncclComm_t comm, ncclRedOp_t op);
+// After ncclCommAbort: the scratch memory is dropped without cudaFree (which would wait for a broken GPU queue).
+void forgetPreMulScratch(ncclComm_t comm);
+// AllReduce / Reduce / ReduceScatter with a created op: `inputCount` elements of sendbuff are pre-multiplied into
+// scratch memory on `stream`, then summed by conccl. count: the collective's own count argument.
+ncclResult_t runPreMulSum(ncclComm_t comm, Coll coll, const void* sendbuff, void* recvbuff, size_t count,
+                          size_t inputCount, ncclDataType_t datatype, ncclRedOp_t op, int root, cudaStream_t stream,
+                          const char* call);
 
 }  // namespace conccl::nccl
 

@@ -2,13 +2,17 @@
 // decisions, and the loader of the real NCCL (against a fake NCCL built in this tree).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
+#include <vector>
 #include <string>
 
 #include "nccl/nccl_abi.h"
+#include "nccl/premul_ops.h"
 #include "nccl/real_nccl.h"
 #include "nccl/routing.h"
 #include "nccl/shim_env.h"
+#include "nccl/split_plan.h"
 #include "nccl/type_map.h"
 
 using namespace conccl::nccl;
@@ -166,7 +170,8 @@ TEST(NcclShimRouting, CommunicatorDecisions) {
   EXPECT_EQ(decideInitAll(off, true).path, Path::kNccl);
   EXPECT_EQ(decideInitAll(off, false).path, Path::kFail);
   EXPECT_EQ(decideSplit(Path::kNccl).path, Path::kNccl);
-  EXPECT_EQ(decideSplit(Path::kConccl).path, Path::kFail);
+  EXPECT_EQ(decideSplit(Path::kConccl).path, Path::kConccl);  // split by the shim (shim_split.cc)
+  EXPECT_EQ(decideSplit(Path::kFail).path, Path::kFail);
 }
 
 TEST(NcclShimRouting, CallsOnConcclCommunicators) {
@@ -231,4 +236,114 @@ TEST(NcclShimRealNccl, RefusesItselfAndMissingLibraries) {
   EXPECT_FALSE(none.available());
   EXPECT_EQ(none.symbol("ncclGetVersion"), nullptr);
   EXPECT_NE(none.error().find("/nonexistent/libnccl.so.2"), std::string::npos);
+}
+
+TEST(NcclShimSplit, RanksOfOneColorOrderedByKeyThenParentRank) {
+  // colors {0, 1, 0, NOCOLOR, 0}, keys {5, 0, 1, 0, 5}: color 0 holds parents 2 (key 1), then 0 and 4 (key 5, in
+  // parent order); color 1 holds parent 1 alone; parent 3 gets no communicator.
+  const std::vector<SplitRequest> all = {{0, 5}, {1, 0}, {0, 1}, {kSplitNoColor, 0}, {0, 5}};
+  SplitPlacement p0 = placeInSplit(all, 0);
+  ASSERT_TRUE(p0.error.empty()) << p0.error;
+  EXPECT_TRUE(p0.member);
+  EXPECT_EQ(p0.parents, (std::vector<int>{2, 0, 4}));
+  EXPECT_EQ(p0.newRank, 1);
+  EXPECT_EQ(placeInSplit(all, 2).newRank, 0);
+  EXPECT_EQ(placeInSplit(all, 4).newRank, 2);
+  SplitPlacement p1 = placeInSplit(all, 1);
+  EXPECT_EQ(p1.parents, (std::vector<int>{1}));
+  EXPECT_EQ(p1.newRank, 0);
+  SplitPlacement p3 = placeInSplit(all, 3);
+  EXPECT_TRUE(p3.error.empty());
+  EXPECT_FALSE(p3.member);
+}
+
+TEST(NcclShimSplit, ABadColorAnywhereFailsEveryRank) {
+  const std::vector<SplitRequest> all = {{0, 0}, {-2, 0}, {0, 1}};
+  for (int r = 0; r < 3; ++r) {
+    SplitPlacement p = placeInSplit(all, r);
+    EXPECT_NE(p.error.find("parent rank 1 passed color -2"), std::string::npos) << p.error;
+    EXPECT_FALSE(p.member);
+  }
+  EXPECT_FALSE(placeInSplit(all, 3).error.empty());
+}
+
+TEST(NcclShimPreMul, OpsAreNumberedAfterTheBuiltInOnesAndReused) {
+  PreMulOpTable t;
+  PreMulOp a;
+  a.ncclType = kFloat32;
+  int op0 = t.create(a);
+  int op1 = t.create(a);
+  EXPECT_EQ(op0, kNumOps);
+  EXPECT_EQ(op1, kNumOps + 1);
+  EXPECT_FALSE(t.find(kSum).has_value());
+  EXPECT_TRUE(t.destroy(op0));
+  EXPECT_FALSE(t.destroy(op0));
+  EXPECT_FALSE(t.find(op0).has_value());
+  EXPECT_EQ(t.create(a), op0);
+  EXPECT_EQ(t.live(), 2u);
+}
+
+TEST(NcclShimPreMul, ScratchRegionsNeverOverlapWhileTheyMayBeInUse) {
+  std::vector<std::pair<char*, size_t>> blocks;
+  static char pool[64 << 20];
+  size_t next = 0;
+  int freed = 0;
+  {
+    ScratchArenas s(
+        [&](size_t n) -> void* {
+          if (next + n > sizeof(pool)) return nullptr;
+          char* b = pool + next;
+          next += n;
+          blocks.push_back({b, n});
+          return b;
+        },
+        [&](void*) { ++freed; });
+    int streamA = 0, streamB = 0;
+    // Outside groups, calls on one stream reuse the region (stream order protects it).
+    void* a1 = s.acquire(&streamA, 1000, 0, false);
+    void* a2 = s.acquire(&streamA, 1000, 0, false);
+    EXPECT_EQ(a1, a2);
+    // Another stream may run at the same time: other memory.
+    void* b1 = s.acquire(&streamB, 1000, 0, false);
+    EXPECT_NE(b1, a1);
+    // Inside one group every call gets its own region; the next group starts over.
+    void* g1 = s.acquire(&streamA, 1000, 7, false);
+    void* g2 = s.acquire(&streamA, 1000, 7, false);
+    EXPECT_EQ(static_cast<char*>(g2) - static_cast<char*>(g1), 1024);
+    EXPECT_EQ(s.acquire(&streamA, 1000, 8, false), g1);
+    // Growing keeps the old block (calls already enqueued may read it): a new block, nothing freed.
+    const size_t blocksBefore = s.blocks();
+    void* big = s.acquire(&streamA, 3 << 20, 0, false);
+    EXPECT_EQ(s.blocks(), blocksBefore + 1);
+    EXPECT_EQ(freed, 0);
+    EXPECT_NE(big, a1);
+    // A captured call gets memory of its own, never handed out again.
+    void* c1 = s.acquire(&streamA, 100, 0, true);
+    void* c2 = s.acquire(&streamA, 100, 0, true);
+    EXPECT_NE(c1, c2);
+    EXPECT_NE(c1, big);
+    EXPECT_EQ(s.acquire(&streamA, 100, 0, false), big);
+    // An allocation failure is reported, not papered over.
+    EXPECT_EQ(s.acquire(&streamB, sizeof(pool), 0, false), nullptr);
+  }
+  EXPECT_EQ(freed, static_cast<int>(blocks.size()));  // everything freed once, at destruction
+}
+
+TEST(NcclShimPreMul, HostPreMultiplyRoundsLikeTheTypeAndWrapsIntegers) {
+  float x[3] = {1.0f, 3.0f, 0.1f}, y[3];
+  float s = 1.0f / 3.0f;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &s, sizeof(s));
+  ASSERT_TRUE(preMultiplyOnHost(y, x, 3, kFloat32, bits));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(y[i], x[i] * s);  // one fp32 rounding per element
+  int8_t i8[2] = {100, -100}, o8[2];
+  int8_t three = 3;
+  bits = 0;
+  std::memcpy(&bits, &three, 1);
+  ASSERT_TRUE(preMultiplyOnHost(o8, i8, 2, kInt8, bits));
+  EXPECT_EQ(o8[0], static_cast<int8_t>(44));   // 300 mod 256
+  EXPECT_EQ(o8[1], static_cast<int8_t>(-44));
+  EXPECT_FALSE(preMultiplyOnHost(y, x, 3, kBfloat16, bits));
+  EXPECT_EQ(ncclTypeBytes(kBfloat16), 2u);
+  EXPECT_EQ(ncclTypeBytes(kNumTypes), 0u);
 }

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -115,21 +117,79 @@ TEST_F(NcclShimHost, WhatConcclCannotRunExactlyFailsWithAMessage) {
       << SHIM(ncclGetLastError)(comms_[0]);
   EXPECT_EQ(SHIM(ncclAllReduce)(f, f, 4, ncclFloat8e4m3, ncclSum, comms_[0], nullptr), ncclInvalidArgument);
   EXPECT_NE(std::string(SHIM(ncclGetLastError)(comms_[0])).find("does not reduce ncclFloat8e4m3"), std::string::npos);
+  // An op the communicator never made.
   EXPECT_EQ(SHIM(ncclAllReduce)(f, f, 4, ncclFloat32, static_cast<ncclRedOp_t>(5), comms_[0], nullptr),
             ncclInvalidArgument);
   EXPECT_NE(std::string(SHIM(ncclGetLastError)(comms_[0])).find("PreMulSum"), std::string::npos);
-
+  EXPECT_EQ(SHIM(ncclRedOpDestroy)(static_cast<ncclRedOp_t>(9), comms_[0]), ncclInvalidArgument);
+  // A PreMulSum op of fp8 (conccl does not sum fp8), and a split inside a group (it must exchange first).
   ncclRedOp_t op = ncclSum;
   float scalar = 0.5f;
-  EXPECT_EQ(SHIM(ncclRedOpCreatePreMulSum)(&op, &scalar, ncclFloat32, ncclScalarHostImmediate, comms_[0]),
-            ncclInvalidUsage);
-  EXPECT_NE(std::string(SHIM(ncclGetLastError)(comms_[0])).find("ncclRedOpCreatePreMulSum"), std::string::npos);
-
+  EXPECT_EQ(SHIM(ncclRedOpCreatePreMulSum)(&op, &scalar, ncclFloat8e4m3, ncclScalarHostImmediate, comms_[0]),
+            ncclInvalidArgument);
   ncclComm_t child = nullptr;
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
   EXPECT_EQ(SHIM(ncclCommSplit)(comms_[0], 0, 0, &child, nullptr), ncclInvalidUsage);
+  ASSERT_EQ(SHIM(ncclGroupEnd)(), ncclSuccess);
   EXPECT_EQ(child, nullptr);
-  EXPECT_NE(std::string(SHIM(ncclGetLastError)(comms_[0])).find("ncclCommSplit"), std::string::npos);
+  EXPECT_NE(std::string(SHIM(ncclGetLastError)(comms_[0])).find("inside ncclGroupStart/End"), std::string::npos);
   // None of these reached the fake NCCL: a conccl communicator is never handed to it.
+}
+
+// NCCL's PreMulSum: sum over ranks of (scalar * x_r), each product rounded to the type before the sum. The
+// expected values are computed the same way here; two calls in one group each keep their own pre-multiplied input.
+TEST_F(NcclShimHost, PreMulSumPreMultipliesBeforeTheSum) {
+  ncclRedOp_t ops[2];
+  const float scalar = 1.0f / 3.0f;
+  for (int r = 0; r < 2; ++r) {
+    float s = scalar;  // HostImmediate: read at creation, so the variable may change afterwards
+    ASSERT_EQ(SHIM(ncclRedOpCreatePreMulSum)(&ops[r], &s, ncclFloat32, ncclScalarHostImmediate, comms_[r]),
+              ncclSuccess)
+        << SHIM(ncclGetLastError)(comms_[r]);
+    s = 100.0f;
+    EXPECT_GE(static_cast<int>(ops[r]), static_cast<int>(ncclNumOps));
+  }
+  float x0[4] = {1, 2, 3, 0.1f}, x1[4] = {10, 20, 30, 0.7f}, y0[4] = {}, y1[4] = {};
+  float rs0[2] = {}, rs1[2] = {};
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(x0, y0, 4, ncclFloat32, ops[0], comms_[0], nullptr), ncclSuccess)
+      << SHIM(ncclGetLastError)(comms_[0]);
+  ASSERT_EQ(SHIM(ncclAllReduce)(x1, y1, 4, ncclFloat32, ops[1], comms_[1], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclReduceScatter)(x0, rs0, 2, ncclFloat32, ops[0], comms_[0], nullptr), ncclInvalidArgument)
+      << "reduce_scatter is left out of CONCCL_NCCL_COLLS in this suite";
+  // Other inputs than the all-reduce's: a scratch region shared by two calls of the group would show.
+  float z0[2] = {5.5f, -6.25f}, z1[2] = {7.0f, 0.3f};
+  ASSERT_EQ(SHIM(ncclReduce)(z1, rs1, 2, ncclFloat32, ops[1], 1, comms_[1], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclReduce)(z0, rs0, 2, ncclFloat32, ops[0], 1, comms_[0], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclGroupEnd)(), ncclSuccess) << SHIM(ncclGetLastError)(nullptr);
+  for (int i = 0; i < 4; ++i) {
+    const float expect = x0[i] * scalar + x1[i] * scalar;
+    EXPECT_EQ(y0[i], expect) << i;
+    EXPECT_EQ(y1[i], expect) << i;
+  }
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(rs1[i], z0[i] * scalar + z1[i] * scalar) << i;
+  // Inputs untouched (the multiplication goes to scratch memory); the ops are destroyed once.
+  EXPECT_EQ(x0[3], 0.1f);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(SHIM(ncclRedOpDestroy)(ops[r], comms_[r]), ncclSuccess);
+    EXPECT_EQ(SHIM(ncclRedOpDestroy)(ops[r], comms_[r]), ncclInvalidArgument);
+  }
+  // Integer PreMulSum wraps like the type; an op used with another type than its own is refused.
+  ncclRedOp_t iop;
+  int64_t k = -3;
+  int64_t a[2] = {5, 7}, b[2] = {1, 2}, oa[2] = {}, ob[2] = {};
+  ASSERT_EQ(SHIM(ncclRedOpCreatePreMulSum)(&iop, &k, ncclInt64, ncclScalarHostImmediate, comms_[0]), ncclSuccess);
+  ncclRedOp_t iop1;
+  ASSERT_EQ(SHIM(ncclRedOpCreatePreMulSum)(&iop1, &k, ncclInt64, ncclScalarHostImmediate, comms_[1]), ncclSuccess);
+  EXPECT_EQ(SHIM(ncclAllReduce)(x0, y0, 4, ncclFloat32, iop, comms_[0], nullptr), ncclInvalidArgument);
+  EXPECT_NE(std::string(SHIM(ncclGetLastError)(comms_[0])).find("made for ncclInt64"), std::string::npos)
+      << SHIM(ncclGetLastError)(comms_[0]);
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(a, oa, 2, ncclInt64, iop, comms_[0], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(b, ob, 2, ncclInt64, iop1, comms_[1], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclGroupEnd)(), ncclSuccess) << SHIM(ncclGetLastError)(nullptr);
+  EXPECT_EQ(oa[0], -18);
+  EXPECT_EQ(ob[1], -27);
 }
 
 TEST_F(NcclShimHost, ConcclErrorsKeepTheirMessage) {
@@ -139,6 +199,75 @@ TEST_F(NcclShimHost, ConcclErrorsKeepTheirMessage) {
   std::string msg = SHIM(ncclGetLastError)(comms_[0]);
   EXPECT_NE(msg.find("ncclBroadcast on conccl"), std::string::npos) << msg;
   EXPECT_NE(msg.find("root"), std::string::npos) << msg;
+}
+
+
+// ncclCommSplit of a conccl communicator: one thread per parent rank (the split exchanges with the peers before
+// returning, as NCCL's does), colors {0, 1, 0, NOCOLOR}, keys {5, 0, 1, 0}: child A = parents {2, 0} in that
+// order, child B = parent {1}, parent 3 gets NULL. The children then run an all-reduce.
+TEST(NcclShimHostSplit, ColorsKeysAndNoColorAsNccl) {
+  setenv("CONCCL_BACKEND", "host", 1);
+  void* shim = dlopen(CONCCL_NCCL_SHIM_PATH, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(shim, nullptr) << dlerror();
+  auto fn = [&](const char* name) { return dlsym(shim, name); };
+  auto initAll = reinterpret_cast<decltype(&::ncclCommInitAll)>(fn("ncclCommInitAll"));
+  auto split = reinterpret_cast<decltype(&::ncclCommSplit)>(fn("ncclCommSplit"));
+  auto count = reinterpret_cast<decltype(&::ncclCommCount)>(fn("ncclCommCount"));
+  auto userRank = reinterpret_cast<decltype(&::ncclCommUserRank)>(fn("ncclCommUserRank"));
+  auto allReduce = reinterpret_cast<decltype(&::ncclAllReduce)>(fn("ncclAllReduce"));
+  auto destroy = reinterpret_cast<decltype(&::ncclCommDestroy)>(fn("ncclCommDestroy"));
+  auto lastError = reinterpret_cast<decltype(&::ncclGetLastError)>(fn("ncclGetLastError"));
+  ncclComm_t parents[4] = {};
+  testing::internal::CaptureStderr();
+  ASSERT_EQ(initAll(parents, 4, nullptr), ncclSuccess);
+  const int colors[4] = {0, 1, 0, NCCL_SPLIT_NOCOLOR}, keys[4] = {5, 0, 1, 0};
+  ncclComm_t children[4] = {};
+  ncclResult_t results[4] = {};
+  std::string errors[4];
+  int sizes[4] = {}, ranks[4] = {};
+  float sums[4][2] = {};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      results[r] = split(parents[r], colors[r], keys[r], &children[r], nullptr);
+      if (results[r] != ncclSuccess) {
+        errors[r] = lastError(parents[r]);
+        return;
+      }
+      if (children[r] == nullptr) return;
+      count(children[r], &sizes[r]);
+      userRank(children[r], &ranks[r]);
+      float x[2] = {static_cast<float>(r + 1), static_cast<float>(10 * (r + 1))};
+      if (allReduce(x, sums[r], 2, ncclFloat32, ncclSum, children[r], nullptr) != ncclSuccess) {
+        errors[r] = lastError(children[r]);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::string log = testing::internal::GetCapturedStderr();
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(results[r], ncclSuccess) << r << ": " << errors[r];
+    EXPECT_TRUE(errors[r].empty()) << r << ": " << errors[r];
+  }
+  EXPECT_EQ(children[3], nullptr);
+  EXPECT_EQ(sizes[0], 2);
+  EXPECT_EQ(sizes[2], 2);
+  EXPECT_EQ(sizes[1], 1);
+  EXPECT_EQ(ranks[2], 0);  // key 1 before key 5
+  EXPECT_EQ(ranks[0], 1);
+  EXPECT_EQ(ranks[1], 0);
+  EXPECT_EQ(sums[0][0], 1.0f + 3.0f);  // parents 0 and 2
+  EXPECT_EQ(sums[2][1], 10.0f + 30.0f);
+  EXPECT_EQ(sums[1][0], 2.0f);
+  EXPECT_NE(log.find("ncclCommSplit: comm"), std::string::npos) << log;
+  EXPECT_NE(log.find("-> conccl (split of a conccl communicator: color 0, key 5, parent rank 0)"), std::string::npos)
+      << log;
+  for (int r = 0; r < 4; ++r) {
+    if (children[r] != nullptr) {
+      EXPECT_EQ(destroy(children[r]), ncclSuccess);
+    }
+    EXPECT_EQ(destroy(parents[r]), ncclSuccess);
+  }
 }
 
 }  // namespace
