@@ -462,7 +462,8 @@ typedef struct {
   concclC3Strategy_t strategy;
   int useConccl;              /* 1: run the collective with conccl, 0: with NCCL */
   int gemmSmCount;            /* SM-count target for the GEMM (cuBLASLt CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET);
-                                 0: all SMs */
+                                 0: all SMs. A model figure (it assumes conccl's reductions take 4 SMs): with a
+                                 communicator, device SMs - concclCallResources(...).sms is exact for the call */
   int collectiveCtas;         /* NCCL config.maxCTAs (NcclRp) or conccl's reduction CTAs (config.reduceCtas,
                                  default 4, for reduce-scatter / all-reduce on conccl); 0: no SMs or the default */
   int collectiveHighPriority; /* 1: put the collective on a greatest-priority stream and launch it first */
