@@ -145,6 +145,21 @@ typedef enum { concclEngineAuto = 0, concclEngineCopy = 1, concclEngineSm = 2 } 
  *                 reduction, runs as one small kernel per rank (1 CTA, a few microseconds of one SM) instead of
  *                 copy-engine operations: one launch instead of three or more. 0 disables it; engine = copy never
  *                 uses it.
+ *   highPriority  CONCCL_HIGH_PRIORITY 1      1: conccl's kernels (reductions, the small-message kernel) are launched
+ *                 at the device's greatest stream priority (a per-launch attribute, on the caller's stream: stream
+ *                 order, graph capture and CUDA calls per launch are unchanged). The block scheduler then gives them
+ *                 the next SMs that a running GEMM's CTAs free, instead of queueing them behind every CTA the GEMM
+ *                 has not started yet; the reduction is on the collective's critical path while the GEMM is not
+ *                 slowed by more than the few SMs it takes. 0: the priority of the caller's stream. A captured
+ *                 graph keeps the attribute per kernel node, but CUDA honours node priorities only in graphs
+ *                 instantiated with cudaGraphInstantiateFlagUseNodePriority (else the launch stream's priority).
+ *   smBudget      CONCCL_SM_BUDGET     0      the most SMs conccl may occupy on a rank's GPU at any moment of a call
+ *                 (1..1024): every kernel of a call gets at most this many CTAs (a CTA occupies at most one SM) and
+ *                 a call's kernels run one after the other on its stream. 0 = the default: reduceCtas when it is
+ *                 set, else 8 (the auto reduction's maximum). reduceCtas above smBudget is refused
+ *                 (concclInvalidArgument). concclCallResources reports what a given call will use. Copies between
+ *                 two buffers of the same GPU are CUDA's own copy kernels on current drivers and outside this
+ *                 budget (concclCallResources reports their bytes).
  */
 typedef struct {
   size_t size;           /* sizeof(concclConfig_t) as compiled by the caller */
@@ -157,13 +172,15 @@ typedef struct {
   size_t scratchBytes;
   int timeoutMs;
   size_t smallMessageBytes; /* added in 0.1.0 after timeoutMs: structs without it are accepted */
+  int highPriority;         /* added in 0.1.0 after smallMessageBytes: structs without it are accepted */
+  int smBudget;             /* added with highPriority */
 } concclConfig_t;
 
 #define CONCCL_CONFIG_INITIALIZER                                                                          \
   {                                                                                                        \
     sizeof(concclConfig_t), CONCCL_CONFIG_MAGIC, CONCCL_VERSION_CODE, CONCCL_CONFIG_UNDEF_INT,             \
         CONCCL_CONFIG_UNDEF_INT, CONCCL_CONFIG_UNDEF_INT, CONCCL_CONFIG_UNDEF_INT, CONCCL_CONFIG_UNDEF_SIZE, \
-        CONCCL_CONFIG_UNDEF_INT, CONCCL_CONFIG_UNDEF_SIZE                                                  \
+        CONCCL_CONFIG_UNDEF_INT, CONCCL_CONFIG_UNDEF_SIZE, CONCCL_CONFIG_UNDEF_INT, CONCCL_CONFIG_UNDEF_INT \
   }
 
 typedef struct concclComm* concclComm_t;
@@ -357,6 +374,55 @@ CONCCL_API concclResult_t concclSend(const void* sendbuff, size_t count, concclD
 CONCCL_API concclResult_t concclRecv(void* recvbuff, size_t count, concclDataType_t datatype, int peer,
                                      concclComm_t comm, cudaStream_t stream);
 
+/* ---------------------------------------------------------------------------------------------- */
+/* What a call will occupy: plan a concurrent GEMM around it                                       */
+
+/* The collectives concclCallResources answers for (those described by a count and a type). */
+typedef enum {
+  concclCollAllGather = 0,
+  concclCollReduceScatter = 1,
+  concclCollAllReduce = 2,
+  concclCollBroadcast = 3,
+  concclCollReduce = 4,
+  concclCollAllToAll = 5,
+  concclCollGather = 6,
+  concclCollScatter = 7,
+  concclNumColls = 8
+} concclCollective_t;
+
+/* How a call moves its data on this rank. */
+typedef enum {
+  concclPathHost = 0,            /* host backend: host threads, no GPU */
+  concclPathCopyEngines = 1,     /* copy engines and stream memory operations only: no conccl kernel */
+  concclPathSmallKernel = 2,     /* the small-message kernel: one CTA runs the rank's whole part (config.smallMessageBytes) */
+  concclPathReduceKernel = 3     /* copy engines plus the reduction kernel on `ctas` CTAs (reduce-scatter, all-reduce, ...) */
+} concclCallPath_t;
+
+typedef struct {
+  concclCallPath_t path;
+  int ctas;           /* most CTAs of any conccl kernel of the call on this rank (its kernels run one after the other on
+                         the stream); 0 for concclPathCopyEngines and concclPathHost */
+  int sms;            /* most SMs the call's kernels can occupy on this rank's GPU at once: ctas (a CTA occupies at most
+                         one SM), never above config.smBudget. Give a concurrent GEMM (device SMs - sms), e.g. as
+                         cuBLASLt's CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, to leave them free */
+  int highPriority;   /* 1: the kernels are launched at the greatest stream priority (config.highPriority) */
+  size_t sameDeviceCopyBytes; /* bytes the call copies between two buffers of this rank's GPU (e.g. a rank's own block of
+                                 an out-of-place all-gather on the copy-engine path). Current drivers run such copies as
+                                 CUDA's own copy kernels on SMs, outside `sms` and conccl's control (README, FACTS) */
+} concclCallResources_t;
+
+/* What `coll` with `count` elements of `datatype` (count as the collective's own call takes it: sendcount, recvcount
+ * or count) and `root` (rooted collectives; ignored by the others) will occupy on this communicator's rank, answered
+ * by the same decision code the call itself runs (the schedule the call would build, the small-message and reduction
+ * thresholds, config.reduceCtas and config.smBudget), for an out-of-place call with op concclSum. No GPU work, no
+ * communication, no host wait: it may be called at any time, also inside a group and while capturing. In-place calls
+ * and other ops use the same path and at most the same CTAs. Reduction CTAs are an upper bound: the kernel launches
+ * fewer when a piece has too few elements to give each CTA work. With several ranks on one GPU their resources add up.
+ * Errors: concclInvalidArgument for NULL comm or out, a bad collective, datatype or root, a count whose bytes overflow,
+ * or a reduction over an fp8 type; concclInvalidUsage for a destroyed or failed communicator. */
+CONCCL_API concclResult_t concclCallResources(concclComm_t comm, concclCollective_t coll, size_t count,
+                                              concclDataType_t datatype, int root, concclCallResources_t* out);
+
 /* Size in bytes of one element of datatype (0 for an invalid type). */
 CONCCL_API size_t concclTypeSize(concclDataType_t datatype);
 
@@ -401,7 +467,8 @@ typedef struct {
   concclC3Strategy_t strategy;
   int useConccl;              /* 1: run the collective with conccl, 0: with NCCL */
   int gemmSmCount;            /* SM-count target for the GEMM (cuBLASLt CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET);
-                                 0: all SMs */
+                                 0: all SMs. A model figure (it assumes conccl's reductions take 4 SMs): with a
+                                 communicator, device SMs - concclCallResources(...).sms is exact for the call */
   int collectiveCtas;         /* NCCL config.maxCTAs (NcclRp) or conccl's reduction CTAs (config.reduceCtas,
                                  default 4, for reduce-scatter / all-reduce on conccl); 0: no SMs or the default */
   int collectiveHighPriority; /* 1: put the collective on a greatest-priority stream and launch it first */

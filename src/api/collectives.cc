@@ -10,6 +10,7 @@
 #include "api/api_guard.h"
 #include "core/group.h"
 #include "core/types.h"
+#include "sched/schedule.h"
 
 namespace conccl::api {
 namespace {
@@ -84,6 +85,36 @@ RankArgs makeArgs(CollKind kind, const char* api, concclDataType_t dtype, size_t
   a.recvbuff = recv;
   a.stream = stream;
   return a;
+}
+
+// The public collective enum as the schedule builders name it; nullopt-like false for a value outside the enum.
+bool collKindOf(concclCollective_t coll, CollKind* kind) {
+  switch (coll) {
+    case concclCollAllGather: *kind = CollKind::kAllGather; return true;
+    case concclCollReduceScatter: *kind = CollKind::kReduceScatter; return true;
+    case concclCollAllReduce: *kind = CollKind::kAllReduce; return true;
+    case concclCollBroadcast: *kind = CollKind::kBroadcast; return true;
+    case concclCollReduce: *kind = CollKind::kReduce; return true;
+    case concclCollAllToAll: *kind = CollKind::kAllToAll; return true;
+    case concclCollGather: *kind = CollKind::kGather; return true;
+    case concclCollScatter: *kind = CollKind::kScatter; return true;
+    default: return false;
+  }
+}
+
+// Elements of the largest buffer of `kind` for a call of `count` (count x nranks for the gathered / scattered side):
+// what the call's own entry point checks for overflow.
+size_t countFactor(CollKind kind, int nranks) {
+  switch (kind) {
+    case CollKind::kAllGather:
+    case CollKind::kReduceScatter:
+    case CollKind::kAllToAll:
+    case CollKind::kGather:
+    case CollKind::kScatter:
+      return static_cast<size_t>(nranks);
+    default:
+      return 1;
+  }
 }
 
 }  // namespace
@@ -243,6 +274,38 @@ concclResult_t concclScatter(const void* sendbuff, void* recvbuff, size_t recvco
       a.inPlace = detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, inPlaceSend);
     }
     enqueueCall(comm, std::move(a));
+  });
+}
+
+concclResult_t concclCallResources(concclComm_t comm, concclCollective_t coll, size_t count, concclDataType_t datatype,
+                                   int root, concclCallResources_t* out) {
+  return apiCall(comm, "concclCallResources", [&] {
+    requireLiveComm(comm);
+    CONCCL_REQUIRE(out != nullptr, "out is NULL");
+    CollKind kind = CollKind::kAllGather;
+    CONCCL_REQUIRE(collKindOf(coll, &kind),
+                   "collective " + std::to_string(static_cast<int>(coll)) + " is not a concclCollective_t");
+    CONCCL_REQUIRE(isValidType(datatype), "datatype " + std::to_string(static_cast<int>(datatype)) + " is not a conccl type");
+    const int nranks = comm->clique->nranks();
+    if (sched::isReduction(kind)) requireOp(concclSum, datatype);
+    const bool rooted = sched::isRooted(kind);
+    if (rooted) requireRoot(root, nranks);
+    bytesFor(count, typeSize(datatype), countFactor(kind, nranks), "count");
+    if (auto failed = comm->clique->asyncError()) {
+      CONCCL_THROW(concclInvalidUsage, "the communicator is out of service: " + failed->message());
+    }
+    // The schedule the call itself would get: same builder, same options as the clique's schedule cache.
+    sched::CollectiveCall call;
+    call.kind = kind;
+    call.nranks = nranks;
+    call.dtype = datatype;
+    call.op = concclSum;
+    call.root = rooted ? root : 0;
+    call.count = count;
+    call.inPlace.assign(static_cast<size_t>(nranks), false);
+    exec::Executor& executor = comm->clique->executor();
+    const sched::Schedule schedule = sched::buildSchedule(call, executor.buildOptions());
+    *out = executor.callResources(schedule, comm->rank);
   });
 }
 

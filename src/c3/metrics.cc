@@ -84,6 +84,8 @@ Metrics computeMetrics(const RoundTimes& t) {
   m.overlapRatio = overlapRatio(t.tG, t.tC, t.tC3);
   m.gemmSlowdown = slowdown(t.tG, m.tGOverlap);
   m.collSlowdown = slowdown(m.tCOwn, m.tCOverlap);
+  m.tGBudget = positive(t.tGBudget) ? t.tGBudget : kNaN;
+  m.budgetCost = slowdown(t.tG, m.tGBudget);
   m.overlapClass = classify(t.tG, t.tC);
   return m;
 }
@@ -105,7 +107,8 @@ RoundSummary summarizeRounds(const std::vector<RoundTimes>& rounds) {
   static constexpr double Metrics::*kFields[] = {
       &Metrics::tG,           &Metrics::tC,           &Metrics::tCOwn,           &Metrics::tC3,
       &Metrics::tGOverlap,    &Metrics::tCOverlap,    &Metrics::speedup,         &Metrics::idealSpeedup,
-      &Metrics::fractionOfIdeal, &Metrics::overlapRatio, &Metrics::gemmSlowdown, &Metrics::collSlowdown};
+      &Metrics::fractionOfIdeal, &Metrics::overlapRatio, &Metrics::gemmSlowdown, &Metrics::collSlowdown,
+      &Metrics::tGBudget,     &Metrics::budgetCost};
   std::vector<Metrics> per;
   for (const RoundTimes& t : rounds) per.push_back(computeMetrics(t));
   RoundSummary out;

@@ -43,6 +43,10 @@ struct Metrics {
   double overlapRatio = 0;     // R = T_c3 / max(T_g, T_c)
   double gemmSlowdown = 0;     // tGOverlap / tG
   double collSlowdown = 0;     // tCOverlap / tCOwn: the strategy's collective beside the GEMM vs alone
+  // The cost of leaving SMs free (RP strategies): the GEMM alone with the strategy's SM-count target, and that time
+  // over tG (GEMM alone on all SMs). NaN where the strategy gives the GEMM every SM.
+  double tGBudget = 0;
+  double budgetCost = 0;
   OverlapClass overlapClass = OverlapClass::kGCEqual;  // from T_g and the baseline T_c
 };
 
@@ -55,6 +59,7 @@ struct RoundTimes {
   double tC3 = 0;
   double tGOverlap = -1;
   double tCOverlap = -1;
+  double tGBudget = -1;  // the GEMM alone with the strategy's SM-count target (<= 0 or NaN: none)
 };
 
 // Fills every derived field from the measured times.

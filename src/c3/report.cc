@@ -230,18 +230,21 @@ json metricsJson(const Metrics& m) {
       {"S_ideal", number(m.idealSpeedup)},
       {"F", number(m.fractionOfIdeal)},
       {"R", number(m.overlapRatio)},
+      {"T_g_budget_ms", millis(m.tGBudget)},
+      {"gemm_budget_cost", number(m.budgetCost)},
   };
 }
 
 json roundsJson(const std::vector<RoundTimes>& rounds) {
-  json g = json::array(), c = json::array(), own = json::array(), c3 = json::array();
+  json g = json::array(), c = json::array(), own = json::array(), c3 = json::array(), budget = json::array();
   for (const RoundTimes& t : rounds) {
+    budget.push_back(t.tGBudget > 0 ? millis(t.tGBudget) : json(nullptr));
     g.push_back(millis(t.tG));
     c.push_back(millis(t.tC));
     own.push_back(millis(t.tCOwn > 0 ? t.tCOwn : t.tC));
     c3.push_back(millis(t.tC3));
   }
-  return {{"T_g_ms", g}, {"T_c_ms", c}, {"T_c_own_ms", own}, {"T_c3_ms", c3}};
+  return {{"T_g_ms", g}, {"T_c_ms", c}, {"T_c_own_ms", own}, {"T_c3_ms", c3}, {"T_g_budget_ms", budget}};
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "core/error.h"
+#include "exec/kernel_limits.h"
 
 namespace conccl {
 namespace {
@@ -66,6 +67,10 @@ constexpr size_t kMinScratchBytes = size_t{64} << 10;
 // Smallest struct accepted: every field this library knows (an older header's struct can only be a prefix).
 constexpr size_t kMinConfigSize = offsetof(concclConfig_t, timeoutMs) + sizeof(int);
 
+// The caller's explicit fields over `config` (environment and defaults); a smBudget field is left in *smBudget
+// (0: not given), because its default depends on the resolved reduceCtas.
+void applyUserFields(const concclConfig_t& user, Config& config, int* smBudget);
+
 }  // namespace
 
 Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
@@ -91,8 +96,26 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
   if (envInt("CONCCL_PIPELINE_DEPTH", 1, 16, &v)) config.pipelineDepth = static_cast<int>(v);
   if (envInt("CONCCL_PEER_REDUCE", 0, 1, &v)) config.peerReduce = v != 0;
   if (envInt("CONCCL_RENDEZVOUS_SPIN_US", 0, 10000, &v)) config.rendezvousSpinUs = static_cast<int>(v);
+  if (envInt("CONCCL_HIGH_PRIORITY", 0, 1, &v)) config.highPriority = v != 0;
+  int smBudget = 0;  // 0: not given, derived below
+  if (envInt("CONCCL_SM_BUDGET", 0, kMaxReduceCtas, &v)) smBudget = static_cast<int>(v);
 
-  if (user == nullptr) return config;
+  if (user != nullptr) applyUserFields(*user, config, &smBudget);
+
+  // One contract, checked once: no kernel of a call gets more CTAs than smBudget, so an explicit reduceCtas above it
+  // is a contradiction the caller must resolve, not something to clip silently.
+  if (smBudget == 0) smBudget = config.reduceCtas > 0 ? config.reduceCtas : exec::kAutoReduceMaxCtas;
+  CONCCL_REQUIRE(config.reduceCtas <= smBudget,
+                 "reduceCtas = " + std::to_string(config.reduceCtas) + " exceeds smBudget = " +
+                     std::to_string(smBudget) + " (CONCCL_REDUCE_CTAS / CONCCL_SM_BUDGET or the config fields)");
+  config.smBudget = smBudget;
+  return config;
+}
+
+namespace {
+
+void applyUserFields(const concclConfig_t& userConfig, Config& config, int* smBudget) {
+  const concclConfig_t* user = &userConfig;
 
   // The struct must come from CONCCL_CONFIG_INITIALIZER; a newer header's (larger) struct is refused because
   // this library cannot honour fields it does not know.
@@ -136,8 +159,18 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
       user->smallMessageBytes != CONCCL_CONFIG_UNDEF_SIZE) {
     config.smallMessageBytes = user->smallMessageBytes;
   }
-  return config;
+  if (user->size >= offsetof(concclConfig_t, highPriority) + sizeof(int) &&
+      user->highPriority != CONCCL_CONFIG_UNDEF_INT) {
+    requireRange("highPriority", user->highPriority, 0, 1);
+    config.highPriority = user->highPriority != 0;
+  }
+  if (user->size >= offsetof(concclConfig_t, smBudget) + sizeof(int) && user->smBudget != CONCCL_CONFIG_UNDEF_INT) {
+    requireRange("smBudget", user->smBudget, 0, kMaxReduceCtas);
+    *smBudget = user->smBudget;
+  }
 }
+
+}  // namespace
 
 void exportConfig(const Config& config, concclConfig_t* out) {
   concclConfig_t full = CONCCL_CONFIG_INITIALIZER;
@@ -148,6 +181,8 @@ void exportConfig(const Config& config, concclConfig_t* out) {
   full.scratchBytes = config.scratchBytes;
   full.timeoutMs = config.timeoutMs;
   full.smallMessageBytes = config.smallMessageBytes;
+  full.highPriority = config.highPriority ? 1 : 0;
+  full.smBudget = config.smBudget;
   // Only as many bytes as the caller's struct has (an older header's struct is a prefix of ours). A size below
   // every known field is not a conccl config (e.g. uninitialised): writing a few bytes of it, size field
   // included, would silently hand back garbage, so refuse it like resolveConfig does.

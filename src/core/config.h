@@ -16,6 +16,11 @@ struct Config {
   size_t scratchBytes = size_t{64} << 20;
   int timeoutMs = 300000;
   size_t smallMessageBytes = size_t{64} << 10;
+  // conccl's kernels at the greatest stream priority (conccl.h explains why this is the default).
+  bool highPriority = true;
+  // The most SMs (CTAs) any kernel of a call may use; resolved, never 0 (default: reduceCtas if set, else the auto
+  // reduction's maximum, exec/kernel_limits.h).
+  int smBudget = 8;
   // Tuning knobs without a config field (environment only; README table), defaults from the 2-GPU sweep of
   // 2026-11-30 (docs/results/2026-11-30-h200-x2/): programs that copy at most singleStreamBytes run every op on the
   // caller's stream (lanes cost fork/join calls that small programs do not win back); reduction pipelines cut a

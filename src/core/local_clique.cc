@@ -206,6 +206,11 @@ void LocalClique::spinUntilReady(const CallTicket& ticket) const {
 
 void LocalClique::waitAndLaunch(CallTicket& ticket) {
   spinUntilReady(ticket);
+  std::shared_ptr<PendingCall> call = waitUntilReady(ticket);
+  launchReady(*call, ticket);
+}
+
+std::shared_ptr<PendingCall> LocalClique::waitUntilReady(CallTicket& ticket) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.timeoutMs);
   int departed = -1;
@@ -215,17 +220,7 @@ void LocalClique::waitAndLaunch(CallTicket& ticket) {
     return departed >= 0;
   });
   if (!ok) {
-    // Name the ranks that never arrived: the most useful line of a hang report.
-    std::string missing;
-    if (ticket.call) {
-      for (int r = 0; r < nranks(); ++r) {
-        if (!ticket.call->args[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
-      }
-    } else {
-      missing = "the partners of its Send/Recv ops";
-    }
-    std::string reason = "rank " + std::to_string(ticket.rank) + " waited " + std::to_string(config_.timeoutMs) +
-                         " ms in " + ticket.what + " for rank(s) " + missing + " to call it";
+    const std::string reason = timeoutReasonLocked(ticket);
     lock.unlock();
     fail(concclTimeout, reason);
     CONCCL_THROW(concclTimeout, reason);
@@ -253,10 +248,26 @@ void LocalClique::waitAndLaunch(CallTicket& ticket) {
   if (++call->launched == call->posted && call->call.kind != sched::CollKind::kSendRecv) collectives_.erase(call->seq);
   if (call->error) throw Error(*call->error).addContext(ticket.what);
   checkHealthyLocked();
-  lock.unlock();
+  return call;
+}
 
+std::string LocalClique::timeoutReasonLocked(const CallTicket& ticket) const {
+  // Name the ranks that never arrived: the most useful line of a hang report.
+  std::string missing;
+  if (ticket.call) {
+    for (int r = 0; r < nranks(); ++r) {
+      if (!ticket.call->args[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    }
+  } else {
+    missing = "the partners of its Send/Recv ops";
+  }
+  return "rank " + std::to_string(ticket.rank) + " waited " + std::to_string(config_.timeoutMs) + " ms in " +
+         ticket.what + " for rank(s) " + missing + " to call it";
+}
+
+void LocalClique::launchReady(PendingCall& call, const CallTicket& ticket) {
   try {
-    executor_->launch(*call->schedule, call->binding, ticket.rank);
+    executor_->launch(*call.schedule, call.binding, ticket.rank);
     if (watchdog_) watchdog_->launched(ticket.rank, ticket.what);
   } catch (Error& e) {
     e.addContext(ticket.what + " on rank " + std::to_string(ticket.rank));

@@ -47,6 +47,13 @@ class LocalClique final : public Clique {
   void tryCloseP2PLocked(int rank);
   // The first released rank that the ticket's unfinished call still waits for, or -1.
   int departedPeerLocked(const CallTicket& ticket) const;
+  // waitAndLaunch's two steps: wait (bounded) until the ticket's call is ready, turning a timeout, the clique's
+  // failure or a departed peer into the error this rank reports; then launch the rank's program, failing the clique
+  // if that fails (the peers would otherwise wait for this rank's signals).
+  std::shared_ptr<PendingCall> waitUntilReady(CallTicket& ticket);
+  void launchReady(PendingCall& call, const CallTicket& ticket);
+  // The timeout message: which ranks never arrived. Needs mutex_.
+  std::string timeoutReasonLocked(const CallTicket& ticket) const;
 
   Config config_;
   std::vector<int> devices_;

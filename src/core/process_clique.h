@@ -127,6 +127,38 @@ class ProcessClique final : public Clique {
   bool bindSymmetric(PendingCall& pending, const WindowRef (&mine)[2], std::vector<Assumption>& assumed) const;
   // A Send/Recv group: matched pair by pair through the p2p rings (process_clique_p2p.cc), then launched.
   void launchSendRecv(CallTicket& ticket);
+
+  // waitAndLaunch's states for a collective (process_clique_calls.cc), in order:
+  //   checkOwnPart -> trySymmetric -> publish -> launchEarly                       (symmetric: no host wait)
+  //                                          \-> readPeers -> bindPeers -> launch  (regular)
+  // What this rank found out about its own part before the peers hear of the call.
+  struct OwnPart {
+    WindowRef windows[2];            // sendbuff, recvbuff in a registered window (id 0: in none)
+    exec::BufferExport exports[2];   // buffers outside windows, exported for the peers
+    std::optional<Error> error;      // published instead of the exports
+  };
+  // What the peers published for a regular call.
+  struct PeerParts {
+    std::vector<exec::BufferExport> exports;  // [2 * rank + buffer]
+    std::vector<WindowRef> windows;           // [2 * rank + buffer]
+    bool launchedEarly = false;               // some peer launched symmetrically: its work cannot be taken back
+  };
+  // Checks and exports this rank's buffers (a buffer inside a window needs neither); an error is kept, not thrown.
+  OwnPart checkOwnPart(const RankArgs& mine) const;
+  // Whether the call is symmetric (every peer buffer follows from this rank's own window references); if so
+  // pending.call, schedule and binding are filled and `assumed` lists what the watchdog must confirm.
+  bool trySymmetric(PendingCall& pending, const OwnPart& own, std::vector<Assumption>& assumed);
+  // Writes this rank's entry of call pending.seq and releases it to the peers.
+  void publish(const PendingCall& pending, const OwnPart& own, bool symmetric);
+  // A symmetric call: compares the peers that already called, starts the watchdog, launches.
+  void launchEarly(PendingCall& pending, const CallTicket& ticket, std::vector<Assumption> assumed);
+  // A regular call: waits for every peer's entry and reads it into pending.args (and the slots become free).
+  // Throws the first error a rank published, or a diverged call sequence.
+  PeerParts readPeers(PendingCall& pending, const CallTicket& ticket);
+  // Validates and builds the call like every other process, and maps the peer buffers this rank's program touches.
+  void bindPeers(PendingCall& pending, const CallTicket& ticket, const PeerParts& peers);
+  // Any error of a call some peer launched early ends the communicator (fail() opens the flags its GPU may wait on).
+  void failIfPeerLaunched(const Error& e, bool peerLaunchedEarly);
   // Launches this rank's program; a failure fails the communicator (the peers may be waiting for it).
   void launchProgram(PendingCall& pending, const CallTicket& ticket);
   // Drops the mapping of a peer allocation the peer has retired, unless a window still holds it.

@@ -29,17 +29,29 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     return;
   }
   PendingCall& pending = *ticket.call;
-  const uint64_t seq = pending.seq;
-  const int n = nranks_;
-  RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
-  waitForFreeSlot(seq, ticket.what);
-  MailboxEntry& out = layout_->entry(rank_, seq);
-
+  waitForFreeSlot(pending.seq, ticket.what);
   // 1. This rank's own checks and exports, before the peers hear of the call: an error is published instead.
-  //    A buffer inside a registered window needs neither: the window was checked and mapped by the peers.
-  const WindowRef rawRefs[2] = {findWindow(mine.sendbuff, 0), findWindow(mine.recvbuff, 0)};
-  exec::BufferExport exports[2]{};
-  std::optional<Error> ownError;
+  const OwnPart own = checkOwnPart(*pending.args[static_cast<size_t>(rank_)]);
+  // 2. A symmetric call launches without waiting for the peers.
+  std::vector<Assumption> assumed;
+  const bool symmetric = !own.error && trySymmetric(pending, own, assumed);
+  // 3. Publish.
+  publish(pending, own, symmetric);
+  if (symmetric) {
+    launchEarly(pending, ticket, std::move(assumed));
+    return;
+  }
+  // 4. Wait for every peer's entry and read them; 5. validate, build and map, as every process does; 6. launch.
+  const PeerParts peers = readPeers(pending, ticket);
+  bindPeers(pending, ticket, peers);
+  launchProgram(pending, ticket);
+}
+
+ProcessClique::OwnPart ProcessClique::checkOwnPart(const RankArgs& mine) const {
+  const int n = nranks_;
+  OwnPart own;
+  own.windows[0] = findWindow(mine.sendbuff, 0);
+  own.windows[1] = findWindow(mine.recvbuff, 0);
   try {
     sched::CollectiveCall solo;
     solo.nranks = n;
@@ -63,74 +75,85 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     exec::CallBinding soloBinding;
     soloBinding.buffers.assign(static_cast<size_t>(n), {});
     soloBinding.buffers[static_cast<size_t>(rank_)] = {const_cast<void*>(mine.sendbuff), mine.recvbuff};
-    // exportBuffer checks each buffer as checkBuffer does, with the same driver query it exports from.
+    // exportBuffer checks each buffer as checkBuffer does, with the same driver query it exports from. A buffer
+    // inside a registered window needs neither: the window was checked and mapped by the peers.
     forEachUsedBuffer(solo, soloBinding, rank_, [&](int b, void* ptr, size_t bytes, const std::string& what) {
       CONCCL_ASSERT(b >= 0 && b < 2);
       if (findWindow(ptr, bytes).id != 0) return;
-      exports[b] = executor_->exportBuffer(rank_, ptr, bytes, what.c_str());
+      own.exports[b] = executor_->exportBuffer(rank_, ptr, bytes, what.c_str());
     });
   } catch (const Error& e) {
-    ownError = e;
+    own.error = e;
   }
+  return own;
+}
 
-  // 2. A symmetric call: every peer buffer this rank's program touches follows from its own pointers in the
-  //    windows (the peers are assumed to call exactly like this rank; the watchdog checks that they did).
-  std::vector<Assumption> assumed;
-  bool symmetric = false;
+bool ProcessClique::trySymmetric(PendingCall& pending, const OwnPart& own, std::vector<Assumption>& assumed) {
+  // Every peer buffer this rank's program touches follows from its own pointers in the windows (the peers are
+  // assumed to call exactly like this rank; the watchdog checks that they did).
+  const int n = nranks_;
+  const RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
   // An in-place Gather or Scatter root keeps its own block inside the big buffer (at root * count), so its
   // pointers differ from the peers' by construction: it cannot speak for them, and takes the regular path.
   const bool rootInPlaceBlock = mine.inPlace && mine.root == rank_ &&
                                 (mine.kind == sched::CollKind::kGather || mine.kind == sched::CollKind::kScatter);
-  if (!ownError && !windows_.empty() && mine.kind != sched::CollKind::kAllToAllv && !rootInPlaceBlock) {
-    for (int p = 0; p < n; ++p) {
-      if (p == rank_) continue;
-      RankArgs mirror = mine;
-      mirror.stream = nullptr;
-      pending.args[static_cast<size_t>(p)] = std::move(mirror);
-    }
-    try {
-      assembleCall(pending, n);
-      pending.schedule = schedules_->get(pending.call);
-      symmetric = bindSymmetric(pending, rawRefs, assumed);
-      if (symmetric && sched::isRooted(mine.kind) && mine.root != rank_) {
-        // Whether the root runs in place is the root's own business (a non-root's buffers say nothing about it):
-        // symmetric only if it changes neither this rank's program nor what the executor chooses its path from.
-        sched::CollectiveCall flipped = pending.call;
-        flipped.inPlace[static_cast<size_t>(mine.root)] = !flipped.inPlace[static_cast<size_t>(mine.root)];
-        const auto other = schedules_->get(flipped);
-        symmetric =
-            other->programs[static_cast<size_t>(rank_)] == pending.schedule->programs[static_cast<size_t>(rank_)] &&
-            other->workBytes == pending.schedule->workBytes && other->activeOps == pending.schedule->activeOps &&
-            other->reduceInputs == pending.schedule->reduceInputs;
-      }
-    } catch (const Error&) {
-      symmetric = false;  // the regular path below builds the same call again and reports the error everywhere
-    }
-    if (!symmetric) {
-      for (int p = 0; p < n; ++p) {
-        if (p != rank_) pending.args[static_cast<size_t>(p)].reset();
-      }
-      assumed.clear();
-    }
+  if (windows_.empty() || mine.kind == sched::CollKind::kAllToAllv || rootInPlaceBlock) return false;
+  for (int p = 0; p < n; ++p) {
+    if (p == rank_) continue;
+    RankArgs mirror = mine;
+    mirror.stream = nullptr;
+    pending.args[static_cast<size_t>(p)] = std::move(mirror);
   }
+  bool symmetric = false;
+  try {
+    assembleCall(pending, n);
+    pending.schedule = schedules_->get(pending.call);
+    symmetric = bindSymmetric(pending, own.windows, assumed);
+    const RankArgs& self = *pending.args[static_cast<size_t>(rank_)];
+    if (symmetric && sched::isRooted(self.kind) && self.root != rank_) {
+      // Whether the root runs in place is the root's own business (a non-root's buffers say nothing about it):
+      // symmetric only if it changes neither this rank's program nor what the executor chooses its path from.
+      sched::CollectiveCall flipped = pending.call;
+      flipped.inPlace[static_cast<size_t>(self.root)] = !flipped.inPlace[static_cast<size_t>(self.root)];
+      const auto other = schedules_->get(flipped);
+      symmetric =
+          other->programs[static_cast<size_t>(rank_)] == pending.schedule->programs[static_cast<size_t>(rank_)] &&
+          other->workBytes == pending.schedule->workBytes && other->activeOps == pending.schedule->activeOps &&
+          other->reduceInputs == pending.schedule->reduceInputs;
+    }
+  } catch (const Error&) {
+    symmetric = false;  // the regular path builds the same call again and reports the error everywhere
+  }
+  if (!symmetric) {
+    for (int p = 0; p < n; ++p) {
+      if (p != rank_) pending.args[static_cast<size_t>(p)].reset();
+    }
+    assumed.clear();
+  }
+  return symmetric;
+}
 
-  // 3. Publish.
+void ProcessClique::publish(const PendingCall& pending, const OwnPart& own, bool symmetric) {
+  const uint64_t seq = pending.seq;
+  const int n = nranks_;
+  const RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
+  MailboxEntry& out = layout_->entry(rank_, seq);
   out.kind = static_cast<int32_t>(mine.kind);
   out.dtype = static_cast<int32_t>(mine.dtype);
   out.op = static_cast<int32_t>(mine.op);
   out.root = mine.root;
   out.count = mine.count;
   out.inPlace = mine.inPlace ? 1 : 0;
-  out.errorCode = ownError ? static_cast<int32_t>(ownError->code()) : 0;
-  copyMessage(out.error, ownError ? ownError->message() : std::string());
-  out.buffers[0] = exports[0];
-  out.buffers[1] = exports[1];
+  out.errorCode = own.error ? static_cast<int32_t>(own.error->code()) : 0;
+  copyMessage(out.error, own.error ? own.error->message() : std::string());
+  out.buffers[0] = own.exports[0];
+  out.buffers[1] = own.exports[1];
   for (int b = 0; b < 2; ++b) {
-    out.windowId[b] = rawRefs[b].id;
-    out.windowOffset[b] = rawRefs[b].offset;
+    out.windowId[b] = own.windows[b].id;
+    out.windowOffset[b] = own.windows[b].offset;
   }
   out.launchedEarly = symmetric ? 1 : 0;
-  std::vector<uint64_t> retired = ownError ? std::vector<uint64_t>{} : executor_->takeRetiredExports(rank_);
+  std::vector<uint64_t> retired = own.error ? std::vector<uint64_t>{} : executor_->takeRetiredExports(rank_);
   out.retiredCount = static_cast<uint32_t>(std::min<size_t>(retired.size(), kMaxRetired));
   for (uint32_t i = 0; i < out.retiredCount; ++i) out.retired[i] = retired[i];
   if (retired.size() > kMaxRetired) {
@@ -138,7 +161,7 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     executor_->requeueRetiredExports(rank_, std::vector<uint64_t>(retired.begin() + kMaxRetired, retired.end()));
   }
   uint64_t* vec = layout_->vectors(out);
-  if (mine.kind == sched::CollKind::kAllToAllv && !ownError) {
+  if (mine.kind == sched::CollKind::kAllToAllv && !own.error) {
     const std::vector<size_t>* parts[4] = {&mine.sendCounts, &mine.sendDispls, &mine.recvCounts, &mine.recvDispls};
     for (int v = 0; v < 4; ++v) {
       for (int r = 0; r < n; ++r) {
@@ -148,28 +171,30 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     }
   }
   out.published.store(seq + 1, std::memory_order_release);
+}
 
-  if (symmetric) {
-    // 4s. Launch now. Peers that called before this rank are compared first: a mismatch found here is reported
-    //     before any work is enqueued.
-    {
-      std::lock_guard<std::mutex> lock(matchMutex_);
-      unmatched_.push_back(Unmatched{seq, true, Clock::now(), ticket.what, std::move(assumed)});
-      matchPublishedLocked();
-    }
-    checkHealthy();
-    startWatchdog();
-    matchCv_.notify_all();
-    launchProgram(pending, ticket);
-    return;
+void ProcessClique::launchEarly(PendingCall& pending, const CallTicket& ticket, std::vector<Assumption> assumed) {
+  // Peers that called before this rank are compared first: a mismatch found here is reported before any work is
+  // enqueued.
+  {
+    std::lock_guard<std::mutex> lock(matchMutex_);
+    unmatched_.push_back(Unmatched{pending.seq, true, Clock::now(), ticket.what, std::move(assumed)});
+    matchPublishedLocked();
   }
+  checkHealthy();
+  startWatchdog();
+  matchCv_.notify_all();
+  launchProgram(pending, ticket);
+}
 
-  // 4. Wait for every peer's entry, then read them.
+ProcessClique::PeerParts ProcessClique::readPeers(PendingCall& pending, const CallTicket& ticket) {
+  const uint64_t seq = pending.seq;
+  const int n = nranks_;
   waitForPeersOf(seq, ticket.what);
   std::optional<Error> firstError;
-  bool peerLaunchedEarly = false;
-  std::vector<exec::BufferExport> peerExports(static_cast<size_t>(2 * n));
-  std::vector<WindowRef> peerRefs(static_cast<size_t>(2 * n));
+  PeerParts peers;
+  peers.exports.resize(static_cast<size_t>(2 * n));
+  peers.windows.resize(static_cast<size_t>(2 * n));
   for (int p = 0; p < n; ++p) {
     MailboxEntry& e = layout_->entry(p, seq);
     if (e.kind == kWindowRegisterKind || e.kind == kWindowDeregisterKind) {
@@ -186,29 +211,27 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
       firstError = Error(static_cast<concclResult_t>(e.errorCode), std::string(e.error));
     }
     if (p == rank_) continue;
-    peerLaunchedEarly = peerLaunchedEarly || e.launchedEarly != 0;
+    peers.launchedEarly = peers.launchedEarly || e.launchedEarly != 0;
     RankArgs a = argsOf(e, layout_->vectors(e), n);
     for (int b = 0; b < 2; ++b) {
-      peerExports[static_cast<size_t>(2 * p + b)] = e.buffers[b];
-      peerRefs[static_cast<size_t>(2 * p + b)] = WindowRef{e.windowId[b], e.windowOffset[b]};
+      peers.exports[static_cast<size_t>(2 * p + b)] = e.buffers[b];
+      peers.windows[static_cast<size_t>(2 * p + b)] = WindowRef{e.windowId[b], e.windowOffset[b]};
     }
     for (uint32_t i = 0; i < e.retiredCount && i < kMaxRetired; ++i) closePeerImport(p, e.retired[i]);
     pending.args[static_cast<size_t>(p)] = std::move(a);
   }
   // Read everything this call needs: the peers may reuse the slots from here on.
   layout_->rank(rank_).consumed.store(seq + 1, std::memory_order_release);
-  // A peer that launched without waiting cannot take its work back: any error of this call ends the
-  // communicator (the fail() opens the flags its GPU may wait on).
-  auto failIfPeerLaunched = [&](Error& e) {
-    if (peerLaunchedEarly) fail(e.code(), e.message() + " (a peer had already launched its part)");
-  };
   if (firstError) {
     Error e = Error(*firstError).addContext(ticket.what);
-    failIfPeerLaunched(e);
+    failIfPeerLaunched(e, peers.launchedEarly);
     throw e;
   }
+  return peers;
+}
 
-  // 5. Validate and build, identically in every process (the same inputs give every rank the same error).
+void ProcessClique::bindPeers(PendingCall& pending, const CallTicket& ticket, const PeerParts& peers) {
+  const int n = nranks_;
   try {
     assembleCall(pending, n);
     pending.schedule = schedules_->get(pending.call);
@@ -227,9 +250,9 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
       const size_t index = static_cast<size_t>(2 * loc.rank + loc.buffer);
       // Inside one of the peer's windows (already mapped), or exported.
       const size_t bytes = sched::bufferBytes(pending.call, loc.rank)[static_cast<size_t>(loc.buffer)];
-      if (peerRefs[index].id != 0) slot = peerAddress(loc.rank, peerRefs[index], bytes);
+      if (peers.windows[index].id != 0) slot = peerAddress(loc.rank, peers.windows[index], bytes);
       if (slot != nullptr) return;
-      const exec::BufferExport& e = peerExports[index];
+      const exec::BufferExport& e = peers.exports[index];
       if (e.allocId == 0) {
         CONCCL_THROW(concclInternalError, "the schedule uses buffer " + std::to_string(loc.buffer) + " of rank " +
                                               std::to_string(loc.rank) + ", which that rank did not export");
@@ -247,12 +270,13 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
       throw;
     }
     e.addContext(ticket.what);
-    failIfPeerLaunched(e);
+    failIfPeerLaunched(e, peers.launchedEarly);
     throw;
   }
+}
 
-  // 6. Launch.
-  launchProgram(pending, ticket);
+void ProcessClique::failIfPeerLaunched(const Error& e, bool peerLaunchedEarly) {
+  if (peerLaunchedEarly) fail(e.code(), e.message() + " (a peer had already launched its part)");
 }
 
 void ProcessClique::launchProgram(PendingCall& pending, const CallTicket& ticket) {

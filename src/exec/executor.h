@@ -67,6 +67,14 @@ class Executor {
   // released or remote rank) or the rank is busy (then the watchdog asks again later). Never blocks.
   virtual bool gpuProgress(int /*rank*/, uint32_t* /*launched*/, uint32_t* /*completed*/) { return false; }
 
+  // What rank `rank`'s part of `schedule` would occupy if launched now (concclCallResources): the same path and CTA
+  // decisions launch() makes. Pure: touches no GPU. The host executor runs no kernels (concclPathHost).
+  virtual concclCallResources_t callResources(const sched::Schedule& /*schedule*/, int /*rank*/) const {
+    concclCallResources_t out{};
+    out.path = concclPathHost;
+    return out;
+  }
+
   // Blocks until all work launched for `rank` has finished (used by destroy). Bounded by the timeout.
   virtual void synchronize(int rank) = 0;
 

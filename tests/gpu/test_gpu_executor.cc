@@ -104,7 +104,7 @@ TEST(ReduceKernel, MatchesHostReferenceBitExact) {
               args.output = inPlace ? const_cast<void*>(args.inputs[0]) : outMem.get() + misalign * es;
               std::vector<unsigned char> expected(bytes);
               if (count) exec::reduceHost(hostPtrs, expected.data(), count, dtype, op);
-              exec::launchReduce(args, dtype, op, 4, stream);
+              exec::launchReduce(args, dtype, op, 4, 0, stream);
               CUDA_OK(cudaStreamSynchronize(stream));
               std::vector<unsigned char> got(bytes);
               if (bytes) CUDA_OK(cudaMemcpy(got.data(), args.output, bytes, cudaMemcpyDeviceToHost));
@@ -125,14 +125,14 @@ TEST(ReduceKernel, RejectsTooManyInputsAndFp8) {
   args.k = exec::kMaxReduceInputs + 1;
   args.count = 1;
   try {
-    exec::launchReduce(args, concclFloat32, concclSum, 4, nullptr);
+    exec::launchReduce(args, concclFloat32, concclSum, 4, 0, nullptr);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), concclNotSupported);
   }
   args.k = 2;
   try {
-    exec::launchReduce(args, concclFloat8e4m3, concclSum, 4, nullptr);
+    exec::launchReduce(args, concclFloat8e4m3, concclSum, 4, 0, nullptr);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), concclNotSupported);

@@ -42,28 +42,45 @@ bool ConcclBackend::Supports(CollKind /*kind*/, concclDataType_t type, int op) c
 }
 
 SmUsage ConcclBackend::Sms(CollKind kind, size_t bytes) const {
-  // A rank whose copies fit in smallMessageBytes runs its part as one 1-CTA kernel (CUDA backend). What the busiest
-  // rank copies, estimated from the row's size (nccl-tests convention) and the direct schedules of src/sched.
-  const size_t n = static_cast<size_t>(NumRanks());
-  size_t copied = bytes;
+  // What the library says the call occupies (concclCallResources: the executor's own decision code), for the row's
+  // size as uint8 elements: the path and the CTAs depend on bytes, not on the element type. The busiest rank counts.
+  concclCollective_t coll = concclNumColls;
   switch (kind) {
-    case CollKind::kAllReduce: copied = 2 * bytes; break;                 // reduce-scatter + all-gather phases
-    case CollKind::kReduceScatter: case CollKind::kBroadcast: case CollKind::kScatter: copied = bytes * n; break;
-    default: break;
+    case CollKind::kAllGather: coll = concclCollAllGather; break;
+    case CollKind::kAllToAll: coll = concclCollAllToAll; break;
+    case CollKind::kReduceScatter: coll = concclCollReduceScatter; break;
+    case CollKind::kAllReduce: coll = concclCollAllReduce; break;
+    case CollKind::kBroadcast: coll = concclCollBroadcast; break;
+    case CollKind::kReduce: coll = concclCollReduce; break;
+    case CollKind::kGather: coll = concclCollGather; break;
+    case CollKind::kScatter: coll = concclCollScatter; break;
+    case CollKind::kSendRecv: return {0, false, false, "copy engines only"};
   }
-  concclConfig_t used = CONCCL_CONFIG_INITIALIZER;
-  const bool reduces = kind == CollKind::kReduceScatter || kind == CollKind::kAllReduce || kind == CollKind::kReduce;
-  // The executor runs movement-only calls as the kernel up to 4 x smallMessageBytes (kSmallMovementFactor in
-  // src/exec/cuda/cuda_executor.cc).
-  if (!comms_.empty() && concclCommGetConfig(comms_.front(), &used) == concclSuccess &&
-      used.backend == concclBackendCuda && used.engine != concclEngineCopy &&
-      copied <= (reduces ? used.smallMessageBytes : 4 * used.smallMessageBytes)) {
-    return {1, true, true, "small-message kernel (1 CTA for a few us) below smallMessageBytes, estimated"};
+  const CollDesc* desc = nullptr;
+  for (const CollDesc* d : AllColls()) {
+    if (d->kind == kind) desc = d;
   }
-  if (!reduces) return {0, false, false, "copy engines only"};
-  // reduceCtas 0 (auto, the default): one CTA per 256 KiB of input read, at most 8 (docs/cuda-executor.md).
-  if (used.reduceCtas > 0) return {used.reduceCtas, false, false, "reduction kernel CTAs (config.reduceCtas)"};
-  return {8, true, false, "reduction kernel CTAs: auto, at most 8 by size"};
+  if (desc == nullptr || comms_.empty()) return {};
+  const size_t param = desc->counts(bytes, NumRanks()).param;
+  int most = 0;
+  concclCallPath_t path = concclPathCopyEngines;
+  for (concclComm_t comm : comms_) {
+    concclCallResources_t res{};
+    if (concclCallResources(comm, coll, param, concclUint8, 0, &res) != concclSuccess) return {};
+    if (res.sms >= most) {
+      most = res.sms;
+      path = res.path;
+    }
+  }
+  switch (path) {
+    case concclPathHost: return {0, false, false, "host threads, no GPU"};
+    case concclPathCopyEngines: return {0, false, false, "copy engines only (concclCallResources)"};
+    case concclPathSmallKernel:
+      return {most, false, true, "small-message kernel, 1 CTA for a few us (concclCallResources)"};
+    case concclPathReduceKernel:
+      return {most, true, false, "reduction kernel CTAs, at most (concclCallResources)"};
+  }
+  return {};
 }
 
 void ConcclBackend::GroupStart() { ConcclCheck(concclGroupStart(), nullptr, "concclGroupStart"); }

@@ -37,7 +37,7 @@ void addC3Options(CLI::App& app, C3Options& o) {
   app.add_flag("--list-grid", o.listGrid, "Print the selected scenarios with their classification and exit");
   app.add_option("--rp-coll-ctas", o.rpCollCtas, "RP strategies: CTAs of the collective (NCCL maxCTAs)")
       ->check(CLI::Range(1, 1024));
-  app.add_option("--rp-gemm-sms", o.rpGemmSms, "RP strategies: GEMM SM-count target (0 = SMs - rp-coll-ctas)")
+  app.add_option("--rp-gemm-sms", o.rpGemmSms, "RP strategies: GEMM SM-count target (0 = SMs - rp-coll-ctas for nccl+RP, SMs - concclCallResources().sms for conccl+RP)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--sweep-sms", o.sweepSms, "--sm-sweep: SM budgets of the GEMM")->delimiter(',');
   app.add_option("--sweep-copy-ctas", o.sweepCopyCtas, "--sm-sweep: CTAs of the SM copy kernel proxy")->delimiter(',');

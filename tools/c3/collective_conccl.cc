@@ -24,6 +24,22 @@ concclDataType_t concclType(Dtype d) {
   return concclBfloat16;
 }
 
+concclCollective_t concclColl(CollKind k) {
+  switch (k) {
+    case CollKind::kAllGather:
+      return concclCollAllGather;
+    case CollKind::kReduceScatter:
+      return concclCollReduceScatter;
+    case CollKind::kAllReduce:
+      return concclCollAllReduce;
+    case CollKind::kAllToAll:
+      return concclCollAllToAll;
+    case CollKind::kBroadcast:
+      return concclCollBroadcast;
+  }
+  return concclNumColls;
+}
+
 exec::DeviceBuffer allocateOn(int device, size_t bytes) {
   exec::DeviceGuard guard(device);
   return exec::DeviceBuffer::allocate(std::max<size_t>(bytes, 256));
@@ -123,6 +139,16 @@ ConcclComms::~ConcclComms() {
 
 std::unique_ptr<Collective> makeConcclCollective(const ConcclComms& comms, const CollectiveSpec& spec) {
   return std::make_unique<ConcclCollective>(comms, spec);
+}
+
+int concclCallSms(const ConcclComms& comms, const CollectiveSpec& spec) {
+  int most = 0;
+  for (concclComm_t comm : comms.comms()) {
+    concclCallResources_t res{};
+    C3_CONCCL_CHECK(concclCallResources(comm, concclColl(spec.kind), spec.callCount(), concclType(spec.dtype), 0, &res));
+    most = std::max(most, res.sms);
+  }
+  return most;
 }
 
 std::unique_ptr<Collective> makeSmCopyCollective(int device, uint64_t bytes, int ctas) {

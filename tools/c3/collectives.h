@@ -40,6 +40,9 @@ class ConcclComms {
 };
 
 std::unique_ptr<Collective> makeConcclCollective(const ConcclComms& comms, const CollectiveSpec& spec);
+// The most SMs conccl's call for `spec` occupies on any rank's GPU (concclCallResources: 0 when copy engines move
+// everything). Throws conccl::Error when the query fails.
+int concclCallSms(const ConcclComms& comms, const CollectiveSpec& spec);
 
 // One-GPU proxy for an SM collective: a copy kernel with a fixed CTA count moving the collective's bytes.
 std::unique_ptr<Collective> makeSmCopyCollective(int device, uint64_t bytes, int ctas);

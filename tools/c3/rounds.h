@@ -1,6 +1,7 @@
 // Interleaved measurement rounds (FACTS.md: times that enter one F are measured interleaved, because clocks
-// drift between runs): for one strategy, each round measures T_g, the baseline's T_c, the strategy's own T_c
-// (unless it is the baseline's) and T_c3, one after the other; each is the median of `iters` gated runs.
+// drift between runs): for one strategy, each round measures T_g, for RP strategies the GEMM alone with its SM-count
+// target (the cost of leaving SMs free), the baseline's T_c, the strategy's own T_c (unless it is the baseline's) and
+// T_c3, one after the other; each is the median of `iters` gated runs.
 #pragma once
 
 #include <vector>

@@ -1,5 +1,7 @@
 #include "strategy_exec.h"
 
+#include <algorithm>
+
 #include "cuda_timer.h"  // conccl-bench's HasRepeats
 
 namespace conccl::c3 {
@@ -58,7 +60,8 @@ StrategyRun Backends::prepare(Strategy st, const CollectiveSpec& spec) {
     run.unavailable = std::string("skipped: NCCL has no copy-engine ") + collKindName(spec.kind);
     return run;
   }
-  // conccl's reductions keep their default reduceCtas (4); RP leaves those SMs out of the GEMM.
+  // The planner's resources; for conccl+RP the GEMM's target is replaced below by what conccl says this very call
+  // occupies (concclCallResources), so the GEMM leaves exactly those SMs free.
   const StrategyResources res = strategyResources(st, spec.kind, options_.gpuSms, options_.rpCollCtas, 4,
                                                   options_.rpGemmSms, ncclBaseline_);
   std::string why;
@@ -73,10 +76,15 @@ StrategyRun Backends::prepare(Strategy st, const CollectiveSpec& spec) {
     }
   } else if (ConcclComms* c = conccl(&why)) {
     run.coll = makeConcclCollective(*c, spec);
+    run.collectiveSms = concclCallSms(*c, spec);
   } else {
     run.unavailable = "skipped: conccl: " + why;
   }
   run.gemmSmTarget = res.gemmSmCount;
+  if (st == Strategy::kConcclRp && run.coll && options_.rpGemmSms <= 0) {
+    // SMs - the collective's SMs; a call that uses none (copy engines only) leaves the GEMM every SM.
+    run.gemmSmTarget = run.collectiveSms > 0 ? std::max(8, options_.gpuSms - run.collectiveSms) : 0;
+  }
   run.highPriority = res.highPriority;
   run.mode = st == Strategy::kSerial ? Harness::Mode::kSerial : Harness::Mode::kBoth;
   run.ownIsBaseline = st == Strategy::kSerial || (st == Strategy::kNccl && ncclBaseline_) ||

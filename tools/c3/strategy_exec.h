@@ -19,6 +19,7 @@ struct StrategyRun {
   std::unique_ptr<Collective> coll;  // null: the strategy cannot run, see `unavailable`
   std::string unavailable;           // "skipped: ..." when coll is null
   int gemmSmTarget = 0;              // 0: all SMs
+  int collectiveSms = 0;             // conccl strategies: SMs the call occupies per GPU (concclCallResources)
   bool highPriority = false;
   Harness::Mode mode = Harness::Mode::kBoth;
   bool ownIsBaseline = false;  // the strategy's collective is the baseline's (nccl, serial): not measured twice

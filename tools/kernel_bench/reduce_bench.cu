@@ -153,13 +153,13 @@ void runReduceBench(size_t inputMiB, int runs) {
     for (int k = exec::kMinFixedFanIn; k <= exec::kMaxFixedFanIn; ++k) {
       for (int ctas : {1, 4, 8}) {
         const exec::ReduceArgs args = argsFor(b, k, es);
-        const double ms = timeMs(stream, runs, [&] { exec::launchReduce(args, dtype, concclSum, ctas, stream); });
+        const double ms = timeMs(stream, runs, [&] { exec::launchReduce(args, dtype, concclSum, ctas, 0, stream); });
         report("library", dtype, concclSum, k, ctas, b.bytes, ms);
       }
     }
     for (concclRedOp_t op : {concclMax, concclAvg, concclProd}) {
       const exec::ReduceArgs args = argsFor(b, 2, es);
-      const double ms = timeMs(stream, runs, [&] { exec::launchReduce(args, dtype, op, 4, stream); });
+      const double ms = timeMs(stream, runs, [&] { exec::launchReduce(args, dtype, op, 4, 0, stream); });
       report("library", dtype, op, 2, 4, b.bytes, ms);
     }
   }

@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "exec/call_path.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "core/types.h"
@@ -37,12 +38,6 @@ CUstreamBatchMemOpParams waitOp(CUdeviceptr address, uint32_t value) {
 }
 
 }  // namespace
-
-int reduceCtasFor(int configured, size_t inputBytes) {
-  if (configured > 0) return configured;
-  const size_t ctas = (inputBytes + kAutoReduceBytesPerCta - 1) / kAutoReduceBytesPerCta;
-  return static_cast<int>(std::clamp<size_t>(ctas, 1, kAutoReduceMaxCtas));
-}
 
 CopyEngineProgram::CopyEngineProgram(RankState& state, const CopyEngineSetup& setup, const LocationResolver& resolve)
     : s_(state), setup_(setup), resolve_(resolve) {
@@ -148,8 +143,10 @@ void CopyEngineProgram::reduce(const sched::Reduce& op) {
   args.output = resolve_(op.output);
   args.count = op.count;
   streamFor(sched::kMainStream);
+  // The same CTA count concclCallResources reports (exec/call_path.cc, callResources).
   const size_t inputBytes = op.count * typeSize(op.dtype) * op.inputs.size();
-  launchReduce(args, op.dtype, op.op, reduceCtasFor(setup_.reduceCtas, inputBytes), setup_.main);
+  launchReduce(args, op.dtype, op.op, reductionCtas(setup_.reduceCtas, setup_.smBudget, inputBytes),
+               setup_.kernelPriority, setup_.main);
 }
 
 void CopyEngineProgram::finish() {

@@ -20,19 +20,13 @@
 
 namespace conccl::exec {
 
-// CTAs of one reduction: `configured` when the config fixes it (> 0); else (auto, 0) one CTA per
-// kAutoReduceBytesPerCta of input read, at most kAutoReduceMaxCtas. Eight SMs at ~110 GB/s of input each keep
-// pace with a peer's NVLink traffic at fan-in 2 (two bytes read per byte received); fewer CTAs for less work,
-// because a CTA with little to do costs its launch more than its reading.
-inline constexpr int kAutoReduceMaxCtas = 8;
-inline constexpr size_t kAutoReduceBytesPerCta = size_t{256} << 10;
-int reduceCtasFor(int configured, size_t inputBytes);
-
 struct CopyEngineSetup {
   cudaStream_t main = nullptr;  // the caller's stream M
   bool eager = true;            // false while M is being captured: no done marker
   bool singleStream = false;    // every op on M (small programs: lanes would only add fork/join calls)
   int reduceCtas = 0;           // config.reduceCtas (0: auto)
+  int smBudget = 1;             // config.smBudget: no reduction gets more CTAs (exec/call_path.h, reductionCtas)
+  int kernelPriority = 0;       // launch priority of the reduction kernel (0: the stream's)
   int slots = 0;                // flags per rank
   const std::vector<CUdeviceptr>* flagTable = nullptr;  // [rank] -> flags as the GPUs address them
 };

@@ -33,6 +33,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "exec/call_path.h"
 #include "exec/cuda/copy_engine_program.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
@@ -50,32 +51,6 @@
 namespace conccl::exec {
 namespace {
 
-// The size of rank r's part of a call (copies + reduction outputs), and whether its program fits the small-message
-// kernel's tables: from the schedule when the builder filled them in (hand-made schedules: from the programs).
-// Movement-only programs run as the small-message kernel up to this multiple of smallMessageBytes (see
-// takesSmallPath).
-constexpr size_t kSmallMovementFactor = 4;
-
-bool hasProgramStats(const sched::Schedule& schedule) {
-  return schedule.workBytes.size() == schedule.programs.size() &&
-         schedule.activeOps.size() == schedule.programs.size() &&
-         schedule.reduceInputs.size() == schedule.programs.size();
-}
-size_t programWorkBytes(const sched::Schedule& schedule, int r) {
-  const size_t i = static_cast<size_t>(r);
-  return hasProgramStats(schedule) ? schedule.workBytes[i] : sched::programWorkBytes(schedule.programs[i]);
-}
-size_t programReduceInputs(const sched::Schedule& schedule, int r) {
-  const size_t i = static_cast<size_t>(r);
-  return hasProgramStats(schedule) ? schedule.reduceInputs[i] : sched::programReduceInputs(schedule.programs[i]);
-}
-bool programFitsSmallKernel(const sched::Schedule& schedule, int r) {
-  const size_t i = static_cast<size_t>(r);
-  const bool stats = hasProgramStats(schedule);
-  return fitsSmallProgram(stats ? schedule.activeOps[i] : sched::programActiveOps(schedule.programs[i]),
-                          programReduceInputs(schedule, r));
-}
-
 class CudaExecutor final : public Executor {
  public:
   CudaExecutor(const std::vector<int>& devices, const Config& config);
@@ -90,6 +65,7 @@ class CudaExecutor final : public Executor {
   void synchronize(int rank) override;
   void cancel() override;
   void releaseRank(int rank) override;
+  concclCallResources_t callResources(const sched::Schedule& schedule, int rank) const override;
 
   BufferExport exportBuffer(int rank, const void* ptr, size_t bytes, const char* what) override;
   void retireExport(int rank, const void* ptr) override;
@@ -133,6 +109,8 @@ class CudaExecutor final : public Executor {
 
   // Small-message path: programs copying at most smallBytes_ run as one kernel; 0 = off (see the constructors).
   size_t smallBytes_ = 0;
+  // Launch priority of conccl's kernels per rank (config.highPriority: the device's greatest, else 0 = the stream's).
+  std::vector<int> kernelPriority_;
   PinnedBuffer abortWord_;  // set by cancel(): small-message kernels stop waiting
   const uint32_t* abortWordDevice_ = nullptr;
 
@@ -167,6 +145,9 @@ void CudaExecutor::initOptions(int n) {
   CONCCL_REQUIRE(config_.lanes >= 1, "lanes = " + std::to_string(config_.lanes) + " must be at least 1");
   CONCCL_REQUIRE(config_.reduceCtas >= 0,
                  "reduceCtas = " + std::to_string(config_.reduceCtas) + " must be 0 (auto) or at least 1");
+  CONCCL_REQUIRE(config_.smBudget >= 1 && config_.smBudget >= config_.reduceCtas,
+                 "smBudget = " + std::to_string(config_.smBudget) + " must be at least 1 and reduceCtas");
+  kernelPriority_.assign(static_cast<size_t>(n), 0);
   options_ = cudaBuildOptions(config_);
   slots_ = sched::maxSlots(n, options_);
   CONCCL_ASSERT(slots_ >= 0);
@@ -396,6 +377,12 @@ void CudaExecutor::enablePeerAccess(const std::vector<int>& unique) {
 
 void CudaExecutor::initRank(RankState& s) {
   DeviceGuard guard(s.device);
+  if (config_.highPriority) {
+    // Numerically lowest = greatest; a device without priorities reports 0 and the launches carry no attribute.
+    int least = 0, greatest = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    kernelPriority_[static_cast<size_t>(s.rank)] = greatest;
+  }
   for (int l = 0; l < config_.lanes; ++l) {
     s.lanes.push_back(Stream::createNonBlocking());
     s.joinEvents.push_back(Event::createForOrdering());
@@ -630,8 +617,10 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   // (~2-4 us apiece in our VM, docs/cuda-executor.md), far more than the parallel copy queues gain for a few
   // KiB. Putting lane ops on M only adds ordering (it is the host executor's sequential order), so it cannot
   // deadlock where the schedule does not.
-  setup.singleStream = programWorkBytes(schedule, rank) <= config_.singleStreamBytes;
+  setup.singleStream = rankWorkBytes(schedule, rank) <= config_.singleStreamBytes;
   setup.reduceCtas = config_.reduceCtas;
+  setup.smBudget = config_.smBudget;
+  setup.kernelPriority = kernelPriority_[static_cast<size_t>(rank)];
   setup.slots = slots_;
   setup.flagTable = &devFlagTable_;
   CopyEngineProgram(s, setup, resolve).enqueue(program);
@@ -651,22 +640,16 @@ void CudaExecutor::refuseSharedStream(const sched::Schedule& schedule, const Cal
 }
 
 bool CudaExecutor::takesSmallPath(const sched::Schedule& schedule, int rank) const {
-  // The choice is made for the whole call, from every rank's program (each rank has the full schedule), so all
-  // ranks of a call take the same path. Mixing was measured unsafe: a kernel that read data right after a
-  // copy-engine rank's flag (a stream write after its copy) saw stale data in graph replays on the H200.
-  // The tables' limits are checked for every rank's program too: a rank whose program did not fit would
-  // otherwise fall back to copy engines alone while its peers ran the kernel.
-  // Programs that only move data use the kernel up to kSmallMovementFactor x smallMessageBytes: across 2 H200s
-  // (2026-11-30, docs/results/2026-11-30-h200-x2/) its single CTA moved 128-256 KiB faster than the copy-engine
-  // path's calls (all-gather 256 KiB: 24 vs 37 us), while a single CTA reducing lost from 128 KiB on.
-  bool reduces = false;
-  for (int p = 0; p < schedule.nranks; ++p) reduces = reduces || programReduceInputs(schedule, p) > 0;
-  const size_t limit = reduces ? smallBytes_ : smallBytes_ * kSmallMovementFactor;
-  if (smallBytes_ == 0 || programWorkBytes(schedule, rank) > limit) return false;
-  for (int p = 0; p < schedule.nranks; ++p) {
-    if (programWorkBytes(schedule, p) > limit || !programFitsSmallKernel(schedule, p)) return false;
-  }
-  return true;
+  return exec::takesSmallPath(schedule, rank, smallBytes_);  // exec/call_path.h: the rules and why
+}
+
+concclCallResources_t CudaExecutor::callResources(const sched::Schedule& schedule, int rank) const {
+  PathLimits limits;
+  limits.smallBytes = smallBytes_;
+  limits.reduceCtas = config_.reduceCtas;
+  limits.smBudget = config_.smBudget;
+  limits.highPriority = config_.highPriority;
+  return exec::callResources(schedule, rank, limits, devices_);
 }
 
 void CudaExecutor::launchSmall(RankState& s, const sched::RankProgram& program, const LocationResolver& resolve,
@@ -679,7 +662,7 @@ void CudaExecutor::launchSmall(RankState& s, const sched::RankProgram& program, 
   p.timeoutNs = static_cast<uint64_t>(config_.timeoutMs) * 1000000ull;
   p.doneCounter = eager ? reinterpret_cast<uint32_t*>(s.doneCounterDevice) : nullptr;
   p.doneValue = s.launches + 1;
-  launchSmallProgram(p, main);
+  launchSmallProgram(p, kernelPriority_[static_cast<size_t>(s.rank)], main);
   if (eager) ++s.launches;
 }
 

@@ -43,7 +43,7 @@ const void* fixedKernel() {
 }
 
 template <typename T, typename Op>
-void launchTyped(const ReduceArgs& args, int ctas, cudaStream_t stream) {
+void launchTyped(const ReduceArgs& args, int ctas, int priority, cudaStream_t stream) {
   constexpr size_t kVec = 16 / sizeof(T);
   bool aligned = reinterpret_cast<uintptr_t>(args.output) % 16 == 0;
   for (int j = 0; j < args.k; ++j) aligned = aligned && reinterpret_cast<uintptr_t>(args.inputs[j]) % 16 == 0;
@@ -58,13 +58,13 @@ void launchTyped(const ReduceArgs& args, int ctas, cudaStream_t stream) {
   }
   if (kernel != nullptr) {
     void* params[] = {&a};
-    CUDA_CHECK(cudaLaunchKernel(kernel, dim3(grid), dim3(kReduceThreads), params, 0, stream));
+    launchKernel(kernel, grid, kReduceThreads, params, priority, stream);
     return;
   }
   bool vectorized = aligned;
   void* params[] = {&a, &vectorized};
-  CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(&reduceGenericKernel<T, Op>), dim3(grid),
-                              dim3(kReduceThreads), params, 0, stream));
+  launchKernel(reinterpret_cast<const void*>(&reduceGenericKernel<T, Op>), grid, kReduceThreads, params, priority,
+               stream);
 }
 
 }  // namespace
@@ -89,7 +89,23 @@ bool reduceSupported(concclDataType_t dtype, concclRedOp_t op) {
   return visitReduceType(dtype, [](auto) {});
 }
 
-void launchReduce(const ReduceArgs& args, concclDataType_t dtype, concclRedOp_t op, int ctas, cudaStream_t stream) {
+void launchKernel(const void* kernel, unsigned grid, unsigned threads, void** params, int priority, cudaStream_t stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(threads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  if (priority != 0) {
+    attribute.id = cudaLaunchAttributePriority;
+    attribute.val.priority = priority;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  CUDA_CHECK(cudaLaunchKernelExC(&config, kernel, params));
+}
+
+void launchReduce(const ReduceArgs& args, concclDataType_t dtype, concclRedOp_t op, int ctas, int priority,
+                  cudaStream_t stream) {
   CONCCL_REQUIRE(args.k >= 1, "a reduction needs at least one input (k = " + std::to_string(args.k) + ")");
   if (args.k > kMaxReduceInputs) {
     CONCCL_THROW(concclNotSupported, "the CUDA reduction kernel takes at most " + std::to_string(kMaxReduceInputs) +
@@ -104,7 +120,7 @@ void launchReduce(const ReduceArgs& args, concclDataType_t dtype, concclRedOp_t 
   if (args.count == 0) return;
   const bool known = visitReduceType(dtype, [&](auto type) {
     visitReduceOp(op, [&](auto fn) {
-      launchTyped<typename decltype(type)::type, typename decltype(fn)::type>(args, ctas, stream);
+      launchTyped<typename decltype(type)::type, typename decltype(fn)::type>(args, ctas, priority, stream);
     });
   });
   if (known) return;

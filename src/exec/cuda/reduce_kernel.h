@@ -35,9 +35,17 @@ void preloadReduceKernels();
 // True for the types the kernel reduces (everything but fp8).
 bool reduceSupported(concclDataType_t dtype, concclRedOp_t op);
 
-// Enqueues the reduction on `stream` with `ctas` CTAs (fewer when count is small; nothing when count == 0).
+// Launches `kernel` with `grid` CTAs of `threads` threads on `stream`. `priority` != 0: with that priority as a launch
+// attribute (cudaLaunchAttributePriority: the block scheduler starts this grid's CTAs before those of lower-priority
+// grids already queued, e.g. a GEMM's remaining CTAs); 0: the stream's own priority. Same stream order and graph
+// capture either way. Throws Error(concclUnhandledCudaError) when the launch fails.
+void launchKernel(const void* kernel, unsigned grid, unsigned threads, void** params, int priority, cudaStream_t stream);
+
+// Enqueues the reduction on `stream` with `ctas` CTAs (fewer when count is small; nothing when count == 0), at
+// `priority` (see launchKernel).
 // Throws Error(concclNotSupported) for an unsupported type/op or k > kMaxReduceInputs,
 // Error(concclInvalidArgument) for k < 1, Error(concclUnhandledCudaError) when the launch fails.
-void launchReduce(const ReduceArgs& args, concclDataType_t dtype, concclRedOp_t op, int ctas, cudaStream_t stream);
+void launchReduce(const ReduceArgs& args, concclDataType_t dtype, concclRedOp_t op, int ctas, int priority,
+                  cudaStream_t stream);
 
 }  // namespace conccl::exec

@@ -112,10 +112,10 @@ __global__ void __launch_bounds__(kSmallThreads, 1) smallProgramKernel(const Sma
 }
 
 template <typename T, typename Op>
-void launchTyped(const SmallProgram& program, cudaStream_t stream) {
+void launchTyped(const SmallProgram& program, int priority, cudaStream_t stream) {
   void* params[] = {const_cast<SmallProgram*>(&program)};
-  CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(&smallProgramKernel<T, Op>), dim3(1), dim3(kSmallThreads),
-                              params, 0, stream));
+  launchKernel(reinterpret_cast<const void*>(&smallProgramKernel<T, Op>), kSmallKernelCtas, kSmallThreads, params,
+               priority, stream);
 }
 
 }  // namespace
@@ -129,11 +129,11 @@ void preloadSmallProgramKernels() {
   });
 }
 
-void launchSmallProgram(const SmallProgram& program, cudaStream_t stream) {
+void launchSmallProgram(const SmallProgram& program, int priority, cudaStream_t stream) {
   bool launched = false;
   visitReduceType(program.dtype, [&](auto type) {
     launched = visitReduceOp(program.op, [&](auto op) {
-      launchTyped<typename decltype(type)::type, typename decltype(op)::type>(program, stream);
+      launchTyped<typename decltype(type)::type, typename decltype(op)::type>(program, priority, stream);
     });
   });
   if (!launched) {

@@ -22,10 +22,11 @@
 
 #include <cstdint>
 
+#include "exec/kernel_limits.h"
+
 namespace conccl::exec {
 
-inline constexpr int kSmallMaxOps = 64;
-inline constexpr int kSmallMaxPointers = 64;
+// kSmallMaxOps, kSmallMaxPointers: exec/kernel_limits.h (the path decision reads them too).
 inline constexpr int kSmallThreads = 512;
 
 enum SmallOpKind : uint8_t { kSmallCopy = 0, kSmallSignal = 1, kSmallWait = 2, kSmallReduce = 3 };
@@ -57,7 +58,8 @@ static_assert(sizeof(SmallProgram) < 4096, "kernel parameters must stay below 4 
 
 // Loads every instantiation now (see preloadReduceKernels for why a lazy load inside a group can hang).
 void preloadSmallProgramKernels();
-// Enqueues the program on `stream`. Throws Error(concclNotSupported) for a reduction type/op the kernel lacks.
-void launchSmallProgram(const SmallProgram& program, cudaStream_t stream);
+// Enqueues the program on `stream`; `priority` != 0: launched with that priority (cudaLaunchAttributePriority), 0: the
+// stream's. Throws Error(concclNotSupported) for a reduction type/op the kernel lacks.
+void launchSmallProgram(const SmallProgram& program, int priority, cudaStream_t stream);
 
 }  // namespace conccl::exec

@@ -115,6 +115,11 @@ TEST(C3Report, RoundsGiveMedianAndRangeInTableAndJson) {
   EXPECT_NEAR(j["rounds"]["T_g_ms"][2].get<double>(), 0.9, 1e-12);
   EXPECT_TRUE(doc.contains("rounds"));
   EXPECT_TRUE(doc.contains("baseline"));
+  // No SM-count target in these rounds: no budgeted GEMM time.
+  EXPECT_TRUE(j["T_g_budget_ms"].is_null());
+  EXPECT_TRUE(j["gemm_budget_cost"].is_null());
+  ASSERT_EQ(j["rounds"]["T_g_budget_ms"].size(), 3u);
+  EXPECT_TRUE(j["rounds"]["T_g_budget_ms"][0].is_null());
 }
 
 TEST(C3Report, AutoRowAndSummary) {
