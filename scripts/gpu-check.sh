@@ -9,6 +9,8 @@
 # machine where `nvidia-smi -L` lists GPUs -- when a test binary ran no test or skipped every test it ran (a
 # binary that cannot see the GPU must not read as PASS).
 set -u
+# gpu-build.sh packs bin/ into bin.tgz when the stage would not fit the device tool's carry limit.
+[ -f "${STAGE:-gpu-stage}/bin.tgz" ] && [ ! -d "${STAGE:-gpu-stage}/bin" ] && tar -xzf "${STAGE:-gpu-stage}/bin.tgz" -C "${STAGE:-gpu-stage}"
 
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # Several ranks share one GPU in the tests: give every stream its own hardware queue (see docs/cuda-executor.md).
