@@ -90,6 +90,7 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
   if (envInt("CONCCL_MIN_CHUNK_BYTES", 4096, LLONG_MAX, &v)) config.minChunkBytes = static_cast<size_t>(v);
   if (envInt("CONCCL_PIPELINE_DEPTH", 1, 16, &v)) config.pipelineDepth = static_cast<int>(v);
   if (envInt("CONCCL_PEER_REDUCE", 0, 1, &v)) config.peerReduce = v != 0;
+  if (envInt("CONCCL_GRAPH_CACHE", 0, 1 << 16, &v)) config.graphCacheEntries = static_cast<size_t>(v);
 
   if (user == nullptr) return config;
 

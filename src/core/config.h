@@ -27,6 +27,9 @@ struct Config {
   // Reductions read the peers' inputs where they lie when every GPU pair has peer access (sched::emitPullReduce);
   // CONCCL_PEER_REDUCE=0 keeps the copy-engine exchange into scratch (for comparison).
   bool peerReduce = true;
+  // Eager copy-engine calls whose shape (schedule + buffers) repeats run as one cached CUDA graph per rank
+  // (exec/cuda/graph_cache.h): at most this many shapes per rank; 0 = off (CONCCL_GRAPH_CACHE).
+  size_t graphCacheEntries = 64;
 };
 
 // Merges `user` (may be null), the CONCCL_* environment variables and the defaults. `cudaAvailable`

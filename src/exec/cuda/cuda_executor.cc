@@ -33,9 +33,11 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "exec/call_shape_cache.h"
 #include "exec/cuda/copy_engine_program.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
+#include "exec/cuda/graph_cache.h"
 #include "exec/cuda/ipc_import_table.h"
 #include "exec/cuda/queue_claim.h"
 #include "exec/cuda/rank_state.h"
@@ -83,7 +85,7 @@ class CudaExecutor final : public Executor {
   ~CudaExecutor() override;
 
   sched::BuildOptions buildOptions() const override { return options_; }
-  void checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const override;
+  uint64_t checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const override;
   void launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) override;
   void prepareCall(const CallBinding& binding, const std::vector<int>& ranks) override;
   bool gpuProgress(int rank, uint32_t* launched, uint32_t* completed) override;
@@ -139,6 +141,9 @@ class CudaExecutor final : public Executor {
   // First use of every stream, one at a time (queue_claim.h; null when CONCCL_QUEUE_CLAIM=0). Local cliques only.
   std::unique_ptr<QueueClaimer> claimer_;
   std::atomic<bool> leakedRank_{false};  // a rank could not drain: nothing may be freed with a device-synchronising call
+  // Peer mappings closed and allocations newly exported or retired so far (several processes): an address in a
+  // cached graph's shape may name other memory after either, so every rank's graph cache starts over when it moves.
+  std::atomic<uint64_t> mappingGeneration_{0};
 
   // Several processes only.
   bool processMode_ = false;
@@ -406,6 +411,7 @@ void CudaExecutor::initRank(RankState& s) {
   s.doneCounterDevice = reinterpret_cast<CUdeviceptr>(counterDevice);
   if (config_.scratchBytes > 0) s.scratch = DeviceBuffer::allocate(config_.scratchBytes);
   s.scratchAddress = s.scratch.get();
+  if (config_.graphCacheEntries > 0) s.graphs = std::make_unique<RankGraphCache>(config_.graphCacheEntries);
   s.laneSyncedAt.assign(static_cast<size_t>(config_.lanes), -1);
   s.laneUsed.assign(static_cast<size_t>(config_.lanes), false);
   s.pendingWaits.reserve(3 * static_cast<size_t>(slots_ > 0 ? slots_ : 1));  // no allocation in launch()
@@ -440,10 +446,13 @@ CudaExecutor::~CudaExecutor() {
   }
 }
 
-void CudaExecutor::checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const {
+uint64_t CudaExecutor::checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const {
   CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(devices_.size()));
   DeviceGuard guard(devices_[rank]);
-  checkedPointer(rank, ptr, bytes, what);
+  const PointerInfo info = checkedPointer(rank, ptr, bytes, what);
+  // Managed memory migrates, and an allocation the driver does not report has no id: neither is cached by shape.
+  const bool named = info.bufferId != 0 && !info.managed && info.base != 0;
+  return named ? static_cast<uint64_t>(info.bufferId) : kAllocationUnknown;
 }
 
 PointerInfo CudaExecutor::checkedPointer(int rank, const void* ptr, size_t bytes, const char* what) const {
@@ -521,6 +530,8 @@ BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes,
     }
     exportedAt_[info.base] = info.bufferId;
     it = exports_.emplace(info.bufferId, e).first;
+    // A new allocation, possibly at the address of a freed one that a cached graph still names.
+    mappingGeneration_.fetch_add(1, std::memory_order_release);
   }
   BufferExport out = it->second;
   out.offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(info.base);
@@ -535,6 +546,7 @@ void CudaExecutor::retireExport(int rank, const void* ptr) {
   if (info.bufferId == 0 || exports_.erase(info.bufferId) == 0) return;
   exportedAt_.erase(info.base);
   retiredExports_.push_back(info.bufferId);
+  mappingGeneration_.fetch_add(1, std::memory_order_release);
 }
 
 std::vector<uint64_t> CudaExecutor::takeRetiredExports(int rank) {
@@ -580,6 +592,7 @@ void CudaExecutor::closeImport(int owner, uint64_t allocId) {
     IpcImportTable::instance().release(pid, allocId, devices_[static_cast<size_t>(localRank_)]);
   }
   imports_.erase(it);
+  mappingGeneration_.fetch_add(1, std::memory_order_release);
 }
 
 void CudaExecutor::closeAllImports() {
@@ -627,6 +640,13 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   setup.reduceCtas = config_.reduceCtas;
   setup.slots = slots_;
   setup.flagTable = &devFlagTable_;
+  // A repeated eager call replays its cached graph: one launch instead of every op's CUDA call (graph_cache.h).
+  // Captured calls are left alone: they become part of the caller's graph, whose replays are the caller's.
+  if (eager && s.graphs && !program.ops.empty()) {
+    s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
+    CallShape& shape = s.graphs->scratchShape();
+    if (makeCallShape(schedule.id, rank, binding, shape) && s.graphs->launch(s, shape, setup, resolve, program)) return;
+  }
   CopyEngineProgram(s, setup, resolve).enqueue(program);
 }
 
@@ -783,6 +803,7 @@ void CudaExecutor::releaseRank(int rank) {
   if (!drained) {
     CONCCL_WARN(rank, s.device, "GPU work still pending at release; leaking the rank's streams and memory");
     leakedRank_ = true;
+    if (s.graphs) s.graphs->leak();
     for (auto& l : s.lanes) l.leak();
     s.flags.leak();
     s.doneCounter.leak();  // the GPU may still write the marker
@@ -792,6 +813,7 @@ void CudaExecutor::releaseRank(int rank) {
   }
   // Peers may still hold this rank's flag address in their queued work only if they did not drain; with
   // every rank drained in turn (destroy), nothing references it any more.
+  s.graphs.reset();  // the rank drained: no cached graph is running
   s.lanes.clear();
   s.joinEvents.clear();
   s.forkEvent.reset();
