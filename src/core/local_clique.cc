@@ -143,7 +143,7 @@ void LocalClique::finalizeLocked(PendingCall& pending) {
     for (int r = 0; r < n; ++r) {
       if (pending.args[r]) taking.push_back(r);
     }
-    executor_->prepareCall(pending.binding, taking);
+    executor_->prepareCall(*pending.schedule, pending.binding, taking);
     CONCCL_TRACE(-1, -1,
                  std::string(sched::collKindName(pending.call.kind)) + " seq " + std::to_string(pending.seq) + ": " +
                      pending.schedule->algorithm);

@@ -105,14 +105,9 @@ class CallShapeCache {
   // Records one call of `shape` and returns its entry, now the most recently used. A new shape gets a new entry
   // (uses 1), evicting the least recently used entry when the cache is full. Allocates only for a new shape.
   Entry& use(const CallShape& shape) {
-    auto range = byHash_.equal_range(shape.hash());
-    for (auto it = range.first; it != range.second; ++it) {
-      if (it->second->shape == shape) {
-        lru_.splice(lru_.begin(), lru_, it->second);  // iterators stay valid
-        Entry& e = *it->second;
-        if (e.uses != UINT32_MAX) ++e.uses;
-        return e;
-      }
+    if (Entry* found = find(shape)) {
+      if (found->uses != UINT32_MAX) ++found->uses;
+      return *found;
     }
     if (lru_.size() >= capacity_) evictOldest();
     lru_.emplace_front();
@@ -122,6 +117,18 @@ class CallShapeCache {
     byHash_.emplace(shape.hash(), lru_.begin());
     ++inserted_;
     return e;
+  }
+
+  // The entry of `shape` without recording a call (nullptr when absent); marks it the most recently used.
+  Entry* find(const CallShape& shape) {
+    auto range = byHash_.equal_range(shape.hash());
+    for (auto it = range.first; it != range.second; ++it) {
+      if (it->second->shape == shape) {
+        lru_.splice(lru_.begin(), lru_, it->second);
+        return &*it->second;
+      }
+    }
+    return nullptr;
   }
 
   // Drops every entry (and its value).
@@ -158,7 +165,7 @@ class CallShapeCache {
   }
 
   size_t capacity_;
-  std::list<Entry> lru_;  // most recently used first
+  std::list<Entry> lru_;  // most recently used first (splice keeps the map's iterators valid)
   std::unordered_multimap<uint64_t, typename std::list<Entry>::iterator> byHash_;
   size_t evictions_ = 0;
   size_t inserted_ = 0;

@@ -70,9 +70,10 @@ class Executor {
   // Called once per call, before any rank launches it, by the one thread that completed the rendezvous (every rank
   // of the call has launched all its earlier calls by then). Work that must not happen inside launch() -- while a
   // peer's stream may already wait on the GPU -- happens here (CUDA: first use of a caller's stream, see
-  // docs/cuda-executor.md, Hazards). `ranks`: the ranks taking part (all for a collective). Throws conccl::Error;
-  // the call then fails on every rank.
-  virtual void prepareCall(const CallBinding& /*binding*/, const std::vector<int>& /*ranks*/) {}
+  // docs/cuda-executor.md, Hazards; and capturing a repeated call's graph, see exec/cuda/graph_cache.h). `ranks`: the
+  // ranks taking part (all for a collective). Throws conccl::Error; the call then fails on every rank.
+  virtual void prepareCall(const sched::Schedule& /*schedule*/, const CallBinding& /*binding*/,
+                           const std::vector<int>& /*ranks*/) {}
 
   // GPU progress of `rank`, for the communicator's watchdog: eager launches issued so far and how many of them the
   // GPU has completed (both wrap at 2^32). Returns false when there is nothing to watch (a host executor, a

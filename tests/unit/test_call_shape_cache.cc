@@ -154,6 +154,20 @@ TEST(CallShapeCache, ManyShapesKeepTheirOwnValues) {
   EXPECT_EQ(cache.evictions(), 0u);
 }
 
+TEST(CallShapeCache, FindDoesNotCountButRefreshes) {
+  CallShapeCache<int> cache(2);
+  EXPECT_EQ(cache.find(numbered(1)), nullptr);
+  EXPECT_EQ(cache.size(), 0u) << "find never inserts";
+  cache.use(numbered(1));
+  cache.use(numbered(2));
+  auto* one = cache.find(numbered(1));
+  ASSERT_NE(one, nullptr);
+  EXPECT_EQ(one->uses, 1u) << "find does not count a call";
+  cache.use(numbered(3));  // evicts 2, the least recently used since find touched 1
+  EXPECT_NE(cache.find(numbered(1)), nullptr);
+  EXPECT_EQ(cache.find(numbered(2)), nullptr);
+}
+
 TEST(CallShapeCache, RefusedShapesStayRefused) {
   CallShapeCache<int> cache(4);
   cache.use(numbered(5)).refused = true;

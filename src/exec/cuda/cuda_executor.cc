@@ -87,7 +87,7 @@ class CudaExecutor final : public Executor {
   sched::BuildOptions buildOptions() const override { return options_; }
   uint64_t checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const override;
   void launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) override;
-  void prepareCall(const CallBinding& binding, const std::vector<int>& ranks) override;
+  void prepareCall(const sched::Schedule& schedule, const CallBinding& binding, const std::vector<int>& ranks) override;
   bool gpuProgress(int rank, uint32_t* launched, uint32_t* completed) override;
   void synchronize(int rank) override;
   void cancel() override;
@@ -110,6 +110,11 @@ class CudaExecutor final : public Executor {
   // call runs the small-message kernel; that path's launch.
   void refuseSharedStream(const sched::Schedule& schedule, const CallBinding& binding, int rank) const;
   bool takesSmallPath(const sched::Schedule& schedule, int rank) const;
+  // How rank `rank`'s copy-engine program is enqueued on `main` (the same for an eager enqueue and a graph capture).
+  CopyEngineSetup copyEngineSetup(const sched::Schedule& schedule, int rank, cudaStream_t main, bool eager) const;
+  // prepareCall's parts: the first use of new caller streams (queue_claim.h); the graphs of repeated calls.
+  void claimNewStreams(const CallBinding& binding, const std::vector<int>& ranks);
+  void prepareGraphs(const sched::Schedule& schedule, const CallBinding& binding, const std::vector<int>& ranks);
   void launchSmall(RankState& s, const sched::RankProgram& program, const LocationResolver& resolve,
                    cudaStream_t main, bool eager);
   void enablePeerAccess(const std::vector<int>& unique);
@@ -241,8 +246,42 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
   }
 }
 
-void CudaExecutor::prepareCall(const CallBinding& binding, const std::vector<int>& ranks) {
-  if (!claimer_ || aborted_.load(std::memory_order_acquire)) return;
+void CudaExecutor::prepareCall(const sched::Schedule& schedule, const CallBinding& binding,
+                               const std::vector<int>& ranks) {
+  if (aborted_.load(std::memory_order_acquire)) return;
+  claimNewStreams(binding, ranks);
+  prepareGraphs(schedule, binding, ranks);
+}
+
+void CudaExecutor::prepareGraphs(const sched::Schedule& schedule, const CallBinding& binding,
+                                 const std::vector<int>& ranks) {
+  // The graph of a repeated call is captured here rather than in launch(): no rank of this call has launched yet,
+  // so nothing of it waits on the GPU while the driver instantiates (graph_cache.h, prepare). Every rank of the call
+  // has launched its earlier calls, so their GPU work needs nothing more from the host either.
+  if (config_.graphCacheEntries == 0) return;
+  for (int rank : ranks) {
+    if (rank < 0 || rank >= static_cast<int>(ranks_.size())) continue;
+    RankState& s = *ranks_[static_cast<size_t>(rank)];
+    if (!s.local || !s.graphs) continue;
+    const sched::RankProgram& program = schedule.programs[static_cast<size_t>(rank)];
+    if (program.ops.empty() || takesSmallPath(schedule, rank)) continue;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.released) continue;
+    DeviceGuard guard(s.device);
+    const cudaStream_t main = binding.streams[static_cast<size_t>(rank)];
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(main, &capture));
+    if (capture != cudaStreamCaptureStatusNone) continue;  // launch() leaves captured calls alone too
+    s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
+    CallShape& shape = s.graphs->scratchShape();
+    if (!makeCallShape(schedule.id, rank, binding, shape)) continue;
+    const LocationResolver resolve(ranks_, binding);
+    s.graphs->prepare(s, shape, copyEngineSetup(schedule, rank, main, /*eager=*/true), resolve, program);
+  }
+}
+
+void CudaExecutor::claimNewStreams(const CallBinding& binding, const std::vector<int>& ranks) {
+  if (!claimer_) return;
   // A caller's stream seen for the first time is claimed here, from the one thread that completed the rendezvous,
   // before any rank launches: never inside launch(), where another rank's stream may already wait on the GPU. The
   // lanes of every rank are claimed again with it (their queues are busy while the new streams are bound).
@@ -629,6 +668,19 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
     launchSmall(s, program, resolve, main, eager);
     return;
   }
+  const CopyEngineSetup setup = copyEngineSetup(schedule, rank, main, eager);
+  // A repeated eager call replays its cached graph: one launch instead of every op's CUDA call (graph_cache.h).
+  // Captured calls are left alone: they become part of the caller's graph, whose replays are the caller's.
+  if (eager && s.graphs && !program.ops.empty()) {
+    s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
+    CallShape& shape = s.graphs->scratchShape();
+    if (makeCallShape(schedule.id, rank, binding, shape) && s.graphs->launch(s, shape, setup, resolve, program)) return;
+  }
+  CopyEngineProgram(s, setup, resolve).enqueue(program);
+}
+
+CopyEngineSetup CudaExecutor::copyEngineSetup(const sched::Schedule& schedule, int rank, cudaStream_t main,
+                                              bool eager) const {
   CopyEngineSetup setup;
   setup.main = main;
   setup.eager = eager;
@@ -640,14 +692,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   setup.reduceCtas = config_.reduceCtas;
   setup.slots = slots_;
   setup.flagTable = &devFlagTable_;
-  // A repeated eager call replays its cached graph: one launch instead of every op's CUDA call (graph_cache.h).
-  // Captured calls are left alone: they become part of the caller's graph, whose replays are the caller's.
-  if (eager && s.graphs && !program.ops.empty()) {
-    s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
-    CallShape& shape = s.graphs->scratchShape();
-    if (makeCallShape(schedule.id, rank, binding, shape) && s.graphs->launch(s, shape, setup, resolve, program)) return;
-  }
-  CopyEngineProgram(s, setup, resolve).enqueue(program);
+  return setup;
 }
 
 void CudaExecutor::refuseSharedStream(const sched::Schedule& schedule, const CallBinding& binding, int rank) const {

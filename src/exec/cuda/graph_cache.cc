@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -43,30 +44,42 @@ size_t graphCacheReplays() { return graphCacheReplayCount.load(std::memory_order
 
 RankGraphCache::RankGraphCache(size_t capacity) : captureStream_(Stream::createNonBlocking()), cache_(capacity) {}
 
-bool RankGraphCache::launch(RankState& s, const CallShape& shape, const CopyEngineSetup& eagerSetup,
-                            const LocationResolver& resolve, const sched::RankProgram& program) {
+CallShapeCache<GraphExec>::Entry& RankGraphCache::record(RankState& s, const CallShape& shape,
+                                                         const CopyEngineSetup& setup, const LocationResolver& resolve,
+                                                         const sched::RankProgram& program) {
   auto& entry = cache_.use(shape);
-  if (!entry.value) {
-    if (entry.refused || entry.uses < kCaptureOnUse) return false;
-    try {
-      entry.value = capture(s, eagerSetup, resolve, program);
-    } catch (const Error& e) {
-      // Nothing ran (a capture only records): the call runs eagerly, and so will this shape from now on.
-      entry.refused = true;
-      CONCCL_WARN(s.rank, s.device,
-                  std::string("a repeated call could not be captured into a CUDA graph; it runs uncached: ") +
-                      e.what());
-      return false;
-    }
-    CONCCL_TRACE(s.rank, s.device,
-                 "captured a repeated call into a CUDA graph (" + std::to_string(program.ops.size()) + " ops, " +
-                     std::to_string(cache_.size()) + " of " + std::to_string(cache_.capacity()) + " shapes cached)");
+  if (entry.value || entry.refused || entry.uses < kCaptureOnUse) return entry;
+  try {
+    entry.value = capture(s, setup, resolve, program);
+  } catch (const Error& e) {
+    // Nothing ran (a capture only records): the call runs eagerly, and so will this shape from now on.
+    entry.refused = true;
+    CONCCL_WARN(s.rank, s.device,
+                std::string("a repeated call could not be captured into a CUDA graph; it runs uncached: ") + e.what());
+    return entry;
   }
-  CUDA_CHECK(cudaGraphLaunch(entry.value->get(), eagerSetup.main));
+  CONCCL_TRACE(s.rank, s.device,
+               "captured a repeated call into a CUDA graph (" + std::to_string(program.ops.size()) + " ops, " +
+                   std::to_string(cache_.size()) + " of " + std::to_string(cache_.capacity()) + " shapes cached)");
+  return entry;
+}
+
+void RankGraphCache::prepare(RankState& s, const CallShape& shape, const CopyEngineSetup& setup,
+                             const LocationResolver& resolve, const sched::RankProgram& program) {
+  record(s, shape, setup, resolve, program);
+  prepared_ = true;
+}
+
+bool RankGraphCache::launch(RankState& s, const CallShape& shape, const CopyEngineSetup& setup,
+                            const LocationResolver& resolve, const sched::RankProgram& program) {
+  const bool prepared = std::exchange(prepared_, false);
+  auto* entry = prepared ? cache_.find(shape) : &record(s, shape, setup, resolve, program);
+  if (entry == nullptr || !entry->value) return false;
+  CUDA_CHECK(cudaGraphLaunch(entry->value->get(), setup.main));
   // The done marker, as the eager path writes it (copy_engine_program.cc, finish): after everything of the call on
   // M, with a memory barrier. Not in the graph, because its value changes with every launch.
   const uint32_t marker = s.launches + 1;
-  CU_CHECK(driverApi().streamWriteValue32(reinterpret_cast<CUstream>(eagerSetup.main), s.doneCounterDevice, marker,
+  CU_CHECK(driverApi().streamWriteValue32(reinterpret_cast<CUstream>(setup.main), s.doneCounterDevice, marker,
                                           CU_STREAM_WRITE_VALUE_DEFAULT));
   ++s.launches;
   graphCacheReplayCount.fetch_add(1, std::memory_order_relaxed);

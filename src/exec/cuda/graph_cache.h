@@ -14,7 +14,8 @@
 //   - the one per-call value, the done marker (launch k writes k: synchronize and the GPU watchdog poll it), is not
 //     in the graph: a stream write after the graph launch writes it, as the eager path does when lanes were used.
 // Capturing costs the eager enqueue plus an instantiation (~100s of us), so a shape is captured on its second call,
-// never its first. Destroying a cached graph that is still running is allowed (the driver frees it on completion).
+// never its first; in a local clique from Executor::prepareCall, before any rank of the call launches (prepare()).
+// Destroying a cached graph that is still running is allowed (the driver frees it on completion).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -39,11 +40,19 @@ class RankGraphCache {
   // Creates the private capture stream on the current device (the rank's).
   explicit RankGraphCache(size_t capacity);
 
-  // Runs `program` (rank s.rank's part of a call of the given shape) as a cached graph on eagerSetup.main when the
-  // shape was seen before, capturing it on the first repeat; writes the done marker after it and counts the launch
-  // like an eager one. Returns false when the caller must enqueue the program eagerly instead: the shape's first
-  // call, or a shape whose capture failed once (logged).
-  bool launch(RankState& s, const CallShape& shape, const CopyEngineSetup& eagerSetup, const LocationResolver& resolve,
+  // Local cliques, from Executor::prepareCall (before any rank of the call launches): records the call of `shape`
+  // and, on the shape's second call, captures and instantiates its graph there. No stream of the call can be waiting
+  // on the GPU yet, so even a driver call that waited for the device (an instantiation might) cannot hang a thread
+  // that drives several ranks, or a peer thread whose rank already launched.
+  void prepare(RankState& s, const CallShape& shape, const CopyEngineSetup& setup, const LocationResolver& resolve,
+               const sched::RankProgram& program);
+
+  // Runs `program` (rank s.rank's part of a call of the given shape) as its cached graph on setup.main, then writes
+  // the done marker and counts the launch like an eager one. After prepare() for this call it only looks the shape
+  // up; without (several processes: no prepareCall) it records the call and captures on the second call itself.
+  // Returns false when the caller must enqueue the program eagerly instead: the shape's first call, or a shape whose
+  // capture failed once (logged).
+  bool launch(RankState& s, const CallShape& shape, const CopyEngineSetup& setup, const LocationResolver& resolve,
               const sched::RankProgram& program);
 
   // Drops every cached graph when `generation` differs from the one the graphs were made under (the executor's
@@ -58,6 +67,9 @@ class RankGraphCache {
   CallShape& scratchShape() { return shape_; }
 
  private:
+  // Counts a call of `shape` and captures its graph when the shape is due; returns the entry.
+  CallShapeCache<GraphExec>::Entry& record(RankState& s, const CallShape& shape, const CopyEngineSetup& setup,
+                                           const LocationResolver& resolve, const sched::RankProgram& program);
   GraphExec capture(RankState& s, const CopyEngineSetup& eagerSetup, const LocationResolver& resolve,
                     const sched::RankProgram& program);
 
@@ -65,6 +77,7 @@ class RankGraphCache {
   CallShapeCache<GraphExec> cache_;
   CallShape shape_;
   uint64_t generation_ = 0;
+  bool prepared_ = false;  // prepare() recorded the rank's next launch
 };
 
 // Process-wide count of replays (graphCacheReplays() in exec/executor.h).
