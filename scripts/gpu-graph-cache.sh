@@ -2,9 +2,10 @@
 # Issue 11 item 3 on the GPU machine: the graph cache's GPU tests, then conccl-bench with the cache off and on in one
 # run, host time (host_us) and time per call side by side (docs/cuda-executor.md, "Graph cache").
 # Run from the repo root with gpu-stage/ carried:
-#   TARGETS="test_gpu_graph_cache test_gpu_no_hang test_gpu_graphs test_gpu_soak test_gpu_multiprocess conccl_mp_worker \
-#            conccl-bench" scripts/gpu-build.sh            # CPU machine
-#   bash scripts/gpu-graph-cache.sh                         # GPU machine (about 5 minutes)
+#   TARGETS="test_gpu_graph_cache test_gpu_no_hang test_gpu_graphs test_gpu_soak test_gpu_multiprocess \
+#            conccl_mp_worker conccl-bench" scripts/gpu-build.sh    # CPU machine
+#   PHASES=tests bash scripts/gpu-graph-cache.sh            # GPU machine, one device call (~3-5 min)
+#   PHASES="bench mp" bash scripts/gpu-graph-cache.sh       # a second call (~3-5 min): each call is limited to 600 s
 # Env: DEVICES (ranks' devices for the bench; default 0,1 with 2 GPUs, else 0,0: host_us is meaningful either way),
 #      BENCH_MAX (default 64M), PHASES (default "tests bench mp"), OUT (where logs and JSON go; the device tool's).
 # Exits non-zero when a step fails or times out.
@@ -48,8 +49,8 @@ if [[ " $phases " == *" bench "* ]]; then
   for cache in 0 64; do
     b=conccl
     [ "$cache" = 64 ] && b="$backends"
-    CONCCL_GRAPH_CACHE=$cache step "bench-cache$cache" 200 "$stage/conccl-bench" --backend "$b" -g 2 --devices "$devices" \
-      -b 128K -e "$max" -f 2 --coll all -n 50 -w 5 -c 1 --json "$out/bench-cache$cache.jsonl"
+    CONCCL_GRAPH_CACHE=$cache step "bench-cache$cache" 200 "$stage/conccl-bench" --backend "$b" -g 2 \
+      --devices "$devices" -b 128K -e "$max" -f 2 --coll all -n 50 -w 5 -c 1 --json "$out/bench-cache$cache.jsonl"
   done
   py="$(command -v python3 || echo /opt/torch/.venv/bin/python)"
   "$py" - "$out/bench-cache0.jsonl" "$out/bench-cache64.jsonl" <<'EOF' | tee "$out/compare.txt"

@@ -88,12 +88,13 @@ TEST_P(RepeatedCalls, SameBuffersFreshDataCheckedEveryCall) {
   const std::vector<int> devices = spreadDevices(n);
   auto clique = makeClique(n, devices, cacheOn ? 64 : 0);
   ASSERT_NE(clique, nullptr);
-  // 4099: a few handshakes and copies, one stream; 300000: ~1 MB per rank, one stream; 3,000,000: 6-12 MB per rank,
-  // lanes (parallel branches in the graph) and, for reductions, pipelines of several pieces.
+  // 4099: a few handshakes and copies, one stream; 300000: ~1 MB per rank, one stream; large: 6 MB blocks (1.5M
+  // floats, 3M bf16 for reductions), above CONCCL_SINGLE_STREAM_BYTES (4 MiB): lanes, i.e. parallel branches in the
+  // graph, and for reductions several pieces.
   std::vector<size_t> counts = {4099, 300000};
   if (coll == Coll::kAllGather || coll == Coll::kAllReduce || coll == Coll::kReduceScatter || coll == Coll::kReduce ||
       coll == Coll::kAllToAll) {
-    counts.push_back(3000000);
+    counts.push_back(isReduction(coll) ? 3000000 : 1500000);
   }
   const int iters = iterations();
   const size_t before = exec::graphCacheReplays();
@@ -190,7 +191,7 @@ TEST(GraphCache, ThreadPerRankOnOneGpu) {
   ASSERT_NE(clique, nullptr);
   const size_t before = exec::graphCacheReplays();
   for (Coll coll : {Coll::kAllGather, Coll::kAllReduce, Coll::kReduceScatter, Coll::kBroadcast}) {
-    CollCase c(specFor(coll, coll == Coll::kReduceScatter ? 1000003 : 3000000, n), n, devices);
+    CollCase c(specFor(coll, isReduction(coll) ? 3000000 : 1500000, n), n, devices);
     for (int iter = 0; iter < 2 * iterations(); ++iter) {
       const uint64_t seed = freshSeed();
       const std::string what = std::string(collName(coll)) + " call " + std::to_string(iter) + ", seed " +
