@@ -3,6 +3,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <string>
 #include <utility>
 
@@ -36,9 +37,10 @@ class RelaxedCaptureMode {
   cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
 };
 
-}  // namespace
-
+// Replays by every communicator of the process (graphCacheReplays() in exec/executor.h, for tests).
 std::atomic<size_t> graphCacheReplayCount{0};
+
+}  // namespace
 
 size_t graphCacheReplays() { return graphCacheReplayCount.load(std::memory_order_relaxed); }
 

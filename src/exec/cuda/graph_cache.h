@@ -20,7 +20,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -79,8 +78,5 @@ class RankGraphCache {
   uint64_t generation_ = 0;
   bool prepared_ = false;  // prepare() recorded the rank's next launch
 };
-
-// Process-wide count of replays (graphCacheReplays() in exec/executor.h).
-extern std::atomic<size_t> graphCacheReplayCount;
 
 }  // namespace conccl::exec
