@@ -173,7 +173,8 @@ TEST(GraphCache, RotatingBuffersAndEviction) {
         for (size_t i = 0; i < sets.size(); ++i) {
           ASSERT_TRUE(sets[i]->check(what + ", buffer set " + std::to_string(i)));
         }
-        sets[2] = std::make_unique<CollCase>(spec, n, devices);  // freed, then allocated again
+        sets[2].reset();  // freed first, so that the allocator may hand the same addresses out again
+        sets[2] = std::make_unique<CollCase>(spec, n, devices);
       }
       EXPECT_GT(exec::graphCacheReplays() - before, 0u) << "the cache was not used";
     }
