@@ -7,12 +7,14 @@
 #   PHASES=tests bash scripts/gpu-graph-cache.sh            # GPU machine, one device call (~3-5 min)
 #   PHASES="bench mp" bash scripts/gpu-graph-cache.sh       # a second call (~3-5 min): each call is limited to 600 s
 # Env: DEVICES (ranks' devices for the bench; default 0,1 with 2 GPUs, else 0,0: host_us is meaningful either way),
-#      BENCH_MAX (default 64M), PHASES (default "tests bench mp"), OUT (where logs and JSON go; the device tool's).
+#      BENCH_MAX (default 64M), PHASES (default "tests bench mp"), OUT (the device tool's folder: the bench's JSON
+#      lines, compare.txt and logs-<phases>.tgz land there, at most 4 files, within the tool's 8).
 # Exits non-zero when a step fails or times out.
 set -uo pipefail
 
 stage=gpu-stage/bin
 out="${OUT:-/tmp/gpu-graph-cache}"
+logs="$(mktemp -d /tmp/gpu-graph-cache-logs.XXXXXX)"
 mkdir -p "$out"
 export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
 export LD_LIBRARY_PATH="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
@@ -26,9 +28,9 @@ step() {  # step NAME LIMIT_S COMMAND...: runs with a deadline, keeps the log, p
   local name="$1" limit="$2"
   shift 2
   echo "== $name: $*"
-  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  timeout "$limit" "$@" >"$logs/$name.log" 2>&1
   local r=$?
-  tail -n 6 "$out/$name.log"
+  tail -n 6 "$logs/$name.log"
   if [ "$r" -ne 0 ]; then
     echo "FAILED (exit $r): $name"
     rc=1
@@ -42,7 +44,7 @@ if [[ " $phases " == *" tests "* ]]; then
   # The soak's us/call (1 MiB AllReduce on 3 ranks, the same buffers call after call) with the cache off and on.
   for cache in 0 64; do
     CONCCL_GRAPH_CACHE=$cache CONCCL_SOAK_CALLS=2000 step "soak-cache$cache" 120 "$stage/test_gpu_soak"
-    grep -h "us/call" "$out/soak-cache$cache.log" | sed "s/^/cache $cache: /"
+    grep -h "us/call" "$logs/soak-cache$cache.log" | sed "s/^/cache $cache: /"
   done
 fi
 
@@ -91,9 +93,10 @@ if [[ " $phases " == *" mp "* ]]; then
   for cache in 0 64; do
     CONCCL_SMALL_MESSAGE_BYTES=0 CONCCL_GRAPH_CACHE=$cache step "multiprocess-cache$cache" 200 \
       "$stage/test_gpu_multiprocess" --gtest_filter='*EveryCollective*:*Symmetric*'
-    grep -h "host time per call" "$out/multiprocess-cache$cache.log" | sed "s/^/cache $cache: /" | head -8
+    grep -h "host time per call" "$logs/multiprocess-cache$cache.log" | sed "s/^/cache $cache: /" | head -8
   done
 fi
 
-echo "gpu-graph-cache: logs in $out"
+tar czf "$out/logs-${phases// /-}.tgz" -C "$logs" .
+echo "gpu-graph-cache: logs in $out/logs-${phases// /-}.tgz"
 exit "$rc"
