@@ -16,6 +16,7 @@ stage=gpu-stage/bin
 out="${OUT:-/tmp/gpu-graph-cache}"
 logs="$(mktemp -d /tmp/gpu-graph-cache-logs.XXXXXX)"
 mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast off (KINDS.md)
 export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
 export LD_LIBRARY_PATH="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
 ngpu="$(nvidia-smi -L 2>/dev/null | wc -l)"
