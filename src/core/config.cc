@@ -91,6 +91,7 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
   if (envInt("CONCCL_PIPELINE_DEPTH", 1, 16, &v)) config.pipelineDepth = static_cast<int>(v);
   if (envInt("CONCCL_PEER_REDUCE", 0, 1, &v)) config.peerReduce = v != 0;
   if (envInt("CONCCL_GRAPH_CACHE", 0, 1 << 16, &v)) config.graphCacheEntries = static_cast<size_t>(v);
+  if (envInt("CONCCL_GRAPH_CACHE_MAX_BYTES", 0, LLONG_MAX, &v)) config.graphCacheMaxBytes = static_cast<size_t>(v);
 
   if (user == nullptr) return config;
 

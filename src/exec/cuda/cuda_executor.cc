@@ -110,6 +110,8 @@ class CudaExecutor final : public Executor {
   // call runs the small-message kernel; that path's launch.
   void refuseSharedStream(const sched::Schedule& schedule, const CallBinding& binding, int rank) const;
   bool takesSmallPath(const sched::Schedule& schedule, int rank) const;
+  // Whether rank `rank`'s copy-engine program of an eager call may run as a cached graph (graph_cache.h).
+  bool graphCacheable(const sched::Schedule& schedule, int rank) const;
   // How rank `rank`'s copy-engine program is enqueued on `main` (the same for an eager enqueue and a graph capture).
   CopyEngineSetup copyEngineSetup(const sched::Schedule& schedule, int rank, cudaStream_t main, bool eager) const;
   // prepareCall's parts: the first use of new caller streams (queue_claim.h); the graphs of repeated calls.
@@ -264,7 +266,7 @@ void CudaExecutor::prepareGraphs(const sched::Schedule& schedule, const CallBind
     RankState& s = *ranks_[static_cast<size_t>(rank)];
     if (!s.local || !s.graphs) continue;
     const sched::RankProgram& program = schedule.programs[static_cast<size_t>(rank)];
-    if (program.ops.empty() || takesSmallPath(schedule, rank)) continue;
+    if (takesSmallPath(schedule, rank) || !graphCacheable(schedule, rank)) continue;
     std::lock_guard<std::mutex> lock(s.mutex);
     if (s.released) continue;
     DeviceGuard guard(s.device);
@@ -671,12 +673,17 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   const CopyEngineSetup setup = copyEngineSetup(schedule, rank, main, eager);
   // A repeated eager call replays its cached graph: one launch instead of every op's CUDA call (graph_cache.h).
   // Captured calls are left alone: they become part of the caller's graph, whose replays are the caller's.
-  if (eager && s.graphs && !program.ops.empty()) {
+  if (eager && s.graphs && graphCacheable(schedule, rank)) {
     s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
     CallShape& shape = s.graphs->scratchShape();
     if (makeCallShape(schedule.id, rank, binding, shape) && s.graphs->launch(s, shape, setup, resolve, program)) return;
   }
   CopyEngineProgram(s, setup, resolve).enqueue(program);
+}
+
+bool CudaExecutor::graphCacheable(const sched::Schedule& schedule, int rank) const {
+  if (schedule.programs[static_cast<size_t>(rank)].ops.empty()) return false;  // nothing to replay
+  return config_.graphCacheMaxBytes == 0 || programWorkBytes(schedule, rank) <= config_.graphCacheMaxBytes;
 }
 
 CopyEngineSetup CudaExecutor::copyEngineSetup(const sched::Schedule& schedule, int rank, cudaStream_t main,
