@@ -6,6 +6,7 @@
 //   - RotatingBuffersAndEviction: three buffer sets of one shape in turn, no synchronisation between calls, a cache
 //     of 2 shapes (graphs evicted while they may still run), and buffers freed and allocated again (same addresses,
 //     new allocations) between rounds;
+//   - SeveralCallsInOneGroup: two calls per rank in one group (prepared together, launched in order);
 //   - ThreadPerRankOnOneGpu: 3 ranks sharing one GPU, thread per rank, graph replays with lanes (the issue-13 shape
 //     of deadlock, now with the driver's graph branches instead of our lanes);
 //   - WatchdogAndAbort: a cached graph waiting for a stalled peer is reported by the GPU watchdog, drains when the
@@ -179,6 +180,38 @@ TEST(GraphCache, RotatingBuffersAndEviction) {
       EXPECT_GT(exec::graphCacheReplays() - before, 0u) << "the cache was not used";
     }
   }
+}
+
+// Two calls per rank in one group (AllReduce on one buffer set, AllGather on another): a group posts, and so
+// prepares, every call before it launches the first, so a rank has two prepared calls when its launches begin.
+TEST(GraphCache, SeveralCallsInOneGroup) {
+  SKIP_WITHOUT_GPU();
+  cliqueCache().clear();
+  const int n = 2;
+  const std::vector<int> devices = spreadDevices(n);
+  auto clique = makeClique(n, devices, 64);
+  ASSERT_NE(clique, nullptr);
+  CollCase reduce(specFor(Coll::kAllReduce, 300000, n), n, devices);
+  CollCase gather(specFor(Coll::kAllGather, 300000, n), n, devices);
+  const size_t before = exec::graphCacheReplays();
+  const int iters = iterations();
+  for (int iter = 0; iter < iters; ++iter) {
+    const std::string what = "group of AllReduce + AllGather, call " + std::to_string(iter);
+    reduce.prepare(freshSeed());
+    gather.prepare(freshSeed());
+    ASSERT_EQ(concclGroupStart(), concclSuccess);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(reduce.call(r, clique->comms[static_cast<size_t>(r)], clique->streams[static_cast<size_t>(r)]),
+                concclSuccess);
+      ASSERT_EQ(gather.call(r, clique->comms[static_cast<size_t>(r)], clique->streams[static_cast<size_t>(r)]),
+                concclSuccess);
+    }
+    ASSERT_EQ(concclGroupEnd(), concclSuccess) << what << ": " << concclGetLastError(clique->comms[0]);
+    ASSERT_TRUE(clique->sync()) << what;
+    ASSERT_TRUE(reduce.check(what));
+    ASSERT_TRUE(gather.check(what));
+  }
+  EXPECT_GE(exec::graphCacheReplays() - before, 2u * n * static_cast<size_t>(iters - 1)) << "the cache was not used";
 }
 
 // 3 ranks on one GPU, one thread per rank, calls that use lanes: graph replays from several threads at once on a

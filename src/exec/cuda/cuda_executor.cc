@@ -258,8 +258,8 @@ void CudaExecutor::prepareCall(const sched::Schedule& schedule, const CallBindin
 void CudaExecutor::prepareGraphs(const sched::Schedule& schedule, const CallBinding& binding,
                                  const std::vector<int>& ranks) {
   // The graph of a repeated call is captured here rather than in launch(): no rank of this call has launched yet,
-  // so nothing of it waits on the GPU while the driver instantiates (graph_cache.h, prepare). Every rank of the call
-  // has launched its earlier calls, so their GPU work needs nothing more from the host either.
+  // so nothing of it waits on the GPU while the driver instantiates (graph_cache.h, prepare). A rank's earlier calls
+  // are either launched (their GPU work needs nothing more from the host) or, in the same group, not enqueued yet.
   if (config_.graphCacheEntries == 0) return;
   for (int rank : ranks) {
     if (rank < 0 || rank >= static_cast<int>(ranks_.size())) continue;

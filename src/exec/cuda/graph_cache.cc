@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <string>
-#include <utility>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -69,12 +68,13 @@ CallShapeCache<GraphExec>::Entry& RankGraphCache::record(RankState& s, const Cal
 void RankGraphCache::prepare(RankState& s, const CallShape& shape, const CopyEngineSetup& setup,
                              const LocationResolver& resolve, const sched::RankProgram& program) {
   record(s, shape, setup, resolve, program);
-  prepared_ = true;
+  ++preparedLaunches_;
 }
 
 bool RankGraphCache::launch(RankState& s, const CallShape& shape, const CopyEngineSetup& setup,
                             const LocationResolver& resolve, const sched::RankProgram& program) {
-  const bool prepared = std::exchange(prepared_, false);
+  const bool prepared = preparedLaunches_ > 0;
+  if (prepared) --preparedLaunches_;
   auto* entry = prepared ? cache_.find(shape) : &record(s, shape, setup, resolve, program);
   if (entry == nullptr || !entry->value) return false;
   CUDA_CHECK(cudaGraphLaunch(entry->value->get(), setup.main));

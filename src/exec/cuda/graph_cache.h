@@ -76,7 +76,9 @@ class RankGraphCache {
   CallShapeCache<GraphExec> cache_;
   CallShape shape_;
   uint64_t generation_ = 0;
-  bool prepared_ = false;  // prepare() recorded the rank's next launch
+  // Calls prepare() recorded whose launch() has not come yet. A group posts (and prepares) all its calls before it
+  // launches the first, so a rank may have several; its launches come in the same order.
+  size_t preparedLaunches_ = 0;
 };
 
 }  // namespace conccl::exec
