@@ -1,6 +1,7 @@
 // What both clique implementations share: assembling a call from its ranks' arguments and validating it.
 #include "core/clique.h"
 
+#include <atomic>
 #include <string>
 
 #include "core/types.h"
@@ -117,7 +118,12 @@ std::shared_ptr<const sched::Schedule> ScheduleCache::get(const sched::Collectiv
     auto it = entries_.find(key);
     if (it != entries_.end()) return it->second;
   }
-  auto schedule = std::make_shared<const sched::Schedule>(sched::buildSchedule(call, options_));
+  // Numbered once built: executors cache work derived from a schedule under its id (Schedule::id). Process-wide and
+  // never reused, so an id cannot name two different schedules even after this cache starts over.
+  static std::atomic<uint64_t> nextId{1};
+  sched::Schedule built = sched::buildSchedule(call, options_);
+  built.id = nextId.fetch_add(1, std::memory_order_relaxed);
+  auto schedule = std::make_shared<const sched::Schedule>(std::move(built));
   std::lock_guard<std::mutex> lock(mutex_);
   if (entries_.size() >= kMaxEntries) entries_.clear();
   entries_.emplace(std::move(key), schedule);

@@ -35,6 +35,13 @@ struct Config {
   // How long a rank's thread spins for its peers before it blocks on the clique's condition variable
   // (LocalClique::spinUntilReady; CONCCL_RENDEZVOUS_SPIN_US, 0 = block at once).
   int rendezvousSpinUs = 50;
+  // Eager copy-engine calls whose shape (schedule + buffers) repeats run as one cached CUDA graph per rank
+  // (exec/cuda/graph_cache.h): at most this many shapes per rank; 0 = off (CONCCL_GRAPH_CACHE).
+  size_t graphCacheEntries = 64;
+  // Only programs whose part of the call (Schedule::workBytes) is at most this are cached; 0 = no limit
+  // (CONCCL_GRAPH_CACHE_MAX_BYTES). For measuring whether graph branches keep the lanes' copy-engine parallelism:
+  // host time matters at mid sizes, where programs are single-stream (CONCCL_SINGLE_STREAM_BYTES).
+  size_t graphCacheMaxBytes = 0;
 };
 
 // Merges `user` (may be null), the CONCCL_* environment variables and the defaults. `cudaAvailable`

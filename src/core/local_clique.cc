@@ -138,11 +138,16 @@ void LocalClique::finalizeLocked(PendingCall& pending) {
   const int n = nranks();
   try {
     assembleCall(pending, n);
-    // Every buffer the schedule will touch must be usable by the backend and large enough.
+    // Every buffer the schedule will touch must be usable by the backend and large enough. What the check learns of
+    // each buffer's allocation goes into the binding (CallBinding::bufferIds: the key of the executor's graph cache).
+    pending.binding.bufferIds.assign(static_cast<size_t>(n), {});
     for (int r = 0; r < n; ++r) {
       if (!pending.args[r]) continue;
-      forEachUsedBuffer(pending.call, pending.binding, r, [&](int, void* ptr, size_t bytes, const std::string& what) {
-        executor_->checkBuffer(r, ptr, bytes, what.c_str());
+      std::vector<uint64_t>& ids = pending.binding.bufferIds[static_cast<size_t>(r)];
+      ids.assign(pending.binding.buffers[static_cast<size_t>(r)].size(), exec::kBufferNotUsed);
+      forEachUsedBuffer(pending.call, pending.binding, r, [&](int b, void* ptr, size_t bytes, const std::string& what) {
+        const uint64_t id = executor_->checkBuffer(r, ptr, bytes, what.c_str());
+        if (static_cast<size_t>(b) < ids.size()) ids[static_cast<size_t>(b)] = id;
       });
     }
     pending.schedule = schedules_.get(pending.call);
@@ -151,7 +156,7 @@ void LocalClique::finalizeLocked(PendingCall& pending) {
     for (int r = 0; r < n; ++r) {
       if (pending.args[r]) taking.push_back(r);
     }
-    executor_->prepareCall(pending.binding, taking);
+    executor_->prepareCall(*pending.schedule, pending.binding, taking);
     CONCCL_TRACE(-1, -1,
                  std::string(sched::collKindName(pending.call.kind)) + " seq " + std::to_string(pending.seq) + ": " +
                      pending.schedule->algorithm);

@@ -22,7 +22,17 @@ struct CallBinding {
   std::vector<std::vector<void*>> buffers;
   // [rank] -> the stream the rank called with (host backend: null).
   std::vector<cudaStream_t> streams;
+  // [rank][buffer index] -> the identity of the allocation holding buffers[rank][buffer] (Executor::checkBuffer's
+  // result), kBufferNotUsed where the rank's program does not touch the buffer (e.g. an in-place rank's alias).
+  // Filled by a clique that checks every rank's buffers (LocalClique); empty otherwise. An address alone does not
+  // name memory: a freed buffer's address may be handed out again, so work an executor caches per call shape
+  // (exec/call_shape_cache.h) is keyed on both.
+  std::vector<std::vector<uint64_t>> bufferIds;
 };
+
+// CallBinding::bufferIds values that are not allocation ids.
+inline constexpr uint64_t kBufferNotUsed = 0;
+inline constexpr uint64_t kAllocationUnknown = ~uint64_t{0};  // checked, but the backend cannot name its allocation
 
 // How one rank's buffer is described to peer processes: the allocation that contains it (CUDA IPC handle of the
 // allocation base, because IPC handles only exist for whole allocations) and the offset into it. Plain bytes
@@ -47,8 +57,10 @@ class Executor {
   virtual sched::BuildOptions buildOptions() const = 0;
 
   // Checks that `ptr` (`bytes` long, bytes > 0) can be used by `rank` with this backend: e.g. device memory
-  // of the rank's GPU on CUDA. Throws Error(concclInvalidArgument) naming `what` otherwise.
-  virtual void checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const = 0;
+  // of the rank's GPU on CUDA. Throws Error(concclInvalidArgument) naming `what` otherwise. Returns the identity of
+  // the allocation holding `ptr` (CUDA: the driver's buffer id, never reused within a process), kAllocationUnknown
+  // when the backend cannot name it (the host backend; memory whose allocation the driver does not report).
+  virtual uint64_t checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const = 0;
 
   // Runs (host) or enqueues on binding.streams[rank] (CUDA) rank `rank`'s program. Called exactly once per
   // rank per call, possibly concurrently from one thread per rank, in the same call order on every rank.
@@ -58,9 +70,10 @@ class Executor {
   // Called once per call, before any rank launches it, by the one thread that completed the rendezvous (every rank
   // of the call has launched all its earlier calls by then). Work that must not happen inside launch() -- while a
   // peer's stream may already wait on the GPU -- happens here (CUDA: first use of a caller's stream, see
-  // docs/cuda-executor.md, Hazards). `ranks`: the ranks taking part (all for a collective). Throws conccl::Error;
-  // the call then fails on every rank.
-  virtual void prepareCall(const CallBinding& /*binding*/, const std::vector<int>& /*ranks*/) {}
+  // docs/cuda-executor.md, Hazards; and capturing a repeated call's graph, see exec/cuda/graph_cache.h). `ranks`: the
+  // ranks taking part (all for a collective). Throws conccl::Error; the call then fails on every rank.
+  virtual void prepareCall(const sched::Schedule& /*schedule*/, const CallBinding& /*binding*/,
+                           const std::vector<int>& /*ranks*/) {}
 
   // GPU progress of `rank`, for the communicator's watchdog: eager launches issued so far and how many of them the
   // GPU has completed (both wrap at 2^32). Returns false when there is nothing to watch (a host executor, a
@@ -137,6 +150,10 @@ void cudaRelease(void* ptr);
 // Peer allocations this process has mapped with CUDA IPC right now (all communicators): tests check that
 // destroy and abort leave none behind.
 size_t ipcImportCount();
+
+// Eager calls this process ran as a replay of a cached CUDA graph (all communicators; exec/cuda/graph_cache.h):
+// tests check that the cache was used, or not.
+size_t graphCacheReplays();
 
 // Number of flags (uint32) per rank a CUDA executor needs for an n-rank clique with this config.
 int cudaFlagSlots(int nranks, const Config& config);

@@ -108,6 +108,10 @@ struct Schedule {
   // the inputs of its non-empty reductions; filled like copyBytes. An executor that packs a program into fixed
   // tables (the CUDA small-message kernel) checks every rank's fit from these, once per call, not per op.
   std::vector<size_t> activeOps, reduceInputs;
+  // Nonzero: this schedule is immutable and no other schedule in the process has the same id (the communicator's
+  // schedule cache numbers what it builds). Executors may cache work derived from it under this id (the CUDA
+  // executor's graph cache); 0 (hand-made schedules) means: derive nothing.
+  uint64_t id = 0;
 };
 
 // Calls f(location) for every location of another rank (call buffers and scratch) that `program` of rank `rank`

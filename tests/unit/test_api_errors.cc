@@ -117,8 +117,13 @@ TEST(ApiErrors, AutoReduceCtasAndTuningVariables) {
   EXPECT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclInvalidArgument);
   EXPECT_NE(lastError().find("reduceCtas"), std::string::npos);
   config.reduceCtas = CONCCL_CONFIG_UNDEF_INT;
-  for (const char* name : {"CONCCL_PIPELINE_DEPTH", "CONCCL_PEER_REDUCE", "CONCCL_MIN_CHUNK_BYTES"}) {
-    setenv(name, name == std::string("CONCCL_MIN_CHUNK_BYTES") ? "12" : "0x", 1);
+  for (const char* name :
+       {"CONCCL_PIPELINE_DEPTH", "CONCCL_PEER_REDUCE", "CONCCL_MIN_CHUNK_BYTES", "CONCCL_GRAPH_CACHE",
+        "CONCCL_GRAPH_CACHE_MAX_BYTES"}) {
+    const std::string bad = name == std::string("CONCCL_MIN_CHUNK_BYTES") ? "12"
+                            : name == std::string("CONCCL_GRAPH_CACHE")   ? "-1"
+                                                                          : "0x";
+    setenv(name, bad.c_str(), 1);
     EXPECT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclInvalidArgument) << name;
     EXPECT_NE(lastError().find(name), std::string::npos) << lastError();
     unsetenv(name);

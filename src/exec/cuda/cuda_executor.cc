@@ -34,9 +34,11 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "exec/call_path.h"
+#include "exec/call_shape_cache.h"
 #include "exec/cuda/copy_engine_program.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
+#include "exec/cuda/graph_cache.h"
 #include "exec/cuda/ipc_import_table.h"
 #include "exec/cuda/queue_claim.h"
 #include "exec/cuda/rank_state.h"
@@ -58,9 +60,9 @@ class CudaExecutor final : public Executor {
   ~CudaExecutor() override;
 
   sched::BuildOptions buildOptions() const override { return options_; }
-  void checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const override;
+  uint64_t checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const override;
   void launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) override;
-  void prepareCall(const CallBinding& binding, const std::vector<int>& ranks) override;
+  void prepareCall(const sched::Schedule& schedule, const CallBinding& binding, const std::vector<int>& ranks) override;
   bool gpuProgress(int rank, uint32_t* launched, uint32_t* completed) override;
   void synchronize(int rank) override;
   void cancel() override;
@@ -84,6 +86,13 @@ class CudaExecutor final : public Executor {
   // call runs the small-message kernel; that path's launch.
   void refuseSharedStream(const sched::Schedule& schedule, const CallBinding& binding, int rank) const;
   bool takesSmallPath(const sched::Schedule& schedule, int rank) const;
+  // Whether rank `rank`'s copy-engine program of an eager call may run as a cached graph (graph_cache.h).
+  bool graphCacheable(const sched::Schedule& schedule, int rank) const;
+  // How rank `rank`'s copy-engine program is enqueued on `main` (the same for an eager enqueue and a graph capture).
+  CopyEngineSetup copyEngineSetup(const sched::Schedule& schedule, int rank, cudaStream_t main, bool eager) const;
+  // prepareCall's parts: the first use of new caller streams (queue_claim.h); the graphs of repeated calls.
+  void claimNewStreams(const CallBinding& binding, const std::vector<int>& ranks);
+  void prepareGraphs(const sched::Schedule& schedule, const CallBinding& binding, const std::vector<int>& ranks);
   void launchSmall(RankState& s, const sched::RankProgram& program, const LocationResolver& resolve,
                    cudaStream_t main, bool eager);
   void enablePeerAccess(const std::vector<int>& unique);
@@ -117,6 +126,9 @@ class CudaExecutor final : public Executor {
   // First use of every stream, one at a time (queue_claim.h; null when CONCCL_QUEUE_CLAIM=0). Local cliques only.
   std::unique_ptr<QueueClaimer> claimer_;
   std::atomic<bool> leakedRank_{false};  // a rank could not drain: nothing may be freed with a device-synchronising call
+  // Peer mappings closed and allocations newly exported or retired so far (several processes): an address in a
+  // cached graph's shape may name other memory after either, so every rank's graph cache starts over when it moves.
+  std::atomic<uint64_t> mappingGeneration_{0};
 
   // Several processes only.
   bool processMode_ = false;
@@ -220,8 +232,42 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
   }
 }
 
-void CudaExecutor::prepareCall(const CallBinding& binding, const std::vector<int>& ranks) {
-  if (!claimer_ || aborted_.load(std::memory_order_acquire)) return;
+void CudaExecutor::prepareCall(const sched::Schedule& schedule, const CallBinding& binding,
+                               const std::vector<int>& ranks) {
+  if (aborted_.load(std::memory_order_acquire)) return;
+  claimNewStreams(binding, ranks);
+  prepareGraphs(schedule, binding, ranks);
+}
+
+void CudaExecutor::prepareGraphs(const sched::Schedule& schedule, const CallBinding& binding,
+                                 const std::vector<int>& ranks) {
+  // The graph of a repeated call is captured here rather than in launch(): no rank of this call has launched yet,
+  // so nothing of it waits on the GPU while the driver instantiates (graph_cache.h, prepare). A rank's earlier calls
+  // are either launched (their GPU work needs nothing more from the host) or, in the same group, not enqueued yet.
+  if (config_.graphCacheEntries == 0) return;
+  for (int rank : ranks) {
+    if (rank < 0 || rank >= static_cast<int>(ranks_.size())) continue;
+    RankState& s = *ranks_[static_cast<size_t>(rank)];
+    if (!s.local || !s.graphs) continue;
+    const sched::RankProgram& program = schedule.programs[static_cast<size_t>(rank)];
+    if (takesSmallPath(schedule, rank) || !graphCacheable(schedule, rank)) continue;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.released) continue;
+    DeviceGuard guard(s.device);
+    const cudaStream_t main = binding.streams[static_cast<size_t>(rank)];
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(main, &capture));
+    if (capture != cudaStreamCaptureStatusNone) continue;  // launch() leaves captured calls alone too
+    s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
+    CallShape& shape = s.graphs->scratchShape();
+    if (!makeCallShape(schedule.id, rank, binding, shape)) continue;
+    const LocationResolver resolve(ranks_, binding);
+    s.graphs->prepare(s, shape, copyEngineSetup(schedule, rank, main, /*eager=*/true), resolve, program);
+  }
+}
+
+void CudaExecutor::claimNewStreams(const CallBinding& binding, const std::vector<int>& ranks) {
+  if (!claimer_) return;
   // A caller's stream seen for the first time is claimed here, from the one thread that completed the rendezvous,
   // before any rank launches: never inside launch(), where another rank's stream may already wait on the GPU. The
   // lanes of every rank are claimed again with it (their queues are busy while the new streams are bound).
@@ -400,6 +446,7 @@ void CudaExecutor::initRank(RankState& s) {
   s.doneCounterDevice = reinterpret_cast<CUdeviceptr>(counterDevice);
   if (config_.scratchBytes > 0) s.scratch = DeviceBuffer::allocate(config_.scratchBytes);
   s.scratchAddress = s.scratch.get();
+  if (config_.graphCacheEntries > 0) s.graphs = std::make_unique<RankGraphCache>(config_.graphCacheEntries);
   s.laneSyncedAt.assign(static_cast<size_t>(config_.lanes), -1);
   s.laneUsed.assign(static_cast<size_t>(config_.lanes), false);
   s.pendingWaits.reserve(3 * static_cast<size_t>(slots_ > 0 ? slots_ : 1));  // no allocation in launch()
@@ -434,10 +481,13 @@ CudaExecutor::~CudaExecutor() {
   }
 }
 
-void CudaExecutor::checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const {
+uint64_t CudaExecutor::checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const {
   CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(devices_.size()));
   DeviceGuard guard(devices_[rank]);
-  checkedPointer(rank, ptr, bytes, what);
+  const PointerInfo info = checkedPointer(rank, ptr, bytes, what);
+  // Managed memory migrates, and an allocation the driver does not report has no id: neither is cached by shape.
+  const bool named = info.bufferId != 0 && !info.managed && info.base != 0;
+  return named ? static_cast<uint64_t>(info.bufferId) : kAllocationUnknown;
 }
 
 PointerInfo CudaExecutor::checkedPointer(int rank, const void* ptr, size_t bytes, const char* what) const {
@@ -515,6 +565,8 @@ BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes,
     }
     exportedAt_[info.base] = info.bufferId;
     it = exports_.emplace(info.bufferId, e).first;
+    // A new allocation, possibly at the address of a freed one that a cached graph still names.
+    mappingGeneration_.fetch_add(1, std::memory_order_release);
   }
   BufferExport out = it->second;
   out.offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(info.base);
@@ -529,6 +581,7 @@ void CudaExecutor::retireExport(int rank, const void* ptr) {
   if (info.bufferId == 0 || exports_.erase(info.bufferId) == 0) return;
   exportedAt_.erase(info.base);
   retiredExports_.push_back(info.bufferId);
+  mappingGeneration_.fetch_add(1, std::memory_order_release);
 }
 
 std::vector<uint64_t> CudaExecutor::takeRetiredExports(int rank) {
@@ -574,6 +627,7 @@ void CudaExecutor::closeImport(int owner, uint64_t allocId) {
     IpcImportTable::instance().release(pid, allocId, devices_[static_cast<size_t>(localRank_)]);
   }
   imports_.erase(it);
+  mappingGeneration_.fetch_add(1, std::memory_order_release);
 }
 
 void CudaExecutor::closeAllImports() {
@@ -610,6 +664,24 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
     launchSmall(s, program, resolve, main, eager);
     return;
   }
+  const CopyEngineSetup setup = copyEngineSetup(schedule, rank, main, eager);
+  // A repeated eager call replays its cached graph: one launch instead of every op's CUDA call (graph_cache.h).
+  // Captured calls are left alone: they become part of the caller's graph, whose replays are the caller's.
+  if (eager && s.graphs && graphCacheable(schedule, rank)) {
+    s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
+    CallShape& shape = s.graphs->scratchShape();
+    if (makeCallShape(schedule.id, rank, binding, shape) && s.graphs->launch(s, shape, setup, resolve, program)) return;
+  }
+  CopyEngineProgram(s, setup, resolve).enqueue(program);
+}
+
+bool CudaExecutor::graphCacheable(const sched::Schedule& schedule, int rank) const {
+  if (schedule.programs[static_cast<size_t>(rank)].ops.empty()) return false;  // nothing to replay
+  return config_.graphCacheMaxBytes == 0 || programWorkBytes(schedule, rank) <= config_.graphCacheMaxBytes;
+}
+
+CopyEngineSetup CudaExecutor::copyEngineSetup(const sched::Schedule& schedule, int rank, cudaStream_t main,
+                                              bool eager) const {
   CopyEngineSetup setup;
   setup.main = main;
   setup.eager = eager;
@@ -623,7 +695,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   setup.kernelPriority = kernelPriority_[static_cast<size_t>(rank)];
   setup.slots = slots_;
   setup.flagTable = &devFlagTable_;
-  CopyEngineProgram(s, setup, resolve).enqueue(program);
+  return setup;
 }
 
 void CudaExecutor::refuseSharedStream(const sched::Schedule& schedule, const CallBinding& binding, int rank) const {
@@ -773,6 +845,7 @@ void CudaExecutor::releaseRank(int rank) {
   if (!drained) {
     CONCCL_WARN(rank, s.device, "GPU work still pending at release; leaking the rank's streams and memory");
     leakedRank_ = true;
+    if (s.graphs) s.graphs->leak();
     for (auto& l : s.lanes) l.leak();
     s.flags.leak();
     s.doneCounter.leak();  // the GPU may still write the marker
@@ -782,6 +855,7 @@ void CudaExecutor::releaseRank(int rank) {
   }
   // Peers may still hold this rank's flag address in their queued work only if they did not drain; with
   // every rank drained in turn (destroy), nothing references it any more.
+  s.graphs.reset();  // the rank drained: no cached graph is running
   s.lanes.clear();
   s.joinEvents.clear();
   s.forkEvent.reset();

@@ -1,4 +1,4 @@
-// Owning wrappers for the CUDA objects of the executor: streams, events, device memory, and a guard that
+// Owning wrappers for the CUDA objects of the executor: streams, events, graphs, device memory, and a guard that
 // makes a device current for a scope. Non-copyable, movable; destructors never throw (a failure while
 // freeing is ignored: the context may already be gone at process exit, and there is nothing to recover).
 #pragma once
@@ -96,6 +96,11 @@ class Event : public UniqueHandle<cudaEvent_t, cudaEventDestroy> {
  private:
   explicit Event(cudaEvent_t e) : UniqueHandle(e) {}
 };
+
+// A CUDA graph (the template a capture produces) and an instantiated, launchable graph. Destroying an executable
+// graph that is still running is allowed: the driver frees it when the launch completes (cuGraphExecDestroy).
+using Graph = UniqueHandle<cudaGraph_t, cudaGraphDestroy>;
+using GraphExec = UniqueHandle<cudaGraphExec_t, cudaGraphExecDestroy>;
 
 // cudaFree has the signature cudaError_t(void*); the wrapper keeps it as the single free path.
 class DeviceBuffer : public UniqueHandle<void*, cudaFree> {

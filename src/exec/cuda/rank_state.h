@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "exec/cuda/graph_cache.h"
 #include "exec/cuda/raii.h"
 #include "exec/cuda/small_program_kernel.h"
 #include "exec/executor.h"
@@ -45,6 +46,8 @@ struct RankState {
   // every GPU, so this works for ranks on different GPUs (and, through shared pinned memory, processes) alike.
   PinnedBuffer flags;
   DeviceBuffer scratch;  // config.scratchBytes (may be empty; local ranks only)
+  // Cached CUDA graphs of repeated eager copy-engine calls (graph_cache.h); null when config.graphCacheEntries is 0.
+  std::unique_ptr<RankGraphCache> graphs;
 
   // Per-launch bookkeeping, kept here so that launch() does not allocate.
   std::vector<int64_t> laneSyncedAt;  // M's op count when the lane last waited on M (-1: not this call)

@@ -1,0 +1,129 @@
+// See graph_cache.h.
+#include "exec/cuda/graph_cache.h"
+
+#include <cuda.h>
+
+#include <atomic>
+#include <string>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "exec/cuda/copy_engine_program.h"
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/driver_api.h"
+#include "exec/cuda/rank_state.h"
+
+namespace conccl::exec {
+namespace {
+
+// A shape is captured on its second call: the first may be a one-off (a graph costs an instantiation, ~100s of us,
+// and device memory), the second says the caller repeats it (training loops and caching allocators repeat shapes
+// and pointers).
+constexpr uint32_t kCaptureOnUse = 2;
+
+// Makes this thread's capture interaction mode relaxed for a scope. Instantiating a graph may count as a "potentially
+// unsafe" call, which CUDA refuses (and which invalidates the other capture) while another thread of the application
+// captures in global mode, e.g. a framework capturing its model while a helper thread calls conccl eagerly. NCCL
+// guards its own allocations the same way.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&previous_)); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&previous_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
+};
+
+// Replays by every communicator of the process (graphCacheReplays() in exec/executor.h, for tests).
+std::atomic<size_t> graphCacheReplayCount{0};
+
+}  // namespace
+
+size_t graphCacheReplays() { return graphCacheReplayCount.load(std::memory_order_relaxed); }
+
+RankGraphCache::RankGraphCache(size_t capacity) : captureStream_(Stream::createNonBlocking()), cache_(capacity) {}
+
+CallShapeCache<GraphExec>::Entry& RankGraphCache::record(RankState& s, const CallShape& shape,
+                                                         const CopyEngineSetup& setup, const LocationResolver& resolve,
+                                                         const sched::RankProgram& program) {
+  auto& entry = cache_.use(shape);
+  if (entry.value || entry.refused || entry.uses < kCaptureOnUse) return entry;
+  try {
+    entry.value = capture(s, setup, resolve, program);
+  } catch (const Error& e) {
+    // Nothing ran (a capture only records): the call runs eagerly, and so will this shape from now on.
+    entry.refused = true;
+    CONCCL_WARN(s.rank, s.device,
+                std::string("a repeated call could not be captured into a CUDA graph; it runs uncached: ") + e.what());
+    return entry;
+  }
+  CONCCL_TRACE(s.rank, s.device,
+               "captured a repeated call into a CUDA graph (" + std::to_string(program.ops.size()) + " ops, " +
+                   std::to_string(cache_.size()) + " of " + std::to_string(cache_.capacity()) + " shapes cached)");
+  return entry;
+}
+
+void RankGraphCache::prepare(RankState& s, const CallShape& shape, const CopyEngineSetup& setup,
+                             const LocationResolver& resolve, const sched::RankProgram& program) {
+  record(s, shape, setup, resolve, program);
+  ++preparedLaunches_;
+}
+
+bool RankGraphCache::launch(RankState& s, const CallShape& shape, const CopyEngineSetup& setup,
+                            const LocationResolver& resolve, const sched::RankProgram& program) {
+  const bool prepared = preparedLaunches_ > 0;
+  if (prepared) --preparedLaunches_;
+  auto* entry = prepared ? cache_.find(shape) : &record(s, shape, setup, resolve, program);
+  if (entry == nullptr || !entry->value) return false;
+  CUDA_CHECK(cudaGraphLaunch(entry->value->get(), setup.main));
+  // The done marker, as the eager path writes it (copy_engine_program.cc, finish): after everything of the call on
+  // M, with a memory barrier. Not in the graph, because its value changes with every launch.
+  const uint32_t marker = s.launches + 1;
+  CU_CHECK(driverApi().streamWriteValue32(reinterpret_cast<CUstream>(setup.main), s.doneCounterDevice, marker,
+                                          CU_STREAM_WRITE_VALUE_DEFAULT));
+  ++s.launches;
+  graphCacheReplayCount.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+GraphExec RankGraphCache::capture(RankState& s, const CopyEngineSetup& eagerSetup, const LocationResolver& resolve,
+                                  const sched::RankProgram& program) {
+  const RelaxedCaptureMode relaxed;
+  CopyEngineSetup setup = eagerSetup;
+  setup.main = captureStream_.get();
+  setup.eager = false;  // no done marker inside the graph: launch() writes it after every replay
+  // Thread-local mode: the capture restricts only this thread (which makes no unsafe call while capturing); other
+  // ranks' threads and the application's keep running their own work.
+  CUDA_CHECK(cudaStreamBeginCapture(setup.main, cudaStreamCaptureModeThreadLocal));
+  cudaGraph_t raw = nullptr;
+  try {
+    CopyEngineProgram(s, setup, resolve).enqueue(program);
+  } catch (...) {
+    // End the capture whatever failed, so that the capture stream and the lanes it pulled in leave capture mode.
+    (void)cudaStreamEndCapture(setup.main, &raw);
+    if (raw != nullptr) cudaGraphDestroy(raw);
+    (void)cudaGetLastError();
+    throw;
+  }
+  CUDA_CHECK(cudaStreamEndCapture(setup.main, &raw));
+  const Graph graph(raw);  // the template is not needed once instantiated
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph.get(), 0));
+  return GraphExec(exec);
+}
+
+void RankGraphCache::dropIfStale(uint64_t generation) {
+  if (generation == generation_) return;
+  cache_.clear();  // graphs still running are freed by the driver when they complete
+  generation_ = generation;
+}
+
+void RankGraphCache::leak() {
+  cache_.forEachValue([](GraphExec& g) { g.leak(); });
+  cache_.clear();
+  captureStream_.leak();
+}
+
+}  // namespace conccl::exec
