@@ -677,7 +677,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
 
 bool CudaExecutor::graphCacheable(const sched::Schedule& schedule, int rank) const {
   if (schedule.programs[static_cast<size_t>(rank)].ops.empty()) return false;  // nothing to replay
-  return config_.graphCacheMaxBytes == 0 || programWorkBytes(schedule, rank) <= config_.graphCacheMaxBytes;
+  return config_.graphCacheMaxBytes == 0 || rankWorkBytes(schedule, rank) <= config_.graphCacheMaxBytes;
 }
 
 CopyEngineSetup CudaExecutor::copyEngineSetup(const sched::Schedule& schedule, int rank, cudaStream_t main,
