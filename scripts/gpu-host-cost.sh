@@ -36,9 +36,30 @@ except OSError:
 for r in rows:
     if r.get("metadata"):
         continue
-    print(f"{name:12s} -{mode} {r['coll']:15s} {r['size']:>10d} {'in ' if r['in_place'] else 'out'} "
-          f"time_us {r['time_us']:9.1f} host_us {r.get('host_us') or 0:7.1f} wrong {r.get('wrong')}")
+    print(f"{name}\t{mode}\t{r['coll']}\t{r['size']}\t{'in' if r['in_place'] else 'out'}\t"
+          f"{r['time_us']:.1f}\t{r.get('host_us') or 0:.1f}\t{r.get('wrong')}")
 PY
   done
-done
+done >"$OUT/host-cost.tsv"
+# One line per (mode, collective, size), out of place: time_us / host_us of every variant side by side.
+python3 - "$OUT/host-cost.tsv" <<'PY'
+import collections, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+variants = list(dict.fromkeys(r[0] for r in rows))
+table = collections.OrderedDict()
+wrong = 0
+for name, mode, coll, size, place, t, h, w in rows:
+    wrong += 0 if w in ("0", "None") else 1
+    if place != "out":
+        continue
+    table.setdefault((mode, coll, int(size)), {})[name] = (float(t), float(h))
+print("mode coll            size     " + "  ".join(f"{v + ' t/host_us':>22s}" for v in variants))
+for (mode, coll, size), cells in table.items():
+    line = f"-{mode}  {coll:15s} {size:>9d} "
+    for v in variants:
+        t, h = cells.get(v, (float("nan"), float("nan")))
+        line += f"  {t:12.1f} /{h:8.1f}"
+    print(line)
+print(f"rows with wrong results: {wrong}")
+PY
 exit $rc
