@@ -3,6 +3,7 @@
 // a type, op or collective a conccl communicator cannot run exactly).
 #include <string>
 
+#include "nccl/premul_ops.h"
 #include "nccl/shim_comm.h"
 #include "nccl/type_map.h"
 
@@ -157,6 +158,20 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuf
       return r;
     case Path::kConccl:
       break;
+  }
+  // NCCL runs AllToAll in place (nccl-tests checks it); conccl's copy-engine schedule would overwrite blocks it has
+  // not sent yet, so an overlapping input is staged into scratch first (one same-device copy).
+  int nranks = 0;
+  if (concclCommCount(comm->conccl, &nranks) != concclSuccess) {
+    return fromConccl(comm, concclInvalidArgument, "ncclAlltoAll");
+  }
+  const size_t bytes = count * static_cast<size_t>(nranks) * ncclTypeBytes(static_cast<int>(datatype));
+  const auto* s = static_cast<const char*>(sendbuff);
+  const auto* d = static_cast<const char*>(recvbuff);
+  if (bytes > 0 && sendbuff != nullptr && recvbuff != nullptr && s < d + bytes && d < s + bytes) {
+    if (ncclResult_t st = stageInput(comm, sendbuff, bytes, stream, "ncclAlltoAll", &sendbuff); st != ncclSuccess) {
+      return st;
+    }
   }
   return fromConccl(comm, concclAllToAll(sendbuff, recvbuff, count, ty(datatype), comm->conccl, stream),
                     "ncclAlltoAll");

@@ -116,6 +116,10 @@ ncclResult_t createPreMulSum(ncclComm_t comm, ncclRedOp_t* op, void* scalar, ncc
 ncclResult_t destroyPreMulSum(ncclComm_t comm, ncclRedOp_t op);
 // After ncclCommAbort: the scratch memory is dropped without cudaFree (which would wait for a broken GPU queue).
 void forgetPreMulScratch(ncclComm_t comm);
+// Copies `bytes` of sendbuff into scratch memory of the communicator on `stream` (the same arenas and rules as the
+// pre-multiplied inputs) and returns it in *staged: for calls NCCL allows in place and conccl does not (AllToAll).
+ncclResult_t stageInput(ncclComm_t comm, const void* sendbuff, size_t bytes, cudaStream_t stream, const char* call,
+                        const void** staged);
 // AllReduce / Reduce / ReduceScatter with a created op: `inputCount` elements of sendbuff are pre-multiplied into
 // scratch memory on `stream`, then summed by conccl. count: the collective's own count argument.
 ncclResult_t runPreMulSum(ncclComm_t comm, Coll coll, const void* sendbuff, void* recvbuff, size_t count,

@@ -148,6 +148,51 @@ void forgetPreMulScratch(ncclComm_t comm) {
   }
 }
 
+ncclResult_t stageInput(ncclComm_t comm, const void* sendbuff, size_t bytes, cudaStream_t stream, const char* call,
+                        const void** staged) {
+  PreMulState* s = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(stateCreationMutex());
+    std::string error;
+    s = stateOf(comm, &error);
+    if (s == nullptr) return fail(comm, ncclInternalError, std::string(call) + ": " + error);
+  }
+  std::optional<CudaDeviceGuard> guard;
+  bool capturing = false;
+  if (!s->hostBackend) {
+    guard.emplace(s->device);
+    if (!guard->ok()) {
+      return fail(comm, ncclUnhandledCudaError,
+                  std::string(call) + ": cudaSetDevice(" + std::to_string(s->device) + ") failed");
+    }
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+      cudaGetLastError();
+      return fail(comm, ncclUnhandledCudaError, std::string(call) + ": cudaStreamIsCapturing failed");
+    }
+    capturing = status == cudaStreamCaptureStatusActive;
+  }
+  void* scratch = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    scratch = s->scratch.acquire(stream, bytes, groupEpoch(), capturing);
+  }
+  if (scratch == nullptr) {
+    return fail(comm, ncclSystemError,
+                std::string(call) + ": no memory to stage the in-place input (" + std::to_string(bytes) + " bytes)");
+  }
+  if (s->hostBackend) {
+    std::memcpy(scratch, sendbuff, bytes);
+  } else if (cudaError_t e = cudaMemcpyAsync(scratch, sendbuff, bytes, cudaMemcpyDeviceToDevice, stream);
+             e != cudaSuccess) {
+    cudaGetLastError();
+    return fail(comm, ncclUnhandledCudaError,
+                std::string(call) + ": staging the in-place input failed: " + cudaGetErrorString(e));
+  }
+  *staged = scratch;
+  return ncclSuccess;
+}
+
 ncclResult_t runPreMulSum(ncclComm_t comm, Coll coll, const void* sendbuff, void* recvbuff, size_t count,
                           size_t inputCount, ncclDataType_t datatype, ncclRedOp_t op, int root, cudaStream_t stream,
                           const char* call) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -142,6 +143,9 @@ TEST(ReduceKernel, RejectsTooManyInputsAndFp8) {
 Config testConfig(int timeoutMs = 60000) {
   Config c;
   c.backend = concclBackendCuda;
+  // The internal Config skips resolveConfig; CONCCL_HIGH_PRIORITY still chooses the kernels' launch priority here so
+  // that one binary can compare both.
+  if (const char* p = std::getenv("CONCCL_HIGH_PRIORITY")) c.highPriority = std::string(p) != "0";
   c.lanes = 2;
   c.reduceCtas = 4;
   c.scratchBytes = size_t{1} << 20;

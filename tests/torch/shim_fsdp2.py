@@ -136,7 +136,11 @@ def run_fsdp(args, device):
         dist.all_reduce(report, op=dist.ReduceOp.AVG)
         losses.append(report.item())  # .item() synchronises the device: the step time includes everything
         times.append(time.perf_counter() - t0)
+        if step < 3 or step % 10 == 0:  # progress, so that a run cut by a timeout shows how far it got
+            print(f"[rank {rank}] step {step} loss {losses[-1]:.4f} {times[-1] * 1e3:.1f} ms", file=sys.stderr,
+                  flush=True)
     meta = {"mode": "fsdp2", "processes": world, "backend": args.backend}
+    print(f"[rank {rank}] training done; barrier and destroy", file=sys.stderr, flush=True)
     dist.barrier()
     dist.destroy_process_group()
     return losses, times, meta, rank
