@@ -187,6 +187,7 @@ class CollCase {
       }
       if (!init.empty()) cudaMemcpy(k.mem.get(), init.data(), init.size(), cudaMemcpyHostToDevice);
     }
+    syncAllDevices();  // the uploads have landed before any rank's stream reads them
     computeExpected();
   }
 

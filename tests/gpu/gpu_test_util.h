@@ -100,6 +100,20 @@ inline int deviceCount() { return gpuStatus().count; }
     if (::conccl::gputest::deviceCount() < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs";            \
   } while (0)
 
+// cudaMemcpy from pageable host memory may return before its DMA into device memory has completed (CUDA runtime
+// docs, "API synchronization behavior"), and the non-blocking streams the tests launch collectives on are not
+// ordered after it. Tests wait for every device after uploading inputs: without it Executor.GraphReplayOf...
+// read the previous replay's input in 5-25 of 25 repeated runs on one H200 (2026-12-01).
+inline void syncAllDevices() {
+  int n = 0, current = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || cudaGetDevice(&current) != cudaSuccess) return;
+  for (int d = 0; d < n; ++d) {
+    cudaSetDevice(d);
+    cudaDeviceSynchronize();
+  }
+  cudaSetDevice(current);
+}
+
 #define CUDA_OK(call)                                                                                     \
   do {                                                                                                    \
     cudaError_t e_ = (call);                                                                              \

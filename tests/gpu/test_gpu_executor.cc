@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -101,6 +102,7 @@ TEST(ReduceKernel, MatchesHostReferenceBitExact) {
                 if (bytes) CUDA_OK(cudaMemcpy(p, host.back().data(), bytes, cudaMemcpyHostToDevice));
                 args.inputs[j] = p;
               }
+              syncAllDevices();
               for (auto& h : host) hostPtrs.push_back(h.data());
               args.output = inPlace ? const_cast<void*>(args.inputs[0]) : outMem.get() + misalign * es;
               std::vector<unsigned char> expected(bytes);
@@ -207,6 +209,7 @@ TEST(Executor, LanesSignalsWaitsAndReduce) {
   }
   CUDA_OK(cudaMemcpy(a0.get(), x.data(), count * 4, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(b1.get(), y.data(), count * 4, cudaMemcpyHostToDevice));
+  syncAllDevices();
   CallBinding binding;
   binding.buffers = {{a0.get()}, {b0.get(), b1.get(), b2.get()}};
   binding.streams = t.streams;
@@ -237,6 +240,7 @@ TEST(Executor, GraphReplayOfLanesSignalsWaitsAndReduce) {
     y[i] = static_cast<float>(i % 13) + 0.5f;
   }
   CUDA_OK(cudaMemcpy(b1.get(), y.data(), count * 4, cudaMemcpyHostToDevice));
+  syncAllDevices();
   CallBinding binding;
   binding.buffers = {{a0.get()}, {b0.get(), b1.get(), b2.get()}};
   binding.streams = t.streams;
@@ -254,6 +258,7 @@ TEST(Executor, GraphReplayOfLanesSignalsWaitsAndReduce) {
   for (int replay = 0; replay < 100; ++replay) {
     for (size_t i = 0; i < count; i += 1000) x[i] = static_cast<float>(replay);
     CUDA_OK(cudaMemcpy(a0.get(), x.data(), count * 4, cudaMemcpyHostToDevice));
+    syncAllDevices();  // the new input has landed before rank 0's graph copies it (see syncAllDevices)
     CUDA_OK(cudaGraphLaunch(execs[1], t.streams[1]));
     CUDA_OK(cudaGraphLaunch(execs[0], t.streams[0]));
     ASSERT_TRUE(syncStreams(t.streams, {}));

@@ -87,6 +87,7 @@ TEST_P(Soak, CopyEngineAllReduceManyCallsNoWrongNoGrowth) {
     ASSERT_NE(bufs.back().get(), nullptr);
     CUDA_OK(cudaMemcpy(bufs.back().get(), init.data(), bytes, cudaMemcpyHostToDevice));
   }
+  syncAllDevices();
 
   size_t done = 0;  // calls completed so far
   auto runCalls = [&](size_t k) -> bool {

@@ -92,6 +92,7 @@ TEST(Usage, TenThousandBackToBackCalls) {
     bufs.emplace_back(kCount * 4);
     CUDA_OK(cudaMemcpy(bufs.back().get(), init.data(), kCount * 4, cudaMemcpyHostToDevice));
   }
+  syncAllDevices();
   std::vector<uint32_t> expected = sum;
   for (int c = 1; c < kCalls; ++c) {
     for (auto& v : expected) v *= 3u;

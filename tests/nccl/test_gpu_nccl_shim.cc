@@ -212,6 +212,8 @@ void preMulSumCase(bool deviceScalar, bool capture) {
       hx[r] = randomValues<T>(n, static_cast<unsigned>(100 * round + r + 1));
       CUDA_OK(cudaSetDevice(devs[r]));
       CUDA_OK(cudaMemcpy(x[r], hx[r].data(), n * sizeof(T), cudaMemcpyHostToDevice));
+      // A pageable upload may still be in flight when cudaMemcpy returns; the collectives run on other streams.
+      CUDA_OK(cudaDeviceSynchronize());
       if (deviceScalar) {
         CUDA_OK(cudaMemcpyAsync(dscalar[r], &scalar, sizeof(T), cudaMemcpyHostToDevice, ranks.streams[r]));
       }
@@ -323,6 +325,7 @@ void splitCase(bool initRank, const int colors[kRanks], const int keys[kRanks], 
       cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
       cudaMalloc(&buf, n * sizeof(float));
       cudaMemcpy(buf, h.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+      cudaDeviceSynchronize();  // the pageable upload has landed before the all-reduce's stream reads it
       if (SHIM(ncclAllReduce)(buf, buf, n, ncclFloat32, ncclSum, child, stream) != ncclSuccess) {
         errors[r] = std::string("all-reduce: ") + SHIM(ncclGetLastError)(child);
       } else if (cudaStreamSynchronize(stream) != cudaSuccess) {
