@@ -209,7 +209,8 @@ def run_graph(args, world, rank, device, dtype, n):
     g_out = torch.empty(m * world, dtype=dtype, device=device)
     r_out = torch.empty(m, dtype=dtype, device=device)
     factor = 0.25
-    premul = dist._make_nccl_premul_sum(factor) if args.premul else None
+    # Not for bf16: torch hands NCCL a float scalar labelled bf16 (see run_reductions).
+    premul = dist._make_nccl_premul_sum(factor) if args.premul and dtype != torch.bfloat16 else None
     p_in = torch.zeros(n, dtype=dtype, device=device)
 
     def ops():
