@@ -72,6 +72,8 @@ extern "C" {
 /* Same type as the CUDA runtime's cudaStream_t, declared here so that this header does not require the
  * CUDA headers (a repeated identical typedef is valid C11 and C++). NULL is the legacy default stream. */
 typedef struct CUstream_st* cudaStream_t;
+/* Same type as the CUDA runtime's cudaEvent_t, for the same reason. */
+typedef struct CUevent_st* cudaEvent_t;
 
 /* Result codes. */
 typedef enum {
@@ -323,6 +325,24 @@ CONCCL_API concclResult_t concclGroupEnd(void);
  * In place when sendbuff == recvbuff + rank*sendcount (element offset). */
 CONCCL_API concclResult_t concclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                           concclDataType_t datatype, concclComm_t comm, cudaStream_t stream);
+
+/* concclAllGather whose blocks become usable one by one, for work that consumes an all-gather chunk by chunk (a GEMM
+ * over all-gathered activations: it can start on the blocks that have arrived while the rest are still in flight).
+ * chunkReady: an array of nranks events of this rank's device, created by the caller (cudaEventDisableTiming is
+ * enough); an entry may be NULL. The call records chunkReady[k] on `stream` once rank k's block is in
+ * recvbuff[k*sendcount ..), so that another stream can cudaStreamWaitEvent(chunkReady[k]) and start on block k;
+ * every non-NULL event is recorded exactly once per call, and the call as a whole completes on `stream` as
+ * concclAllGather does. Blocks arrive in no promised order. In place, the rank's own block's event is recorded
+ * before anything else; out of place, or when the call runs as the small-message kernel, some or all events are
+ * recorded only at the end of the call (correct, with less overlap). Capturable: under capture the records become
+ * graph nodes, and streams waiting on them must join the same capture. The events must not be recorded by anyone
+ * else until the consumer has waited on them. Inside concclGroupStart/End the call is launched, and its events
+ * recorded, at the outermost concclGroupEnd: wait on them after it (a wait on an event not yet recorded does
+ * nothing). Errors as concclAllGather; concclNotSupported on the host backend and for communicators spanning
+ * processes (not yet). */
+CONCCL_API concclResult_t concclAllGatherChunked(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                                 concclDataType_t datatype, concclComm_t comm, cudaStream_t stream,
+                                                 cudaEvent_t* chunkReady);
 
 /* recvbuff of rank r = op over ranks of sendbuff[r*recvcount .. (r+1)*recvcount).
  * In place when recvbuff == sendbuff + rank*recvcount. Not for fp8 types. */

@@ -9,6 +9,7 @@
 
 #include "api/api_guard.h"
 #include "core/group.h"
+#include "core/local_clique.h"
 #include "core/types.h"
 #include "sched/schedule.h"
 
@@ -134,6 +135,29 @@ concclResult_t concclAllGather(const void* sendbuff, void* recvbuff, size_t send
     size_t recvBytes = bytesFor(sendcount, l.elemSize, l.nranks, "sendcount");
     RankArgs a = makeArgs(CollKind::kAllGather, kApi, datatype, sendcount, sendbuff, recvbuff, stream);
     a.inPlace = detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, offsetBy(recvbuff, l.rank * sendBytes));
+    enqueueCall(comm, std::move(a));
+  });
+}
+
+concclResult_t concclAllGatherChunked(const void* sendbuff, void* recvbuff, size_t sendcount, concclDataType_t datatype,
+                                      concclComm_t comm, cudaStream_t stream, cudaEvent_t* chunkReady) {
+  constexpr const char* kApi = "concclAllGatherChunked";
+  return apiCall(comm, kApi, [&] {
+    Local l = begin(comm, datatype, stream);
+    CONCCL_REQUIRE(chunkReady != nullptr, "chunkReady is NULL (pass an array of nranks events, entries may be NULL)");
+    if (comm->clique->config().backend == concclBackendHost) {
+      CONCCL_THROW(concclNotSupported, "the host backend has no CUDA events: use concclAllGather");
+    }
+    // Not yet across processes: the events are recorded by the launch of the rank's program, and only the in-process
+    // clique binds them for it today (a path that dropped them would leave the consumer's waits without effect).
+    if (dynamic_cast<LocalClique*>(comm->clique.get()) == nullptr) {
+      CONCCL_THROW(concclNotSupported, "concclAllGatherChunked across processes is not implemented yet");
+    }
+    size_t sendBytes = bytesFor(sendcount, l.elemSize, 1, "sendcount");
+    size_t recvBytes = bytesFor(sendcount, l.elemSize, l.nranks, "sendcount");
+    RankArgs a = makeArgs(CollKind::kAllGather, kApi, datatype, sendcount, sendbuff, recvbuff, stream);
+    a.inPlace = detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, offsetBy(recvbuff, l.rank * sendBytes));
+    a.chunkEvents.assign(chunkReady, chunkReady + l.nranks);
     enqueueCall(comm, std::move(a));
   });
 }

@@ -66,6 +66,10 @@ void assembleCall(PendingCall& pending, int n) {
     call.inPlace[r] = ar.inPlace;
     pending.binding.buffers[r] = {const_cast<void*>(ar.sendbuff), ar.recvbuff};
     pending.binding.streams[r] = ar.stream;
+    if (!ar.chunkEvents.empty()) {
+      pending.binding.chunkEvents.resize(static_cast<size_t>(n));
+      pending.binding.chunkEvents[static_cast<size_t>(r)] = ar.chunkEvents;
+    }
   }
   if (call.kind == sched::CollKind::kAllToAllv) {
     for (int r = 0; r < n; ++r) {

@@ -42,6 +42,7 @@ struct RankArgs {
   std::vector<sched::P2POp> p2p;                                       // SendRecv
   std::vector<void*> p2pBuffers;                                       // SendRecv, per op
   cudaStream_t stream = nullptr;
+  std::vector<cudaEvent_t> chunkEvents;  // concclAllGatherChunked: [block] -> event to record (may be null)
   const char* apiName = "";  // for messages, e.g. "concclAllGather"
 };
 

@@ -28,6 +28,9 @@ struct CallBinding {
   // name memory: a freed buffer's address may be handed out again, so work an executor caches per call shape
   // (exec/call_shape_cache.h) is keyed on both.
   std::vector<std::vector<uint64_t>> bufferIds;
+  // [rank] -> concclAllGatherChunked's events, one per block (null entries skipped); empty for every other call.
+  // Only the calling process's ranks have them. The executor records each non-null event once per launch.
+  std::vector<std::vector<cudaEvent_t>> chunkEvents;
 };
 
 // CallBinding::bufferIds values that are not allocation ids.

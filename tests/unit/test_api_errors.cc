@@ -247,6 +247,12 @@ TEST(ApiErrors, LocalArgumentChecks) {
   EXPECT_EQ(concclAllToAll(buf, buf, 4, concclFloat32, c, nullptr), concclInvalidArgument);
   EXPECT_EQ(concclAllToAllv(buf, nullptr, nullptr, buf + 4, nullptr, nullptr, concclFloat32, c, nullptr),
             concclInvalidArgument);
+  // concclAllGatherChunked: the events array is required, and the host backend has no CUDA events.
+  cudaEvent_t events[1] = {nullptr};
+  EXPECT_EQ(concclAllGatherChunked(buf, buf + 4, 1, concclFloat32, c, nullptr, nullptr), concclInvalidArgument);
+  EXPECT_NE(lastError(c).find("chunkReady"), std::string::npos) << lastError(c);
+  EXPECT_EQ(concclAllGatherChunked(buf, buf + 4, 1, concclFloat32, c, nullptr, events), concclNotSupported);
+  EXPECT_NE(lastError(c).find("host backend"), std::string::npos) << lastError(c);
   auto fakeStream = reinterpret_cast<cudaStream_t>(0x1);
   EXPECT_EQ(concclAllReduce(buf, buf + 4, 4, concclFloat32, concclSum, c, fakeStream), concclInvalidArgument);
   EXPECT_NE(lastError(c).find("stream"), std::string::npos);

@@ -47,6 +47,16 @@ CopyEngineProgram::CopyEngineProgram(RankState& state, const CopyEngineSetup& se
 }
 
 void CopyEngineProgram::enqueue(const sched::RankProgram& program) {
+  if (setup_.chunkEvents != nullptr) {
+    chunkRecorded_.assign(setup_.chunkEvents->size(), false);
+    // The own block needs no copy when the rank called in place: usable before anything else happens.
+    bool copiesIntoSelf = false;
+    for (const sched::Op& op : program.ops) {
+      const auto* c = std::get_if<sched::Copy>(&op);
+      copiesIntoSelf = copiesIntoSelf || (c != nullptr && c->bytes > 0 && c->dst.rank == s_.rank);
+    }
+    if (!copiesIntoSelf) recordChunk(static_cast<size_t>(s_.rank));
+  }
   for (const sched::Op& op : program.ops) {
     // Consecutive memory operations on M (Waits, and Signals that run on M) are enqueued together: one
     // cuStreamBatchMemOp, executed in order. The batch is flushed before any other op, so the ordering rules of
@@ -129,6 +139,15 @@ void CopyEngineProgram::wait(const sched::Wait& op) {
   // correctly any number of times.
   s_.pendingWaits.push_back(waitOp(flag, 1));
   s_.pendingWaits.push_back(writeOp(flag, 0));
+  if (setup_.chunkEvents != nullptr) {
+    // After the Wait for peer p's "done", p's block is in place (AllGather: p copies exactly its block here).
+    const int n = static_cast<int>(setup_.chunkEvents->size());
+    for (int p = 0; p < n; ++p) {
+      if (p == s_.rank || sched::doneSlot(n, p) != op.slot) continue;
+      flushBatch();
+      recordChunk(static_cast<size_t>(p));
+    }
+  }
 }
 
 void CopyEngineProgram::reduce(const sched::Reduce& op) {
@@ -163,11 +182,20 @@ void CopyEngineProgram::finish() {
     CUDA_CHECK(cudaEventRecord(s_.joinEvents[l].get(), s_.lanes[l].get()));
     CUDA_CHECK(cudaStreamWaitEvent(setup_.main, s_.joinEvents[l].get(), 0));
   }
+  // Every block not recorded yet (the own block out of place, blocks of peers that copied nothing) is in place now.
+  for (size_t b = 0; b < chunkRecorded_.size(); ++b) recordChunk(b);
   if (setup_.eager && lanesUsed) {
     CU_CHECK(driverApi().streamWriteValue32(reinterpret_cast<CUstream>(setup_.main), s_.doneCounterDevice, marker,
                                             CU_STREAM_WRITE_VALUE_DEFAULT));
   }
   if (setup_.eager) ++s_.launches;
+}
+
+void CopyEngineProgram::recordChunk(size_t block) {
+  if (setup_.chunkEvents == nullptr || block >= chunkRecorded_.size() || chunkRecorded_[block]) return;
+  chunkRecorded_[block] = true;
+  cudaEvent_t event = (*setup_.chunkEvents)[block];
+  if (event != nullptr) CUDA_CHECK(cudaEventRecord(event, setup_.main));
 }
 
 }  // namespace conccl::exec

@@ -27,6 +27,10 @@ struct CopyEngineSetup {
   int reduceCtas = 0;           // config.reduceCtas (0: auto)
   int smBudget = 1;             // config.smBudget: no reduction gets more CTAs (exec/call_path.h, reductionCtas)
   int kernelPriority = 0;       // launch priority of the reduction kernel (0: the stream's)
+  // concclAllGatherChunked: [block] -> event recorded on M once the block is in place (null entries skipped), or
+  // null. Block p is in place when the Wait for p's "done" has passed (p's copies into this rank have finished);
+  // the rank's own block at the start when the program copies nothing into its memory (in place), else at the end.
+  const std::vector<cudaEvent_t>* chunkEvents = nullptr;
   int slots = 0;                // flags per rank
   const std::vector<CUdeviceptr>* flagTable = nullptr;  // [rank] -> flags as the GPUs address them
 };
@@ -43,6 +47,8 @@ class CopyEngineProgram {
   void wait(const sched::Wait& op);
   void reduce(const sched::Reduce& op);
   void finish();
+  // concclAllGatherChunked: records block `block`'s event on M (once).
+  void recordChunk(size_t block);
 
   bool onMain(int lane) const { return lane == sched::kMainStream || setup_.singleStream; }
   // The stream an op of `lane` runs on; forks the lane off M first when M moved since the lane last waited on it.
@@ -55,6 +61,7 @@ class CopyEngineProgram {
   const LocationResolver& resolve_;
   int64_t mainOps_ = 0;          // ops put on M so far in this call
   int64_t forkRecordedAt_ = -1;  // mainOps_ when the fork event was last recorded
+  std::vector<bool> chunkRecorded_;  // [block]: its chunk event was recorded in this call
 };
 
 }  // namespace conccl::exec

@@ -251,6 +251,9 @@ void CudaExecutor::prepareGraphs(const sched::Schedule& schedule, const CallBind
     if (!s.local || !s.graphs) continue;
     const sched::RankProgram& program = schedule.programs[static_cast<size_t>(rank)];
     if (takesSmallPath(schedule, rank) || !graphCacheable(schedule, rank)) continue;
+    // Calls with chunk events always run eagerly (launch()): nothing to prepare.
+    const size_t r = static_cast<size_t>(rank);
+    if (r < binding.chunkEvents.size() && !binding.chunkEvents[r].empty()) continue;
     std::lock_guard<std::mutex> lock(s.mutex);
     if (s.released) continue;
     DeviceGuard guard(s.device);
@@ -660,14 +663,26 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   const LocationResolver resolve(ranks_, binding);
   const sched::RankProgram& program = schedule.programs[static_cast<size_t>(rank)];
 
+  const std::vector<cudaEvent_t>* chunks =
+      static_cast<size_t>(rank) < binding.chunkEvents.size() && !binding.chunkEvents[static_cast<size_t>(rank)].empty()
+          ? &binding.chunkEvents[static_cast<size_t>(rank)]
+          : nullptr;
   if (takesSmallPath(schedule, rank)) {
     launchSmall(s, program, resolve, main, eager);
+    // One kernel moves every block: they are all in place when it ends.
+    if (chunks != nullptr) {
+      for (cudaEvent_t e : *chunks) {
+        if (e != nullptr) CUDA_CHECK(cudaEventRecord(e, main));
+      }
+    }
     return;
   }
-  const CopyEngineSetup setup = copyEngineSetup(schedule, rank, main, eager);
+  CopyEngineSetup setup = copyEngineSetup(schedule, rank, main, eager);
+  setup.chunkEvents = chunks;
   // A repeated eager call replays its cached graph: one launch instead of every op's CUDA call (graph_cache.h).
   // Captured calls are left alone: they become part of the caller's graph, whose replays are the caller's.
-  if (eager && s.graphs && graphCacheable(schedule, rank)) {
+  // Calls with chunk events record them between the program's ops: they run eagerly, never from a cached graph.
+  if (eager && chunks == nullptr && s.graphs && graphCacheable(schedule, rank)) {
     s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
     CallShape& shape = s.graphs->scratchShape();
     if (makeCallShape(schedule.id, rank, binding, shape) && s.graphs->launch(s, shape, setup, resolve, program)) return;
