@@ -1,0 +1,180 @@
+// conccl::ops::AllGatherMatmul: C = allgather(A_shard) @ B, the all-gather feeding a GEMM chunk by chunk
+// (tensor parallelism's column-parallel input, issue 15 item 2). Header-only, so that libconccl itself does not
+// depend on cuBLAS: include it and link cuBLASLt (CUDA::cublasLt).
+//
+// How: concclAllGatherChunked moves the shards on copy engines and records one event per shard as it lands; a GEMM
+// stream multiplies each shard by B as soon as its event fires (the rank's own shard first), one cuBLASLt matmul
+// per shard, so the GEMM keeps the SMs while the copy engines bring the next shards. The caller's stream waits for
+// the last GEMM. Row-major throughout: shard r of A is rows [r*mShard, (r+1)*mShard) of the gathered A, and its
+// product is the same rows of C.
+//
+// Status (2026-12-01): written and compiled, not yet run on a GPU (tests/gpu/test_gpu_all_gather_matmul.cc). bf16 and
+// fp16 with fp32 accumulation; fp8 is not implemented (cuBLASLt's fp8 needs the transposed "TN" layout and scales).
+#pragma once
+
+#include <conccl/conccl.h>
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace conccl::ops {
+
+struct AllGatherMatmulArgs {
+  const void* aShard = nullptr;  // [mShard, k] row-major: this rank's rows of A
+  void* aFull = nullptr;         // [nranks * mShard, k]: receives the gathered A (aShard may lie in it, in place)
+  const void* b = nullptr;       // [k, n] row-major, the same on every rank
+  void* c = nullptr;             // [nranks * mShard, n] row-major: the product
+  int64_t mShard = 0, n = 0, k = 0;
+  concclDataType_t type = concclBfloat16;  // concclBfloat16 or concclFloat16; accumulation in fp32
+};
+
+// One per rank of a communicator (not thread-safe; a rank's calls come from one thread). Owns the shard events, the
+// GEMM stream, the cuBLASLt handle and a workspace on the rank's device.
+class AllGatherMatmul {
+ public:
+  explicit AllGatherMatmul(concclComm_t comm, size_t workspaceBytes = size_t{32} << 20) : comm_(comm) {
+    ok_ = concclCommCount(comm, &nranks_) == concclSuccess && concclCommUserRank(comm, &rank_) == concclSuccess &&
+          concclCommCuDevice(comm, &device_) == concclSuccess && device_ >= 0;
+    if (!ok_) return;
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device_);
+    events_.resize(static_cast<size_t>(nranks_), nullptr);
+    for (auto& e : events_) ok_ = ok_ && cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess;
+    ok_ = ok_ && cudaEventCreateWithFlags(&gemmDone_, cudaEventDisableTiming) == cudaSuccess;
+    ok_ = ok_ && cudaStreamCreateWithFlags(&gemmStream_, cudaStreamNonBlocking) == cudaSuccess;
+    ok_ = ok_ && cublasLtCreate(&lt_) == CUBLAS_STATUS_SUCCESS;
+    workspaceBytes_ = workspaceBytes;
+    ok_ = ok_ && (workspaceBytes == 0 || cudaMalloc(&workspace_, workspaceBytes) == cudaSuccess);
+    cudaSetDevice(previous);
+  }
+  ~AllGatherMatmul() {
+    // The caller has synchronised its stream before destroying the op (as for any CUDA resource it passed us).
+    for (auto e : events_) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    if (gemmDone_ != nullptr) cudaEventDestroy(gemmDone_);
+    if (gemmStream_ != nullptr) cudaStreamDestroy(gemmStream_);
+    if (lt_ != nullptr) cublasLtDestroy(lt_);
+    if (workspace_ != nullptr) cudaFree(workspace_);
+  }
+  AllGatherMatmul(const AllGatherMatmul&) = delete;
+  AllGatherMatmul& operator=(const AllGatherMatmul&) = delete;
+
+  // Enqueues the all-gather and the per-shard GEMMs; `stream` waits for all of them. Returns concclSuccess, or an
+  // error with *error saying why (arguments, the collective, a CUDA or cuBLASLt call). For a thread per rank. One
+  // thread driving several ranks must call gather() for every rank inside concclGroupStart/End, then multiply() for
+  // every rank after concclGroupEnd (a group records the shard events only at its end).
+  concclResult_t run(const AllGatherMatmulArgs& a, cudaStream_t stream, std::string* error) {
+    concclResult_t res = gather(a, stream, error);
+    return res != concclSuccess ? res : multiply(a, stream, error);
+  }
+
+  // The all-gather part: concclAllGatherChunked of the shards, recording this op's shard events.
+  concclResult_t gather(const AllGatherMatmulArgs& a, cudaStream_t stream, std::string* error) {
+    if (concclResult_t res = check(a, error); res != concclSuccess) return res;
+    const size_t shardElems = static_cast<size_t>(a.mShard) * static_cast<size_t>(a.k);
+    concclResult_t res = concclAllGatherChunked(a.aShard, a.aFull, shardElems, a.type, comm_, stream, events_.data());
+    if (res != concclSuccess) return fail(error, res, std::string("concclAllGatherChunked: ") + concclGetLastError(comm_));
+    return concclSuccess;
+  }
+
+  // The GEMM part: each shard's GEMM on the op's stream once the shard's event fired; `stream` waits for the last.
+  concclResult_t multiply(const AllGatherMatmulArgs& a, cudaStream_t stream, std::string* error) {
+    if (concclResult_t res = check(a, error); res != concclSuccess) return res;
+    const size_t es = concclTypeSize(a.type);
+    const auto shardElems = static_cast<size_t>(a.mShard) * static_cast<size_t>(a.k);
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device_);
+    std::string why;
+    // The GEMM stream starts after the caller's earlier work (B and C may have been written on `stream`).
+    bool good = cudaEventRecord(gemmDone_, stream) == cudaSuccess &&
+                cudaStreamWaitEvent(gemmStream_, gemmDone_, 0) == cudaSuccess;
+    // The own shard first (in place it is ready at once), then the peers in the order their "done" arrives.
+    for (int i = 0; i < nranks_ && good; ++i) {
+      const int r = (rank_ + i) % nranks_;
+      const auto* shard = static_cast<const char*>(a.aFull) + static_cast<size_t>(r) * shardElems * es;
+      auto* out = static_cast<char*>(a.c) + static_cast<size_t>(r) * static_cast<size_t>(a.mShard) *
+                                              static_cast<size_t>(a.n) * es;
+      good = cudaStreamWaitEvent(gemmStream_, events_[static_cast<size_t>(r)], 0) == cudaSuccess &&
+             shardGemm(a, shard, out, &why);
+    }
+    good = good && cudaEventRecord(gemmDone_, gemmStream_) == cudaSuccess &&
+           cudaStreamWaitEvent(stream, gemmDone_, 0) == cudaSuccess;
+    cudaSetDevice(previous);
+    if (!good) return fail(error, concclUnhandledCudaError, why.empty() ? "a CUDA call failed" : why);
+    return concclSuccess;
+  }
+
+ private:
+  concclResult_t check(const AllGatherMatmulArgs& a, std::string* error) const {
+    if (!ok_) return fail(error, concclSystemError, "the op could not create its CUDA / cuBLASLt resources");
+    if (a.aShard == nullptr || a.aFull == nullptr || a.b == nullptr || a.c == nullptr) {
+      return fail(error, concclInvalidArgument, "a NULL buffer");
+    }
+    if (a.mShard <= 0 || a.n <= 0 || a.k <= 0) return fail(error, concclInvalidArgument, "mShard, n and k must be > 0");
+    if (a.type != concclBfloat16 && a.type != concclFloat16) {
+      return fail(error, concclNotSupported, "only concclBfloat16 and concclFloat16 are implemented");
+    }
+    return concclSuccess;
+  }
+
+  static concclResult_t fail(std::string* error, concclResult_t code, const std::string& why) {
+    if (error != nullptr) *error = "conccl::ops::AllGatherMatmul: " + why;
+    return code;
+  }
+
+  // out[mShard, n] = shard[mShard, k] @ B[k, n], row-major. In cuBLASLt's column-major terms that is
+  // out^T[n, mShard] = B^T[n, k] x shard^T[k, mShard], where each transposed matrix is the row-major one read
+  // column-major: no transposition is needed.
+  bool shardGemm(const AllGatherMatmulArgs& a, const void* shard, void* out, std::string* why) {
+    const cudaDataType_t t = a.type == concclBfloat16 ? CUDA_R_16BF : CUDA_R_16F;
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    bool good = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatrixLayoutCreate(&la, t, static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.k), a.n) ==
+                    CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatrixLayoutCreate(&lb, t, static_cast<uint64_t>(a.k), static_cast<uint64_t>(a.mShard), a.k) ==
+                    CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatrixLayoutCreate(&lc, t, static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.mShard), a.n) ==
+                    CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes_,
+                                                     sizeof(workspaceBytes_)) == CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    good = good && cublasLtMatmulAlgoGetHeuristic(lt_, op, la, lb, lc, lc, pref, 1, &heuristic, &found) ==
+                       CUBLAS_STATUS_SUCCESS &&
+           found > 0;
+    if (!good && why->empty()) *why = "cuBLASLt found no algorithm for the shard GEMM";
+    const float alpha = 1.0f, beta = 0.0f;
+    if (good) {
+      good = cublasLtMatmul(lt_, op, &alpha, a.b, la, shard, lb, &beta, out, lc, out, lc, &heuristic.algo, workspace_,
+                            workspaceBytes_, gemmStream_) == CUBLAS_STATUS_SUCCESS;
+      if (!good) *why = "cublasLtMatmul failed";
+    }
+    if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
+    if (lc != nullptr) cublasLtMatrixLayoutDestroy(lc);
+    if (lb != nullptr) cublasLtMatrixLayoutDestroy(lb);
+    if (la != nullptr) cublasLtMatrixLayoutDestroy(la);
+    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+    return good;
+  }
+
+  concclComm_t comm_ = nullptr;
+  int nranks_ = 0, rank_ = 0, device_ = -1;
+  bool ok_ = false;
+  std::vector<cudaEvent_t> events_;
+  cudaEvent_t gemmDone_ = nullptr;
+  cudaStream_t gemmStream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspaceBytes_ = 0;
+};
+
+}  // namespace conccl::ops
