@@ -5,6 +5,7 @@
 // AllToAllv count symmetry) run when the last rank has posted (core/clique.cc), so that every rank of the call
 // reports the same error instead of some ranks waiting for a rank that bailed out.
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "api/api_guard.h"
@@ -88,8 +89,9 @@ RankArgs makeArgs(CollKind kind, const char* api, concclDataType_t dtype, size_t
   return a;
 }
 
-// The public collective enum as the schedule builders name it; nullopt-like false for a value outside the enum.
-bool collKindOf(concclCollective_t coll, CollKind* kind) {
+// The public collective enum as the schedule builders name it; false for a value outside the enum. Takes the raw
+// value: a caller may pass any int, and loading an out-of-range value as the enum type is undefined (UBSan).
+bool collKindOf(int coll, CollKind* kind) {
   switch (coll) {
     case concclCollAllGather: *kind = CollKind::kAllGather; return true;
     case concclCollReduceScatter: *kind = CollKind::kReduceScatter; return true;
@@ -307,8 +309,10 @@ concclResult_t concclCallResources(concclComm_t comm, concclCollective_t coll, s
     requireLiveComm(comm);
     CONCCL_REQUIRE(out != nullptr, "out is NULL");
     CollKind kind = CollKind::kAllGather;
-    CONCCL_REQUIRE(collKindOf(coll, &kind),
-                   "collective " + std::to_string(static_cast<int>(coll)) + " is not a concclCollective_t");
+    int rawColl = 0;
+    static_assert(sizeof(rawColl) == sizeof(coll));
+    std::memcpy(&rawColl, &coll, sizeof(rawColl));  // the bytes the caller passed, without an enum load
+    CONCCL_REQUIRE(collKindOf(rawColl, &kind), "collective " + std::to_string(rawColl) + " is not a concclCollective_t");
     CONCCL_REQUIRE(isValidType(datatype), "datatype " + std::to_string(static_cast<int>(datatype)) + " is not a conccl type");
     const int nranks = comm->clique->nranks();
     if (sched::isReduction(kind)) requireOp(concclSum, datatype);
