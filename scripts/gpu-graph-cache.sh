@@ -11,6 +11,8 @@
 #      lines, compare.txt and logs-<phases>.tgz land there, at most 4 files, within the tool's 8).
 # Exits non-zero when a step fails or times out.
 set -uo pipefail
+# gpu-build.sh packs bin/ into bin.tgz when the stage would not fit the device tool's carry limit.
+[ -f gpu-stage/bin.tgz ] && [ ! -d gpu-stage/bin ] && tar -xzf gpu-stage/bin.tgz -C gpu-stage
 
 stage=gpu-stage/bin
 out="${OUT:-/tmp/gpu-graph-cache}"
