@@ -21,14 +21,10 @@
 #include "exec/cuda/reduce_ops.cuh"
 
 namespace conccl::kbench {
-using exec::AccOf;
 using exec::ReduceArgs;
 using exec::kReduceThreads;
-using exec::toAcc;
-using exec::fromAcc;
-using exec::finish;
-using exec::reduceVectorGroup;
 using exec::reduceScalarRange;
+using exec::reduceVectorGroup;
 
 inline constexpr int kBulkStoreStages = 2;  // chunks per warp in shared memory: one filling, one draining
 
@@ -64,7 +60,6 @@ __device__ __forceinline__ void waitBulkWrites() { asm volatile("cp.async.bulk.w
 
 template <typename T, typename Op, int K, int U, int Threads = kReduceThreads>
 __global__ void __launch_bounds__(Threads, 1) reduceBulkStoreKernel(ReduceArgs args) {
-  using A = typename AccOf<T>::type;
   namespace d = bulk_store_detail;
   constexpr int kVec = 16 / sizeof(T);
   constexpr int kChunk = 32 * U;  // vectors per warp chunk
@@ -96,18 +91,7 @@ __global__ void __launch_bounds__(Threads, 1) reduceBulkStoreKernel(ReduceArgs a
     __syncwarp();
     uint4* buffer = mine + stage * kChunk;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      uint4 result;
-      T* o = reinterpret_cast<T*>(&result);
-#pragma unroll
-      for (int x = 0; x < kVec; ++x) {
-        A acc = toAcc<A>(reinterpret_cast<const T*>(&raw[u][0])[x]);
-#pragma unroll
-        for (int j = 1; j < K; ++j) acc = Op::apply(acc, toAcc<A>(reinterpret_cast<const T*>(&raw[u][j])[x]));
-        o[x] = fromAcc<T>(finish<Op>(acc, K));
-      }
-      buffer[u * 32 + lane] = result;
-    }
+    for (int u = 0; u < U; ++u) buffer[u * 32 + lane] = exec::reduceVector<T, Op, K>(raw[u]);
     d::fenceSharedForAsyncProxy();
     __syncwarp();
     if (lane == 0) d::bulkStore(out + c * kChunk, buffer, kChunk * 16);

@@ -100,10 +100,25 @@ __device__ __forceinline__ void storeVector(uint4* p, const uint4& v) {
   }
 }
 
-template <typename T, typename Op, int K, int U, StorePolicy S = StorePolicy::kStreaming>
-__device__ __forceinline__ void reduceVectorGroup(const ReduceArgs& args, size_t v, size_t stride) {
+// One 16-byte vector of results from the same vector of each of the K inputs (raw[j]: input j's vector).
+template <typename T, typename Op, int K>
+__device__ __forceinline__ uint4 reduceVector(const uint4 (&raw)[K]) {
   using A = typename AccOf<T>::type;
   constexpr int kVec = 16 / sizeof(T);
+  uint4 out;
+  T* o = reinterpret_cast<T*>(&out);
+#pragma unroll
+  for (int x = 0; x < kVec; ++x) {
+    A acc = toAcc<A>(reinterpret_cast<const T*>(&raw[0])[x]);
+#pragma unroll
+    for (int j = 1; j < K; ++j) acc = Op::apply(acc, toAcc<A>(reinterpret_cast<const T*>(&raw[j])[x]));
+    o[x] = fromAcc<T>(finish<Op>(acc, K));
+  }
+  return out;
+}
+
+template <typename T, typename Op, int K, int U, StorePolicy S = StorePolicy::kStreaming>
+__device__ __forceinline__ void reduceVectorGroup(const ReduceArgs& args, size_t v, size_t stride) {
   uint4 raw[U][K];
 #pragma unroll
   for (int j = 0; j < K; ++j) {
@@ -112,16 +127,7 @@ __device__ __forceinline__ void reduceVectorGroup(const ReduceArgs& args, size_t
   }
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    uint4 out;
-    T* o = reinterpret_cast<T*>(&out);
-#pragma unroll
-    for (int x = 0; x < kVec; ++x) {
-      A acc = toAcc<A>(reinterpret_cast<const T*>(&raw[u][0])[x]);
-#pragma unroll
-      for (int j = 1; j < K; ++j) acc = Op::apply(acc, toAcc<A>(reinterpret_cast<const T*>(&raw[u][j])[x]));
-      o[x] = fromAcc<T>(finish<Op>(acc, K));
-    }
-    storeVector<S>(static_cast<uint4*>(args.output) + v + u * stride, out);
+    storeVector<S>(static_cast<uint4*>(args.output) + v + u * stride, reduceVector<T, Op, K>(raw[u]));
   }
 }
 
