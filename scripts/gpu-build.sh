@@ -73,7 +73,8 @@ if [ -n "$shim_target" ]; then
     missing+=" conccl_nccl_shim"
   fi
 fi
-cp "$root"/scripts/gpu-check.sh "$root"/scripts/gpu-session.sh "$stage/scripts/"
+cp "$root"/scripts/gpu-check.sh "$root"/scripts/gpu-session.sh "$root"/scripts/gpu-env.sh "$root"/scripts/gpu-steps.sh \
+  "$stage/scripts/"
 # The shared library and the PyTorch snippet of docs/multiprocess.md (run by gpu-session.sh's procs phase).
 so="$(find "$build" -maxdepth 1 -name 'libconccl.so.*.*' -type f | head -1)"
 if [ -n "$so" ]; then

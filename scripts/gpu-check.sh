@@ -9,10 +9,8 @@
 # machine where `nvidia-smi -L` lists GPUs -- when a test binary ran no test or skipped every test it ran (a
 # binary that cannot see the GPU must not read as PASS).
 set -u
-# gpu-build.sh packs bin/ into bin.tgz when the stage would not fit the device tool's carry limit.
-[ -f "${STAGE:-gpu-stage}/bin.tgz" ] && [ ! -d "${STAGE:-gpu-stage}/bin" ] && tar -xzf "${STAGE:-gpu-stage}/bin.tgz" -C "${STAGE:-gpu-stage}"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"
 
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # Several ranks share one GPU in the tests: give every stream its own hardware queue (see docs/cuda-executor.md).
 export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
 export LD_LIBRARY_PATH="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
@@ -24,46 +22,7 @@ budget="${BUDGET_S:-540}"
 start="$(date +%s)"
 summary=()
 
-linebuf=""
-command -v stdbuf >/dev/null && linebuf="stdbuf -oL -eL"
-remaining() { echo $((budget - ($(date +%s) - start))); }
-# step NAME LIMIT_S CMD...: runs CMD with a timeout (the smaller of LIMIT_S and the budget left), logs to
-# $out/NAME.log, and records a summary line.
-step() {
-  local name="$1" limit="$2"
-  shift 2
-  local left
-  left="$(remaining)"
-  if [ "$left" -lt 15 ]; then
-    summary+=("$(printf '%-34s NOT RUN (budget spent)' "$name")")
-    failed+=("$name(not run)")
-    return
-  fi
-  [ "$limit" -gt "$left" ] && limit="$left"
-  local t0 rc
-  t0="$(date +%s)"
-  # Line-buffered, so that the log of a test killed by the timeout still shows where it was.
-  timeout --signal=TERM --kill-after=10 "$limit" $linebuf "$@" >"$out/$name.log" 2>&1
-  rc=$?
-  local secs=$(($(date +%s) - t0))
-  local verdict="PASS"
-  [ "$rc" -ne 0 ] && verdict="FAIL(rc=$rc)"
-  [ "$rc" -eq 124 ] && verdict="TIMEOUT(${limit}s)"
-  local counts
-  counts="$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]' "$out/$name.log" | sed -E 's/\[ +([A-Z]+) +\] ([0-9]+) tests?.*/\1=\2/' |
-            tr '\n' ' ')"
-  # A gtest binary on a machine with GPUs: no test run, or every test skipped, is a failure.
-  if [ "$verdict" = PASS ] && [ "$gpus" -gt 0 ] && grep -qE '^\[==========\] [0-9]+ tests? from' "$out/$name.log"; then
-    local passed skipped
-    passed="$(grep -E '^\[  PASSED  \] [0-9]+' "$out/$name.log" | tail -1 | sed -E 's/[^0-9]*([0-9]+).*/\1/')"
-    skipped="$(grep -E '^\[  SKIPPED \] [0-9]+' "$out/$name.log" | tail -1 | sed -E 's/[^0-9]*([0-9]+).*/\1/')"
-    if [ "${passed:-0}" -eq 0 ]; then
-      if [ "${skipped:-0}" -gt 0 ]; then verdict="FAIL(all skipped)"; else verdict="FAIL(no test ran)"; fi
-    fi
-  fi
-  [ "$verdict" != PASS ] && failed+=("$name")
-  summary+=("$(printf '%-34s %-16s %4ss %s' "$name" "$verdict" "$secs" "$counts")")
-}
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-steps.sh"  # step NAME LIMIT_S CMD...
 failed=()
 # GPUs the operating system shows: where there are some, a test binary that skips everything has failed.
 gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"

@@ -9,9 +9,7 @@
 #      (CONCCL_PEER_REDUCE=0) against reading the peers in place, reduction CTAs.
 # Env: PHASES (default "kernel tests bench tune"), TUNE (default "ss mc push ctas"), KERNEL_ARGS.
 set -u
-# gpu-build.sh packs bin/ into bin.tgz when the stage would not fit the device tool's carry limit.
-[ -f "${STAGE:-gpu-stage}/bin.tgz" ] && [ ! -d "${STAGE:-gpu-stage}/bin" ] && tar -xzf "${STAGE:-gpu-stage}/bin.tgz" -C "${STAGE:-gpu-stage}"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"
 export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
 export LD_LIBRARY_PATH="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
 stage="${STAGE:-gpu-stage}"

@@ -3,9 +3,7 @@
 # short soak, CUDA_DEVICE_MAX_CONNECTIONS=1), the queue-claim experiment of issue 13 (the deadlock test with the
 # claim off), then as much of the C3 grid (new metric) as the time allows. Logs in one tarball under $OUT.
 set -u
-# gpu-build.sh packs bin/ into bin.tgz when the stage would not fit the device tool's carry limit.
-[ -f "${STAGE:-gpu-stage}/bin.tgz" ] && [ ! -d "${STAGE:-gpu-stage}/bin" ] && tar -xzf "${STAGE:-gpu-stage}/bin.tgz" -C "${STAGE:-gpu-stage}"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"
 export LD_LIBRARY_PATH="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
 OUT="${OUT:-$PWD/gpu-final-out}"
 work="$(mktemp -d)"

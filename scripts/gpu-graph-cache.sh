@@ -11,14 +11,12 @@
 #      lines, compare.txt and logs-<phases>.tgz land there, at most 4 files, within the tool's 8).
 # Exits non-zero when a step fails or times out.
 set -uo pipefail
-# gpu-build.sh packs bin/ into bin.tgz when the stage would not fit the device tool's carry limit.
-[ -f gpu-stage/bin.tgz ] && [ ! -d gpu-stage/bin ] && tar -xzf gpu-stage/bin.tgz -C gpu-stage
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"
 
 stage=gpu-stage/bin
 out="${OUT:-/tmp/gpu-graph-cache}"
 logs="$(mktemp -d /tmp/gpu-graph-cache-logs.XXXXXX)"
 mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast off (KINDS.md)
 export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
 export LD_LIBRARY_PATH="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
 ngpu="$(nvidia-smi -L 2>/dev/null | wc -l)"

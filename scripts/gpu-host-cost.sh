@@ -6,8 +6,7 @@
 #   MODES     "g t" (-g 2: one thread drives both ranks; -t 2: a thread per rank)
 #   COLLS, MINB, MAXB, ITERS, DEVICES (default: 0,1 with 2+ GPUs, else 0,0)
 set -u
-# gpu-build.sh packs bin/ into bin.tgz when the stage would not fit the device tool's carry limit.
-[ -f "${STAGE:-gpu-stage}/bin.tgz" ] && [ ! -d "${STAGE:-gpu-stage}/bin" ] && tar -xzf "${STAGE:-gpu-stage}/bin.tgz" -C "${STAGE:-gpu-stage}"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"
 bin="${STAGE:-gpu-stage}/bin"
 OUT="${OUT:-$PWD/gpu-host-cost-out}"
 mkdir -p "$OUT"

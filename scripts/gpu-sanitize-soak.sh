@@ -4,9 +4,8 @@
 # (MultiGpu.AllCollectivesAcrossDevices: every collective, both paths), racecheck and memcheck of the executor's
 # signaller-first tests. Logs under $OUT.
 set -u
-# gpu-build.sh packs bin/ into bin.tgz when the stage would not fit the device tool's carry limit.
-[ -f "${STAGE:-gpu-stage}/bin.tgz" ] && [ ! -d "${STAGE:-gpu-stage}/bin" ] && tar -xzf "${STAGE:-gpu-stage}/bin.tgz" -C "${STAGE:-gpu-stage}"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 CUDA_DEVICE_MAX_CONNECTIONS=32
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"
+export CUDA_DEVICE_MAX_CONNECTIONS=32
 OUT="${OUT:-$PWD/gpu-sanitize-out}"
 mkdir -p "$OUT"
 bin=gpu-stage/bin

@@ -10,8 +10,7 @@
 #   5. issue 11 item 3: conccl-bench 128K-64M against NCCL with the graph cache off and on (gpu-graph-cache.sh).
 # Env: OUT, BUDGET_S (default 560), SKIP_BENCH=1.
 set -u
-[ -f gpu-stage/bin.tgz ] && [ ! -d gpu-stage/bin ] && tar -xzf gpu-stage/bin.tgz -C gpu-stage
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never NVLink multicast
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"
 export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
 export LD_LIBRARY_PATH="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
 bin=gpu-stage/bin
@@ -21,36 +20,11 @@ mkdir -p "$OUT"
 budget="${BUDGET_S:-560}"
 start="$(date +%s)"
 summary=()
-failed=0
+failed=()
 gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
-step() {  # step NAME LIMIT_S CMD...: bounded by the budget left; records PASS/FAIL and the gtest counts
-  local name="$1" limit="$2" left
-  shift 2
-  left=$((budget - ($(date +%s) - start)))
-  if [ "$left" -lt 20 ]; then
-    summary+=("$(printf '%-28s NOT RUN (budget spent)' "$name")")
-    failed=1
-    return
-  fi
-  [ "$limit" -gt "$left" ] && limit="$left"
-  local t0=$(date +%s)
-  timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1
-  local rc=$?
-  # gtest runs (several with --gtest_repeat) that passed something, failing tests, runs that skipped everything.
-  local passed failing skipped verdict
-  passed="$(grep -cE '^\[  PASSED  \] [1-9]' "$logs/$name.log")"
-  failing="$(grep -cE '^\[  FAILED  \] [A-Za-z]' "$logs/$name.log")"
-  skipped="$(grep -cE '^\[  SKIPPED \] [0-9]' "$logs/$name.log")"
-  verdict=PASS
-  [ "$rc" -ne 0 ] && verdict="FAIL($rc)"
-  # On a machine with 2+ GPUs a gtest binary that only skipped has proved nothing: a failure.
-  if [ "$verdict" = PASS ] && [ "${gpus:-0}" -ge 2 ] && [ "$passed" -eq 0 ] && [ "$skipped" -gt 0 ]; then
-    verdict="FAIL(all skipped)"
-  fi
-  [ "$verdict" != PASS ] && failed=1
-  summary+=("$(printf '%-28s %-18s %4ss runs-passed %s, failed tests %s, runs with skips %s' "$name" "$verdict" \
-    "$(($(date +%s) - t0))" "$passed" "$failing" "$skipped")")
-}
+gpus="${gpus:-0}"
+out="$logs"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-steps.sh"  # step NAME LIMIT_S CMD... (gpu-check.sh's)
 [ "${gpus:-0}" -ge 2 ] || echo "gpu-x2-first: only ${gpus:-0} GPU(s): the 2-GPU tests will skip, which proves nothing"
 
 step replay-x25 60 "$bin/test_gpu_executor" --gtest_filter='*GraphReplayOf*' --gtest_repeat=25 --gtest_brief=1
@@ -75,4 +49,4 @@ echo "== gpu-x2-first: $gpus GPU(s), $(($(date +%s) - start)) s"
 for line in "${summary[@]}"; do echo "$line"; done
 cat "$OUT/no-sm.txt" 2>/dev/null
 [ -f "$OUT/compare.txt" ] && head -40 "$OUT/compare.txt"
-exit "$failed"
+[ "${#failed[@]}" -eq 0 ]
