@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "gpu/gpu_collective_case.h"
+#include "gpu/gpu_stall.h"
 #include "gpu/gpu_test_util.h"
 #include "gpu/gpu_thread_per_rank.h"
 
@@ -150,17 +151,7 @@ TEST(Watchdog, StalledRankBecomesTimeoutOnEveryRank) {
   std::vector<cudaStream_t> streams(kN, nullptr);
   for (auto& s : streams) CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
-  static std::atomic<int> release{0};
-  release = 0;
-  CUDA_OK(cudaLaunchHostFunc(
-      streams[1],
-      [](void*) {
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-        while (release.load() == 0 && std::chrono::steady_clock::now() < deadline) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-      },
-      nullptr));
+  CUDA_OK(stallStream(streams[1]));
 
   CaseSpec spec = bigSpec(Coll::kAllReduce, kN, 0);
   CollCase c(spec, kN);
@@ -170,12 +161,7 @@ TEST(Watchdog, StalledRankBecomesTimeoutOnEveryRank) {
   ASSERT_EQ(concclGroupEnd(), concclSuccess) << concclGetLastError(comms[0]);
 
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<concclResult_t> async(kN, concclSuccess);
-  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
-    for (int r = 0; r < kN; ++r) concclCommGetAsyncError(comms[static_cast<size_t>(r)], &async[static_cast<size_t>(r)]);
-    if (async[0] != concclSuccess && async[1] != concclSuccess) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const std::vector<concclResult_t> async = waitForAsyncErrors(comms, std::chrono::seconds(20));
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(async[0], concclTimeout);
   EXPECT_EQ(async[1], concclTimeout);
@@ -188,22 +174,12 @@ TEST(Watchdog, StalledRankBecomesTimeoutOnEveryRank) {
   EXPECT_NE(message.find("did not complete within 2000 ms"), std::string::npos) << message;
   EXPECT_NE(message.find("rank 1"), std::string::npos) << message;
   // Rank 0's stream drains (its waits were re-opened) although rank 1 never reached the call.
-  const auto t1 = std::chrono::steady_clock::now();
-  cudaError_t q0 = cudaErrorNotReady;
-  while ((q0 = cudaStreamQuery(streams[0])) == cudaErrorNotReady &&
-         std::chrono::steady_clock::now() - t1 < std::chrono::seconds(10)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  const cudaError_t q0 = waitForStream(streams[0], std::chrono::seconds(10));
   EXPECT_EQ(q0, cudaSuccess) << "rank 0's stream did not drain after the watchdog fired";
   // The stall is the application's to end; then rank 1's stream runs its (released) part and finishes. Ended
   // before the abort: releasing a rank frees memory with cudaFree, which waits for the whole device.
-  release = 1;
-  const auto t2 = std::chrono::steady_clock::now();
-  cudaError_t q1 = cudaErrorNotReady;
-  while ((q1 = cudaStreamQuery(streams[1])) == cudaErrorNotReady &&
-         std::chrono::steady_clock::now() - t2 < std::chrono::seconds(10)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  endStall();
+  const cudaError_t q1 = waitForStream(streams[1], std::chrono::seconds(10));
   EXPECT_EQ(q1, cudaSuccess) << "rank 1's stream did not finish after the stall ended";
   const auto t3 = std::chrono::steady_clock::now();
   for (concclComm_t comm : comms) EXPECT_EQ(concclCommAbort(comm), concclSuccess);
