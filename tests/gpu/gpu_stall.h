@@ -5,6 +5,7 @@
 
 #include <conccl/conccl.h>
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
@@ -56,6 +57,20 @@ inline cudaError_t waitForStream(cudaStream_t stream, std::chrono::seconds limit
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return q;
+}
+
+// The end of a watchdog test: the application ends the stall of rank 1's stream (before the abort: releasing a
+// rank frees memory with cudaFree, which waits for the whole device), that stream finishes, every communicator
+// aborts promptly, and the streams are destroyed.
+inline void expectStallEndsAndAbortIsPrompt(const std::vector<concclComm_t>& comms,
+                                            const std::vector<cudaStream_t>& streams) {
+  endStall();
+  const cudaError_t q1 = waitForStream(streams[1], std::chrono::seconds(10));
+  EXPECT_EQ(q1, cudaSuccess) << "rank 1's stream did not finish after the stall ended";
+  const auto t3 = std::chrono::steady_clock::now();
+  for (concclComm_t comm : comms) EXPECT_EQ(concclCommAbort(comm), concclSuccess);
+  EXPECT_LT(std::chrono::steady_clock::now() - t3, std::chrono::seconds(5)) << "abort took long";
+  for (auto s : streams) cudaStreamDestroy(s);
 }
 
 }  // namespace conccl::gputest

@@ -12,19 +12,14 @@
 #include "core/types.h"
 #include "exec/call_path.h"
 #include "sched/schedule.h"
+#include "test_sched_util.h"
 
 namespace conccl::exec {
 namespace {
 
 sched::Schedule scheduleOf(sched::CollKind kind, int nranks, size_t count, concclDataType_t dtype, bool peerReads,
                            int root = 0) {
-  sched::CollectiveCall call;
-  call.kind = kind;
-  call.nranks = nranks;
-  call.dtype = dtype;
-  call.root = root;
-  call.count = count;
-  call.inPlace.assign(static_cast<size_t>(nranks), false);
+  const sched::CollectiveCall call = sched::testing::makeCall(kind, nranks, count, dtype, concclSum, root);
   sched::BuildOptions options;  // the CUDA executor's defaults (core/config.h)
   options.scratchBudget = size_t{64} << 20;
   options.minChunkBytes = size_t{8} << 20;
