@@ -7,6 +7,20 @@
 
 namespace conccl::tp {
 
+namespace {
+
+constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // as the fused ops' default
+
+}  // namespace
+
+void enqueueGemm(RankResources& rank, const void* a, const void* b, void* c, int64_t m, int64_t n, int64_t k,
+                 cudaStream_t stream) {
+  std::string why;
+  if (!rank.gemm->run(concclBfloat16, a, k, b, n, c, n, m, n, k, stream, &why)) {
+    CONCCL_THROW(concclUnhandledCudaError, "GEMM on device " + std::to_string(rank.device) + ": " + why);
+  }
+}
+
 TpWorld::TpWorld(const std::vector<int>& devices, double timeoutS) : timeoutS_(timeoutS) {
   const int n = int(devices.size());
   CONCCL_REQUIRE(n >= 1, "no GPU to run on");
@@ -31,7 +45,8 @@ TpWorld::TpWorld(const std::vector<int>& devices, double timeoutS) : timeoutS_(t
     rr.join = exec::Event::createForOrdering();
     rr.done = exec::Event::createForOrdering();
     for (int i = 0; i < n; ++i) rr.pieces.push_back(exec::Event::createForOrdering());
-    rr.gemm = std::make_unique<RowMajorGemm>(rr.device);
+    rr.gemm = std::make_unique<ops::detail::RowMajorGemm>(kGemmWorkspaceBytes);
+    CONCCL_REQUIRE(rr.gemm->ok(), "cuBLASLt: no handle or workspace on device " + std::to_string(rr.device));
   }
   exec::DeviceGuard guard(devices[0]);
   start_ = exec::Event::createForTiming();

@@ -13,8 +13,9 @@
 #include <string>
 #include <vector>
 
+#include <conccl/ops/detail/row_major_gemm.hpp>
+
 #include "exec/cuda/raii.h"
-#include "row_major_gemm.h"
 
 namespace conccl::tp {
 
@@ -32,8 +33,15 @@ struct RankResources {
   exec::Stream main, comm, compute;
   exec::Event fork, join, done;     // ordering: main -> comm/compute, back, and into rank 0's stream for timing
   std::vector<exec::Event> pieces;  // ordering: one per shard / block (the split strategy), nranks of them
-  std::unique_ptr<RowMajorGemm> gemm;
+  // The same cuBLASLt GEMM (and plan cache) as conccl's fused ops use, so that the strategies differ only in how
+  // the GEMM and the collective are arranged, not in the GEMM.
+  std::unique_ptr<ops::detail::RowMajorGemm> gemm;
 };
+
+// C[m, n] = A[m, k] @ B[k, n], bf16 row-major and contiguous, fp32 accumulation, on `stream` of rank `rank` (whose
+// device must be current). Throws conccl::Error when cuBLASLt has no algorithm or the launch fails.
+void enqueueGemm(RankResources& rank, const void* a, const void* b, void* c, int64_t m, int64_t n, int64_t k,
+                 cudaStream_t stream);
 
 class TpWorld {
  public:

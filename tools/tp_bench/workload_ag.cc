@@ -70,7 +70,7 @@ class AllGatherGemm final : public Workload {
     for (int r = 0; r < world_.size(); ++r) {
       RankResources& rr = world_.rank(r);
       exec::DeviceGuard guard(rr.device);
-      rr.gemm->enqueue(ranks_[size_t(r)].a.get(), ranks_[size_t(r)].b.get(), ranks_[size_t(r)].c.get(), shape_.m,
+      enqueueGemm(rr, ranks_[size_t(r)].a.get(), ranks_[size_t(r)].b.get(), ranks_[size_t(r)].c.get(), shape_.m,
                        shape_.n, shape_.k, rr.main.get());
     }
   }
@@ -133,7 +133,7 @@ class AllGatherGemm final : public Workload {
   void shardGemm(int r, int q) {
     RankResources& rr = world_.rank(r);
     char* c = ranks_[size_t(r)].c.as<char>() + size_t(q) * size_t(shape_.mShard()) * size_t(shape_.n) * 2;
-    rr.gemm->enqueue(shard(r, q), ranks_[size_t(r)].b.get(), c, shape_.mShard(), shape_.n, shape_.k,
+    enqueueGemm(rr, shard(r, q), ranks_[size_t(r)].b.get(), c, shape_.mShard(), shape_.n, shape_.k,
                      rr.compute.get());
   }
 

@@ -1,12 +1,7 @@
 // GEMM->RS: C_shard[m/tp, n] = reduce_scatter(A[m, k] @ B_shard[k, n]) on every rank (the row-parallel down
 // projection: k is this rank's slice of the FFN dimension, the partial product [m, n] is summed over the ranks and
 // each rank keeps its m/tp rows).
-#if __has_include(<conccl/ops/matmul_reduce_scatter.hpp>)
 #include <conccl/ops/matmul_reduce_scatter.hpp>
-#define CONCCL_TP_HAVE_MATMUL_REDUCE_SCATTER 1
-#else
-#define CONCCL_TP_HAVE_MATMUL_REDUCE_SCATTER 0
-#endif
 
 #include "tp_workload.h"
 
@@ -66,9 +61,7 @@ class GemmReduceScatter final : public Workload {
  private:
   struct Rank {
     exec::DeviceBuffer a, b, partial, c;
-#if CONCCL_TP_HAVE_MATMUL_REDUCE_SCATTER
     std::unique_ptr<ops::MatmulReduceScatter> op;
-#endif
   };
 
   size_t blockElems() const { return size_t(shape_.mShard()) * size_t(shape_.n); }
@@ -78,7 +71,7 @@ class GemmReduceScatter final : public Workload {
     for (int r = 0; r < world_.size(); ++r) {
       RankResources& rr = world_.rank(r);
       exec::DeviceGuard guard(rr.device);
-      rr.gemm->enqueue(ranks_[size_t(r)].a.get(), ranks_[size_t(r)].b.get(), ranks_[size_t(r)].partial.get(),
+      enqueueGemm(rr, ranks_[size_t(r)].a.get(), ranks_[size_t(r)].b.get(), ranks_[size_t(r)].partial.get(),
                        shape_.m, shape_.n, shape_.k, rr.main.get());
     }
   }
@@ -115,7 +108,7 @@ class GemmReduceScatter final : public Workload {
         RankResources& rr = world_.rank(r);
         exec::DeviceGuard guard(rr.device);
         const char* a = ranks_[size_t(r)].a.as<char>() + size_t(q) * size_t(shape_.mShard()) * size_t(shape_.k) * 2;
-        rr.gemm->enqueue(a, ranks_[size_t(r)].b.get(), block(r, q), shape_.mShard(), shape_.n, shape_.k,
+        enqueueGemm(rr, a, ranks_[size_t(r)].b.get(), block(r, q), shape_.mShard(), shape_.n, shape_.k,
                          rr.compute.get());
         CUDA_CHECK(cudaEventRecord(rr.pieces[size_t(q)].get(), rr.compute.get()));
         CUDA_CHECK(cudaStreamWaitEvent(rr.comm.get(), rr.pieces[size_t(q)].get(), 0));
@@ -137,7 +130,6 @@ class GemmReduceScatter final : public Workload {
     }
   }
 
-#if CONCCL_TP_HAVE_MATMUL_REDUCE_SCATTER
   void makeOps() {
     for (int r = 0; r < world_.size(); ++r) {
       if (ranks_[size_t(r)].op) continue;
@@ -176,16 +168,6 @@ class GemmReduceScatter final : public Workload {
       }
     });
   }
-#else
-  // TODO(issue 15): conccl::ops::MatmulReduceScatter is being written on main; until its header is in this tree the
-  // strategy reports this error instead of a time.
-  [[noreturn]] void makeOps() {
-    CONCCL_THROW(concclNotSupported,
-                 "TODO(issue 15): conccl-fused GEMM->RS needs conccl::ops::MatmulReduceScatter "
-                 "(include/conccl/ops/matmul_reduce_scatter.hpp), which this build does not have");
-  }
-  void fused() {}
-#endif
 
   std::vector<Rank> ranks_;
 };
