@@ -28,7 +28,7 @@ if [ -z "${TARGETS:-}" ]; then
     TARGETS+=" ${name%.*}"
   done
   known="$(ninja -C "$build" -t targets all 2>/dev/null | cut -d: -f1)"
-  for tool in conccl-kernel-bench conccl-bench conccl-c3 conccl-ce-probe conccl_mp_worker multiprocess_allreduce \
+  for tool in conccl-kernel-bench conccl-bench conccl-c3 conccl-tp-bench conccl-ce-probe conccl_mp_worker multiprocess_allreduce \
               conccl_nccl_shim test_gpu_nccl_shim; do
     if grep -qx "$tool" <<<"$known"; then TARGETS+=" $tool"; fi
   done

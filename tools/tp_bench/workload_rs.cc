@@ -21,6 +21,7 @@ class GemmReduceScatter final : public Workload {
       rank.c = exec::DeviceBuffer::allocate(shape.outputElems() * 2);
       fillRandom(r, rank.a.get(), m * k, 3);
       fillRandom(r, rank.b.get(), k * n, 4);
+      fillRandom(r, rank.partial.get(), m * n, 5);  // `coll` alone reduces it without a GEMM before it
       setOutput(r, rank.c.get());
       ranks_.push_back(std::move(rank));
     }
