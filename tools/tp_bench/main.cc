@@ -73,10 +73,10 @@ int run(const TpOptions& o) {
     json.flush();
   };
 
-  TpWorld world(devices, o.timeoutS);
-  std::printf("# conccl-tp-bench %d.%d.%d  device %s  tp %d  bf16  iters %d  warmup %d  check %s\n", CONCCL_MAJOR,
-              CONCCL_MINOR, CONCCL_PATCH, world.deviceName().c_str(), tp, o.iters, o.warmup,
-              o.check ? "on" : "off");
+  TpWorld world(devices, o.concclEngine == "auto" ? concclEngineAuto : concclEngineCopy, o.timeoutS);
+  std::printf("# conccl-tp-bench %d.%d.%d  device %s  tp %d  bf16  iters %d  warmup %d  check %s  conccl engine %s\n",
+              CONCCL_MAJOR, CONCCL_MINOR, CONCCL_PATCH, world.deviceName().c_str(), tp, o.iters, o.warmup,
+              o.check ? "on" : "off", o.concclEngine.c_str());
   for (const std::string& why : sel.skipped) {
     std::printf("# skipped: %s\n", why.c_str());
     writeJson(jsonSkipped(why.substr(0, why.find(':')), why.substr(why.find(':') + 2)));

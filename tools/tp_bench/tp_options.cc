@@ -32,6 +32,9 @@ void addTpOptions(CLI::App& app, TpOptions& o) {
                "makes the exit status non-zero");
   app.add_option("--tolerance", o.tolerance, "--check: largest relative error (max|diff| / max|ref|) that passes")
       ->check(CLI::PositiveNumber);
+  app.add_option("--conccl-engine", o.concclEngine,
+                 "conccl's engine: copy (no SM moves data, the default beside a GEMM) or auto (see concclEngine_t)")
+      ->check(CLI::IsMember({"copy", "auto"}));
   app.add_option("--timeout", o.timeoutS, "Seconds a wait for the GPUs may take before it is an error")
       ->check(CLI::PositiveNumber);
   app.add_flag("--list", o.list, "Print the selected shapes (and the skipped ones) and exit; needs no GPU");
@@ -43,6 +46,7 @@ void validateTpOptions(const TpOptions& o) {
   CONCCL_REQUIRE(o.ranks >= 0 && o.ranks <= 64, "--ranks must be in 0..64");
   CONCCL_REQUIRE(o.tolerance > 0, "--tolerance must be > 0");
   CONCCL_REQUIRE(o.timeoutS > 0, "--timeout must be > 0");
+  CONCCL_REQUIRE(o.concclEngine == "copy" || o.concclEngine == "auto", "--conccl-engine must be copy or auto");
   for (int d : o.devices) CONCCL_REQUIRE(d >= 0, "--devices: device ids must be >= 0");
   CONCCL_REQUIRE(
       o.devices.empty() || o.ranks == 0 || int(o.devices.size()) == o.ranks,

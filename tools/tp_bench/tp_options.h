@@ -25,6 +25,9 @@ struct TpOptions {
   std::string jsonPath;  // JSON lines, one object per row
   bool check = false;
   double tolerance = kDefaultBf16Tolerance;
+  // conccl's data path: "copy" (no SM moves data, as beside a GEMM it must; conccl-c3 uses it too) or "auto"
+  // (small calls and a rank's own block on SMs); see concclEngine_t.
+  std::string concclEngine = "copy";
   double timeoutS = 120;  // a wait for the GPUs longer than this is an error (no hang)
   bool list = false;      // print the selected shapes and exit (no GPU needed)
 };

@@ -21,7 +21,7 @@ void enqueueGemm(RankResources& rank, const void* a, const void* b, void* c, int
   }
 }
 
-TpWorld::TpWorld(const std::vector<int>& devices, double timeoutS) : timeoutS_(timeoutS) {
+TpWorld::TpWorld(const std::vector<int>& devices, concclEngine_t engine, double timeoutS) : timeoutS_(timeoutS) {
   const int n = int(devices.size());
   CONCCL_REQUIRE(n >= 1, "no GPU to run on");
   ranks_.resize(devices.size());
@@ -32,7 +32,10 @@ TpWorld::TpWorld(const std::vector<int>& devices, double timeoutS) : timeoutS_(t
   C3_NCCL_CHECK(ncclCommInitAll(nccl.data(), n, devices.data()));
   for (int r = 0; r < n; ++r) ranks_[size_t(r)].nccl = nccl[size_t(r)];
   std::vector<concclComm_t> conccl(devices.size(), nullptr);
-  C3_CONCCL_CHECK(concclCommInitAll(conccl.data(), n, devices.data(), nullptr));
+  concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
+  config.backend = concclBackendCuda;
+  config.engine = engine;
+  C3_CONCCL_CHECK(concclCommInitAll(conccl.data(), n, devices.data(), &config));
   for (int r = 0; r < n; ++r) {
     RankResources& rr = ranks_[size_t(r)];
     rr.conccl = conccl[size_t(r)];

@@ -45,7 +45,8 @@ void enqueueGemm(RankResources& rank, const void* a, const void* b, void* c, int
 
 class TpWorld {
  public:
-  TpWorld(const std::vector<int>& devices, double timeoutS);
+  // engine: the conccl communicators' config.engine (concclEngineCopy beside a GEMM).
+  TpWorld(const std::vector<int>& devices, concclEngine_t engine, double timeoutS);
   ~TpWorld();  // destroys the communicators, or aborts them after a failure (markBroken)
   TpWorld(const TpWorld&) = delete;
   TpWorld& operator=(const TpWorld&) = delete;

@@ -26,6 +26,7 @@ TEST(TpOptions, Defaults) {
   EXPECT_FALSE(o.check);
   EXPECT_DOUBLE_EQ(o.tolerance, kDefaultBf16Tolerance);
   EXPECT_TRUE(o.jsonPath.empty());
+  EXPECT_EQ(o.concclEngine, "copy");
   EXPECT_NO_THROW(validateTpOptions(o));
   EXPECT_EQ(selectedStrategies(o), allStrategies());
   const ShapeSelection sel = selectShapes(o, 8);
@@ -36,7 +37,7 @@ TEST(TpOptions, Defaults) {
 TEST(TpOptions, ParsesEverything) {
   const TpOptions o = parse(
       "-g 4 --devices 4,5,6,7 --models llama3-405b --tokens 1024,8192 --ops rs --strategies conccl-fused,gemm "
-      "--iters 7 --warmup 2 --json out.jsonl --check --tolerance 0.05 --timeout 30 --list");
+      "--iters 7 --warmup 2 --json out.jsonl --check --tolerance 0.05 --timeout 30 --list --conccl-engine auto");
   EXPECT_EQ(o.ranks, 4);
   EXPECT_EQ(o.devices, (std::vector<int>{4, 5, 6, 7}));
   EXPECT_EQ(o.models, (std::vector<std::string>{"llama3-405b"}));  // replaces the default, not appended
@@ -48,6 +49,7 @@ TEST(TpOptions, ParsesEverything) {
   EXPECT_DOUBLE_EQ(o.tolerance, 0.05);
   EXPECT_DOUBLE_EQ(o.timeoutS, 30);
   EXPECT_TRUE(o.list);
+  EXPECT_EQ(o.concclEngine, "auto");
   EXPECT_NO_THROW(validateTpOptions(o));
   // The table's order, whatever the command line's.
   EXPECT_EQ(selectedStrategies(o), (std::vector<Strategy>{Strategy::kGemm, Strategy::kConcclFused}));
@@ -82,6 +84,7 @@ TEST(TpOptions, Cli11RejectsBadNumbers) {
   EXPECT_THROW(parse("--warmup -1"), CLI::ValidationError);
   EXPECT_THROW(parse("--tolerance 0"), CLI::ValidationError);
   EXPECT_THROW(parse("--iters x"), CLI::ParseError);
+  EXPECT_THROW(parse("--conccl-engine sm"), CLI::ValidationError);
 }
 
 TEST(TpOptions, AllSelectsEveryStrategy) {
