@@ -40,7 +40,7 @@ cudaError_t launchBf16MaxDiff(const void* got, const void* ref, size_t elems, un
   constexpr int kThreads = 256;  // a multiple of the warp size: every warp is full
   constexpr int kBlocks = 1024;
   maxDiff<<<kBlocks, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(got),
-                                             static_cast<const __nv_bfloat16*>(ref), elems, result);
+                                            static_cast<const __nv_bfloat16*>(ref), elems, result);
   return cudaGetLastError();
 }
 

@@ -44,7 +44,8 @@ int listShapes(const TpOptions& o) {
     std::printf("# no GPU visible and no --ranks: listing for tp=8\n");
   }
   const ShapeSelection sel = selectShapes(o, tp);
-  std::printf("# tp=%d, bf16; m n k = one rank's GEMM; MiB = buffers per GPU%s\n", tp, o.check ? " (with --check)" : "");
+  std::printf("# tp=%d, bf16; m n k = one rank's GEMM; MiB = buffers per GPU%s\n", tp,
+              o.check ? " (with --check)" : "");
   for (const TpShape& s : sel.shapes) {
     std::printf("%-12s %-8s m=%-6lld n=%-6lld k=%-6lld %8.0f MiB %9.2f GFLOP/rank\n", s.model.c_str(), opName(s.op),
                 static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k),

@@ -13,8 +13,7 @@ void addTpOptions(CLI::App& app, TpOptions& o) {
       ->delimiter(',');
   app.add_option("--models", o.models, "Models of the builtin table, comma-separated: llama3-70b, llama3-405b")
       ->delimiter(',');
-  app.add_option("--tokens", o.tokens, "Tokens (GEMM rows m) of the builtin table, comma-separated")
-      ->delimiter(',');
+  app.add_option("--tokens", o.tokens, "Tokens (GEMM rows m) of the builtin table, comma-separated")->delimiter(',');
   app.add_option("--ops", o.ops, "ag-gemm (ag) and/or gemm-rs (rs), comma-separated")->delimiter(',');
   app.add_option("--shapes", o.shapes,
                  "Explicit shapes instead of the model table: ag:MxNxK or rs:MxNxK (one rank's GEMM: "
@@ -55,9 +54,11 @@ void validateTpOptions(const TpOptions& o) {
   std::sort(sorted.begin(), sorted.end());
   CONCCL_REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
                  "--devices: each rank needs a GPU of its own (NCCL refuses two ranks on one GPU)");
-  for (const std::string& m : o.models) CONCCL_REQUIRE(findModel(m).has_value(), "--models: unknown model '" + m + "' (llama3-70b, llama3-405b)");
+  for (const std::string& m : o.models)
+    CONCCL_REQUIRE(findModel(m).has_value(), "--models: unknown model '" + m + "' (llama3-70b, llama3-405b)");
   for (int64_t t : o.tokens) CONCCL_REQUIRE(t > 0, "--tokens: token counts must be > 0");
-  for (const std::string& op : o.ops) CONCCL_REQUIRE(parseOp(op).has_value(), "--ops: unknown op '" + op + "' (ag-gemm, gemm-rs)");
+  for (const std::string& op : o.ops)
+    CONCCL_REQUIRE(parseOp(op).has_value(), "--ops: unknown op '" + op + "' (ag-gemm, gemm-rs)");
   (void)selectedStrategies(o);  // throws on an unknown name
   for (const std::string& s : o.shapes) {
     CONCCL_REQUIRE(parseShapeSpec(s, 1).has_value(), "--shapes: '" + s + "' is not ag:MxNxK or rs:MxNxK");

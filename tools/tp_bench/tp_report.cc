@@ -80,12 +80,12 @@ std::string fixed(const std::optional<double>& v, const char* format) {
 
 std::string formatTableHeader() {
   char buf[512];
-  std::snprintf(buf, sizeof(buf), "#%-12s %-8s %6s %6s %6s %3s %-13s %9s %9s %9s %9s %7s %7s %7s  %s\n", "model",
-                "op", "m", "n", "k", "tp", "strategy", "median", "min", "max", "ideal", "t/ideal", "speedup",
-                "TFLOP/s", "check");
+  std::snprintf(buf, sizeof(buf), "#%-12s %-8s %6s %6s %6s %3s %-13s %9s %9s %9s %9s %7s %7s %7s  %s\n", "model", "op",
+                "m", "n", "k", "tp", "strategy", "median", "min", "max", "ideal", "t/ideal", "speedup", "TFLOP/s",
+                "check");
   std::string out = buf;
-  std::snprintf(buf, sizeof(buf), "#%-12s %-8s %6s %6s %6s %3s %-13s %9s %9s %9s %9s %7s %7s %7s  %s\n", "", "", "",
-                "", "", "", "", "(ms)", "(ms)", "(ms)", "(ms)", "", "(x)", "/GPU", "(rel.err)");
+  std::snprintf(buf, sizeof(buf), "#%-12s %-8s %6s %6s %6s %3s %-13s %9s %9s %9s %9s %7s %7s %7s  %s\n", "", "", "", "",
+                "", "", "", "(ms)", "(ms)", "(ms)", "(ms)", "", "(x)", "/GPU", "(rel.err)");
   return out + buf;
 }
 

@@ -30,12 +30,12 @@ std::optional<Strategy> parseStrategy(std::string_view name);
 struct TpRow {
   TpShape shape;
   Strategy strategy = Strategy::kGemm;
-  std::vector<double> timesMs;  // per timed iteration
-  Summary time;                 // of timesMs
-  std::optional<double> idealMs;    // max(T_gemm, T_coll) medians, when both were measured
-  std::optional<double> vsIdeal;    // time.median / ideal
-  std::optional<double> speedup;    // serial-nccl median / time.median
-  double tflops = 0;                // per GPU, at the median time
+  std::vector<double> timesMs;       // per timed iteration
+  Summary time;                      // of timesMs
+  std::optional<double> idealMs;     // max(T_gemm, T_coll) medians, when both were measured
+  std::optional<double> vsIdeal;     // time.median / ideal
+  std::optional<double> speedup;     // serial-nccl median / time.median
+  double tflops = 0;                 // per GPU, at the median time
   std::optional<double> checkError;  // --check: relative error against serial-nccl (tp_stats.h)
   bool checkFailed = false;
   std::string error;  // non-empty: the strategy failed (the row has no times)

@@ -30,7 +30,7 @@ std::optional<TpOp> parseOp(std::string_view name) {
 
 size_t TpShape::bytesPerRank(bool check) const {
   const size_t mm = size_t(m), nn = size_t(n), kk = size_t(k);
-  size_t elems = mm * kk + kk * nn + mm * nn;  // A (gathered, or the full K-slice), B, C or partial
+  size_t elems = mm * kk + kk * nn + mm * nn;                  // A (gathered, or the full K-slice), B, C or partial
   if (op == TpOp::kGemmReduceScatter) elems += outputElems();  // C_shard beside the partial product
   if (check) elems += outputElems();
   return elems * 2;  // bf16
@@ -91,8 +91,8 @@ ShapeSelection builtinShapes(const std::vector<ModelDims>& models, const std::ve
           continue;
         }
         if (model.ffn % tp != 0) {
-          out.skipped.push_back(what + ": ffn " + std::to_string(model.ffn) + " not divisible by tp=" +
-                                std::to_string(tp));
+          out.skipped.push_back(what + ": ffn " + std::to_string(model.ffn) +
+                                " not divisible by tp=" + std::to_string(tp));
           continue;
         }
         TpShape s;

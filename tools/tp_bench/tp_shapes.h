@@ -27,7 +27,7 @@ enum class TpOp {
   kAllGatherGemm,      // C[m, n] = allgather(A_shard[m/tp, k]) @ B[k, n]
   kGemmReduceScatter,  // C_shard[m/tp, n] = reduce_scatter(A[m, k] @ B_shard[k, n])
 };
-const char* opName(TpOp op);  // "ag-gemm", "gemm-rs"
+const char* opName(TpOp op);                         // "ag-gemm", "gemm-rs"
 std::optional<TpOp> parseOp(std::string_view name);  // also accepts "ag" and "rs"
 
 // One measured case. m, n, k are one rank's GEMM: for AG->GEMM k = hidden and n = ffn / tp (column-parallel up

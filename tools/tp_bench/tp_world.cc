@@ -77,8 +77,8 @@ void TpWorld::synchronize() {
         C3_NCCL_CHECK(ncclCommGetAsyncError(r.nccl, &async));
         C3_NCCL_CHECK(async);
         if (std::chrono::steady_clock::now() > deadline) {
-          throw TimeoutError("the GPUs did not finish within " + std::to_string(timeoutS_) +
-                             " s (--timeout); device " + std::to_string(r.device) + " is still busy");
+          throw TimeoutError("the GPUs did not finish within " + std::to_string(timeoutS_) + " s (--timeout); device " +
+                             std::to_string(r.device) + " is still busy");
         }
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }

@@ -8,12 +8,11 @@
 #include <conccl/conccl.h>
 #include <nccl.h>
 
+#include <conccl/ops/detail/row_major_gemm.hpp>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <conccl/ops/detail/row_major_gemm.hpp>
 
 #include "exec/cuda/raii.h"
 

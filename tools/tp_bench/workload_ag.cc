@@ -71,7 +71,7 @@ class AllGatherGemm final : public Workload {
       RankResources& rr = world_.rank(r);
       exec::DeviceGuard guard(rr.device);
       enqueueGemm(rr, ranks_[size_t(r)].a.get(), ranks_[size_t(r)].b.get(), ranks_[size_t(r)].c.get(), shape_.m,
-                       shape_.n, shape_.k, rr.main.get());
+                  shape_.n, shape_.k, rr.main.get());
     }
   }
 
@@ -80,8 +80,8 @@ class AllGatherGemm final : public Workload {
       for (int r = 0; r < world_.size(); ++r) {
         RankResources& rr = world_.rank(r);
         exec::DeviceGuard guard(rr.device);
-        C3_NCCL_CHECK(ncclAllGather(shard(r, r), ranks_[size_t(r)].a.get(), shardElems(), ncclBfloat16, rr.nccl,
-                                    rr.main.get()));
+        C3_NCCL_CHECK(
+            ncclAllGather(shard(r, r), ranks_[size_t(r)].a.get(), shardElems(), ncclBfloat16, rr.nccl, rr.main.get()));
       }
     });
   }
@@ -106,8 +106,7 @@ class AllGatherGemm final : public Workload {
         for (int r = 0; r < tp; ++r) {
           RankResources& rr = world_.rank(r);
           exec::DeviceGuard guard(rr.device);
-          C3_NCCL_CHECK(ncclBroadcast(shard(r, q), shard(r, q), shardElems(), ncclBfloat16, q, rr.nccl,
-                                      rr.comm.get()));
+          C3_NCCL_CHECK(ncclBroadcast(shard(r, q), shard(r, q), shardElems(), ncclBfloat16, q, rr.nccl, rr.comm.get()));
         }
       });
       for (int r = 0; r < tp; ++r) {
@@ -133,8 +132,7 @@ class AllGatherGemm final : public Workload {
   void shardGemm(int r, int q) {
     RankResources& rr = world_.rank(r);
     char* c = ranks_[size_t(r)].c.as<char>() + size_t(q) * size_t(shape_.mShard()) * size_t(shape_.n) * 2;
-    enqueueGemm(rr, shard(r, q), ranks_[size_t(r)].b.get(), c, shape_.mShard(), shape_.n, shape_.k,
-                     rr.compute.get());
+    enqueueGemm(rr, shard(r, q), ranks_[size_t(r)].b.get(), c, shape_.mShard(), shape_.n, shape_.k, rr.compute.get());
   }
 
   void makeOps() {

@@ -53,8 +53,8 @@ class GemmReduceScatter final : public Workload {
       RankResources& rr = world_.rank(r);
       exec::DeviceGuard guard(rr.device);
       // 0xFFFF is a bf16 NaN: a block the strategy never wrote, or never reduced, shows.
-      CUDA_CHECK(cudaMemsetAsync(ranks_[size_t(r)].partial.get(), 0xFF,
-                                 size_t(shape_.m) * size_t(shape_.n) * 2, rr.main.get()));
+      CUDA_CHECK(cudaMemsetAsync(ranks_[size_t(r)].partial.get(), 0xFF, size_t(shape_.m) * size_t(shape_.n) * 2,
+                                 rr.main.get()));
       CUDA_CHECK(cudaMemsetAsync(ranks_[size_t(r)].c.get(), 0xFF, shape_.outputElems() * 2, rr.main.get()));
     }
   }
@@ -72,8 +72,8 @@ class GemmReduceScatter final : public Workload {
     for (int r = 0; r < world_.size(); ++r) {
       RankResources& rr = world_.rank(r);
       exec::DeviceGuard guard(rr.device);
-      enqueueGemm(rr, ranks_[size_t(r)].a.get(), ranks_[size_t(r)].b.get(), ranks_[size_t(r)].partial.get(),
-                       shape_.m, shape_.n, shape_.k, rr.main.get());
+      enqueueGemm(rr, ranks_[size_t(r)].a.get(), ranks_[size_t(r)].b.get(), ranks_[size_t(r)].partial.get(), shape_.m,
+                  shape_.n, shape_.k, rr.main.get());
     }
   }
 
@@ -110,7 +110,7 @@ class GemmReduceScatter final : public Workload {
         exec::DeviceGuard guard(rr.device);
         const char* a = ranks_[size_t(r)].a.as<char>() + size_t(q) * size_t(shape_.mShard()) * size_t(shape_.k) * 2;
         enqueueGemm(rr, a, ranks_[size_t(r)].b.get(), block(r, q), shape_.mShard(), shape_.n, shape_.k,
-                         rr.compute.get());
+                    rr.compute.get());
         CUDA_CHECK(cudaEventRecord(rr.pieces[size_t(q)].get(), rr.compute.get()));
         CUDA_CHECK(cudaStreamWaitEvent(rr.comm.get(), rr.pieces[size_t(q)].get(), 0));
       }

@@ -21,8 +21,8 @@ TEST(TpShapes, BuiltinModelsAreLlama3) {
 }
 
 TEST(TpShapes, UpProjectionIsColumnParallelDownProjectionRowParallel) {
-  const ShapeSelection sel = builtinShapes({*findModel("llama3-70b")}, {4096},
-                                           {TpOp::kAllGatherGemm, TpOp::kGemmReduceScatter}, 8);
+  const ShapeSelection sel =
+      builtinShapes({*findModel("llama3-70b")}, {4096}, {TpOp::kAllGatherGemm, TpOp::kGemmReduceScatter}, 8);
   ASSERT_EQ(sel.shapes.size(), 2u);
   EXPECT_TRUE(sel.skipped.empty());
   const TpShape& ag = sel.shapes[0];
@@ -44,8 +44,8 @@ TEST(TpShapes, UpProjectionIsColumnParallelDownProjectionRowParallel) {
 }
 
 TEST(TpShapes, DefaultTableOrderAndCount) {
-  const ShapeSelection sel = builtinShapes(builtinModels(), {2048, 4096, 8192, 16384},
-                                           {TpOp::kAllGatherGemm, TpOp::kGemmReduceScatter}, 8);
+  const ShapeSelection sel =
+      builtinShapes(builtinModels(), {2048, 4096, 8192, 16384}, {TpOp::kAllGatherGemm, TpOp::kGemmReduceScatter}, 8);
   EXPECT_EQ(sel.shapes.size(), 2u * 4u * 2u);
   EXPECT_EQ(sel.shapes.front().model, "llama3-70b");
   EXPECT_EQ(sel.shapes.front().m, 2048);

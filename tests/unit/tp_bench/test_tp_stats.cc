@@ -27,9 +27,7 @@ TEST(TpStats, SummaryOfOddAndEvenCounts) {
   EXPECT_DOUBLE_EQ(none.max, 0);
 }
 
-TEST(TpStats, MedianIgnoresOneOutlier) {
-  EXPECT_DOUBLE_EQ(summarize({1.0, 1.1, 0.9, 1.0, 50.0}).median, 1.0);
-}
+TEST(TpStats, MedianIgnoresOneOutlier) { EXPECT_DOUBLE_EQ(summarize({1.0, 1.1, 0.9, 1.0, 50.0}).median, 1.0); }
 
 TEST(TpStats, RelativeError) {
   EXPECT_DOUBLE_EQ(relativeError(0.5, 100), 0.005);
