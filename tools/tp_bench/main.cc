@@ -51,7 +51,7 @@ int listShapes(const TpOptions& o) {
                 static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k),
                 double(s.bytesPerRank(o.check)) / double(1 << 20), s.flopsPerRank() * 1e-9);
   }
-  for (const std::string& why : sel.skipped) std::printf("# skipped: %s\n", why.c_str());
+  for (const SkippedShape& s : sel.skipped) std::printf("# skipped: %s: %s\n", s.what.c_str(), s.reason.c_str());
   return 0;
 }
 
@@ -78,9 +78,9 @@ int run(const TpOptions& o) {
   std::printf("# conccl-tp-bench %d.%d.%d  device %s  tp %d  bf16  iters %d  warmup %d  check %s  conccl engine %s\n",
               CONCCL_MAJOR, CONCCL_MINOR, CONCCL_PATCH, world.deviceName().c_str(), tp, o.iters, o.warmup,
               o.check ? "on" : "off", o.concclEngine.c_str());
-  for (const std::string& why : sel.skipped) {
-    std::printf("# skipped: %s\n", why.c_str());
-    writeJson(jsonSkipped(why.substr(0, why.find(':')), why.substr(why.find(':') + 2)));
+  for (const SkippedShape& s : sel.skipped) {
+    std::printf("# skipped: %s: %s\n", s.what.c_str(), s.reason.c_str());
+    writeJson(jsonSkipped(s.what, s.reason));
   }
   std::fputs(formatTableHeader().c_str(), stdout);
   std::fflush(stdout);

@@ -50,7 +50,7 @@ std::string formatTableRow(const TpRow& row);
 
 // One JSON object per row (schema in docs/tp-bench.md), with the raw per-iteration times.
 nlohmann::json jsonRow(const TpRow& row, const std::string& device);
-// A shape that was not run (does not fit, not divisible): {"model", "op", ..., "skipped": reason}.
+// A shape that was not run (does not fit, not divisible): {"tool", "shape": what, "skipped": reason}.
 nlohmann::json jsonSkipped(const std::string& what, const std::string& reason);
 
 }  // namespace conccl::tp

@@ -87,12 +87,12 @@ ShapeSelection builtinShapes(const std::vector<ModelDims>& models, const std::ve
       for (TpOp op : ops) {
         const std::string what = model.name + " " + opName(op) + " tokens=" + std::to_string(t);
         if (t <= 0 || t % tp != 0) {
-          out.skipped.push_back(what + ": tokens not divisible by tp=" + std::to_string(tp));
+          out.skipped.push_back({what, "tokens not divisible by tp=" + std::to_string(tp)});
           continue;
         }
         if (model.ffn % tp != 0) {
-          out.skipped.push_back(what + ": ffn " + std::to_string(model.ffn) +
-                                " not divisible by tp=" + std::to_string(tp));
+          out.skipped.push_back(
+              {what, "ffn " + std::to_string(model.ffn) + " not divisible by tp=" + std::to_string(tp)});
           continue;
         }
         TpShape s;
@@ -116,7 +116,7 @@ ShapeSelection customShapes(const std::vector<std::string>& specs, int tp) {
     const std::optional<TpShape> s = parseShapeSpec(spec, tp);
     CONCCL_REQUIRE(s.has_value(), "--shapes: '" + spec + "' is not ag:MxNxK or rs:MxNxK with positive M, N, K");
     if (s->m % tp != 0) {
-      out.skipped.push_back(spec + ": m not divisible by tp=" + std::to_string(tp));
+      out.skipped.push_back({spec, "m not divisible by tp=" + std::to_string(tp)});
       continue;
     }
     out.shapes.push_back(*s);

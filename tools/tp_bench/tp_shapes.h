@@ -54,10 +54,16 @@ struct TpShape {
 // (e.g. "ag:4096x3584x8192"). nullopt when malformed or a dimension is not positive.
 std::optional<TpShape> parseShapeSpec(std::string_view spec, int tp);
 
-// What was selected, and what could not be (with the reason, printed by the tool).
+// A case that cannot run, and why (printed by the tool, and written as a JSON line).
+struct SkippedShape {
+  std::string what;    // "llama3-70b ag-gemm tokens=3000", or the --shapes spec
+  std::string reason;  // "tokens not divisible by tp=8"
+};
+
+// What was selected, and what could not be.
 struct ShapeSelection {
   std::vector<TpShape> shapes;
-  std::vector<std::string> skipped;
+  std::vector<SkippedShape> skipped;
 };
 
 // The builtin table: for each model, each token count and each op (in that order), the MLP shape at tensor

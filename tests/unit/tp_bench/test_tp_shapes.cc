@@ -60,8 +60,10 @@ TEST(TpShapes, IndivisibleCasesAreSkippedWithAReason) {
   const ShapeSelection sel = builtinShapes({*findModel("llama3-70b")}, {2048, 3000}, {TpOp::kAllGatherGemm}, 3);
   EXPECT_TRUE(sel.shapes.empty());
   ASSERT_EQ(sel.skipped.size(), 2u);
-  EXPECT_NE(sel.skipped[0].find("tokens not divisible"), std::string::npos) << sel.skipped[0];
-  EXPECT_NE(sel.skipped[1].find("ffn 28672 not divisible"), std::string::npos) << sel.skipped[1];
+  EXPECT_EQ(sel.skipped[0].what, "llama3-70b ag-gemm tokens=2048");
+  EXPECT_EQ(sel.skipped[0].reason, "tokens not divisible by tp=3");
+  EXPECT_EQ(sel.skipped[1].what, "llama3-70b ag-gemm tokens=3000");
+  EXPECT_EQ(sel.skipped[1].reason, "ffn 28672 not divisible by tp=3");
 }
 
 TEST(TpShapes, BytesPerRank) {
@@ -101,7 +103,8 @@ TEST(TpShapes, CustomShapes) {
   ASSERT_EQ(sel.shapes.size(), 1u);
   EXPECT_EQ(sel.shapes[0].m, 16);
   ASSERT_EQ(sel.skipped.size(), 1u);
-  EXPECT_NE(sel.skipped[0].find("rs:10x8x8"), std::string::npos);
+  EXPECT_EQ(sel.skipped[0].what, "rs:10x8x8");
+  EXPECT_EQ(sel.skipped[0].reason, "m not divisible by tp=4");
   EXPECT_THROW(customShapes({"bogus"}, 4), Error);
 }
 
