@@ -57,11 +57,17 @@ TpWorld::TpWorld(const std::vector<int>& devices, concclEngine_t engine, double 
 }
 
 TpWorld::~TpWorld() {
+  // No DeviceGuard here: it throws, and a destructor must not. Failures while freeing are ignored (nothing to
+  // recover at exit).
+  int previous = 0;
+  cudaGetDevice(&previous);
   for (RankResources& r : ranks_) {
+    if (r.device >= 0) cudaSetDevice(r.device);
     if (r.nccl != nullptr) broken_ ? ncclCommAbort(r.nccl) : ncclCommDestroy(r.nccl);
     if (r.conccl != nullptr) broken_ ? concclCommAbort(r.conccl) : concclCommDestroy(r.conccl);
-    r.gemm.reset();
+    r.gemm.reset();  // its cuBLASLt handle and workspace live on this device
   }
+  cudaSetDevice(previous);
 }
 
 void TpWorld::synchronize() {
