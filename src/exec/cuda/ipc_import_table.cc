@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <thread>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -66,20 +67,68 @@ void* IpcImportTable::acquire(const BufferExport& b, int device) {
 
 size_t IpcImportTable::size() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return entries_.size();
+  return entries_.size() + pendingCloses_.size() + closing_;
 }
 
-void IpcImportTable::release(int64_t pid, uint64_t allocId, int device) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = entries_.find(Key{pid, allocId, device});
-  if (it == entries_.end() || --it->second.refs > 0) return;
+namespace {
+void closeMapping(void* base, int device) {
   DeviceGuard guard(device);
-  cudaError_t err = cudaIpcCloseMemHandle(it->second.base);
+  cudaError_t err = cudaIpcCloseMemHandle(base);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     CONCCL_WARN(-1, device, std::string("cudaIpcCloseMemHandle failed: ") + cudaGetErrorString(err));
   }
+}
+}  // namespace
+
+void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inBackground) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto it = entries_.find(Key{pid, allocId, device});
+  if (it == entries_.end() || --it->second.refs > 0) return;
+  void* base = it->second.base;
+  // The allocation ids of one process never repeat, so no later acquire() can want this mapping back.
   entries_.erase(it);
+  if (!inBackground) {
+    lock.unlock();
+    closeMapping(base, device);
+    return;
+  }
+  pendingCloses_.emplace_back(base, device);
+  if (!closerStarted_) {
+    // Detached: the table lives until the process ends (instance()), and so does the thread, idle between closes.
+    std::thread([this] { closeLoop(); }).detach();
+    closerStarted_ = true;
+  }
+  closeWork_.notify_one();
+}
+
+void IpcImportTable::closeLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    closeWork_.wait(lock, [this] { return !pendingCloses_.empty(); });
+    std::vector<std::pair<void*, int>> batch;
+    batch.swap(pendingCloses_);
+    closing_ = batch.size();
+    lock.unlock();
+    for (const auto& [base, device] : batch) {
+      // Wait for the device first, holding no driver lock: cudaIpcCloseMemHandle waits for the device itself, and
+      // while it does, other threads' CUDA calls on the device stall (seen with 3 processes sharing an H200). After
+      // this wait it finds the device (nearly) idle and returns at once.
+      {
+        DeviceGuard guard(device);
+        if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
+      }
+      closeMapping(base, device);
+    }
+    lock.lock();
+    closing_ = 0;
+    closesDone_.notify_all();
+  }
+}
+
+bool IpcImportTable::waitForBackgroundCloses(std::chrono::milliseconds limit) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return closesDone_.wait_for(lock, limit, [this] { return pendingCloses_.empty() && closing_ == 0; });
 }
 
 }  // namespace conccl::exec

@@ -5,10 +5,14 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "exec/executor.h"
 
@@ -36,8 +40,15 @@ class IpcImportTable {
   static IpcImportTable& instance();
   // Maps (or finds) the allocation `b` of another process on `device`; returns its base here.
   void* acquire(const BufferExport& b, int device);
+  // Mappings held, including those whose close is still pending in the background.
   size_t size();
-  void release(int64_t pid, uint64_t allocId, int device);
+  // Drops one reference; the last one unmaps the allocation. cudaIpcCloseMemHandle waits for the whole device, so
+  // a close during a call (a peer retired the allocation) runs on a background thread (`inBackground`): the calling
+  // thread must not wait for GPU work it enqueued itself, or that a producer the caller releases only after the call
+  // returns has yet to finish (a hidden host sync; with such a producer, a deadlock).
+  void release(int64_t pid, uint64_t allocId, int device, bool inBackground);
+  // Waits, at most `limit`, until every background close has run; false on timeout.
+  bool waitForBackgroundCloses(std::chrono::milliseconds limit);
 
  private:
   struct Key {
@@ -50,8 +61,14 @@ class IpcImportTable {
     void* base;
     int refs;
   };
+  void closeLoop();
+
   std::mutex mutex_;
   std::map<Key, Entry> entries_;
+  std::vector<std::pair<void*, int>> pendingCloses_;  // (base, device) for the background thread
+  size_t closing_ = 0;                                // closes the background thread has taken and not finished
+  bool closerStarted_ = false;
+  std::condition_variable closeWork_, closesDone_;
 };
 
 }  // namespace conccl::exec
