@@ -11,7 +11,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "exec/executor.h"
@@ -45,7 +44,9 @@ class IpcImportTable {
   // Drops one reference; the last one unmaps the allocation. cudaIpcCloseMemHandle waits for the whole device, so
   // a close during a call (a peer retired the allocation) runs on a background thread (`inBackground`): the calling
   // thread must not wait for GPU work it enqueued itself, or that a producer the caller releases only after the call
-  // returns has yet to finish (a hidden host sync; with such a producer, a deadlock).
+  // returns has yet to finish (a hidden host sync; with such a producer, a deadlock). acquire() waits for the
+  // background closes only when CUDA refuses to map a peer's new allocation because it reuses memory whose mapping
+  // is still waiting to be closed.
   void release(int64_t pid, uint64_t allocId, int device, bool inBackground);
   // Waits, at most `limit`, until every background close has run; false on timeout.
   bool waitForBackgroundCloses(std::chrono::milliseconds limit);
@@ -61,12 +62,19 @@ class IpcImportTable {
     void* base;
     int refs;
   };
+  struct PendingClose {
+    Key key;
+    void* base;
+  };
   void closeLoop();
 
   std::mutex mutex_;
   std::map<Key, Entry> entries_;
-  std::vector<std::pair<void*, int>> pendingCloses_;  // (base, device) for the background thread
-  size_t closing_ = 0;                                // closes the background thread has taken and not finished
+  // Mappings released in the background: waiting for the thread, and being closed by it. An allocation can be wanted
+  // again meanwhile (a window deregistered while its memory lives on): acquire() revives a waiting one, and waits for
+  // one being closed (CUDA refuses to open a handle that is still mapped).
+  std::vector<PendingClose> pendingCloses_;
+  std::vector<Key> closing_;
   bool closerStarted_ = false;
   std::condition_variable closeWork_, closesDone_;
 };
