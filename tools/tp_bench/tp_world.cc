@@ -16,7 +16,7 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // as the fused ops' d
 void enqueueGemm(RankResources& rank, const void* a, const void* b, void* c, int64_t m, int64_t n, int64_t k,
                  cudaStream_t stream) {
   std::string why;
-  if (!rank.gemm->run(concclBfloat16, a, k, b, n, c, n, m, n, k, stream, &why)) {
+  if (!rank.gemm->run(concclBfloat16, /*bTransposed=*/false, a, k, b, n, c, n, m, n, k, stream, &why)) {
     CONCCL_THROW(concclUnhandledCudaError, "GEMM on device " + std::to_string(rank.device) + ": " + why);
   }
 }
