@@ -350,6 +350,23 @@ CONCCL_API concclResult_t concclReduceScatter(const void* sendbuff, void* recvbu
                                               concclDataType_t datatype, concclRedOp_t op, concclComm_t comm,
                                               cudaStream_t stream);
 
+/* concclReduceScatter whose input is still being produced when the call is enqueued (a GEMM writing sendbuff piece
+ * by piece): each piece is sent to the rank that reduces it as soon as the piece is ready, on copy engines, while
+ * the producer keeps the SMs. Block q of sendbuff (recvcount elements at q*recvcount) is cut into piecesPerBlock
+ * pieces of ceil(recvcount / piecesPerBlock) elements (the last may be shorter or empty). pieceReady: an array of
+ * nranks * piecesPerBlock events of this rank's device; piece j of block q is read only after
+ * pieceReady[q*piecesPerBlock + j] has completed, as cudaStreamWaitEvent does (the record made most recently before
+ * this call, or before concclGroupEnd inside a group: record the events first). A NULL entry means "ready when the
+ * call is made". Every rank reduces its block from what its peers pushed into its scratch (never by reading a
+ * peer's sendbuff in place, since a peer cannot wait for this rank's producer), so the call moves the same bytes as
+ * concclReduceScatter with peer reduction off. piecesPerBlock: 1..4096. Capturable (the waits become graph edges:
+ * the producer must be in the same capture). In place as concclReduceScatter. Errors as concclReduceScatter;
+ * concclNotSupported on the host backend and for communicators spanning processes (not yet). */
+CONCCL_API concclResult_t concclReduceScatterChunked(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                                     concclDataType_t datatype, concclRedOp_t op, concclComm_t comm,
+                                                     cudaStream_t stream, int piecesPerBlock,
+                                                     const cudaEvent_t* pieceReady);
+
 /* recvbuff on every rank = op over ranks of sendbuff (count elements). In place when equal. */
 CONCCL_API concclResult_t concclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                           concclDataType_t datatype, concclRedOp_t op, concclComm_t comm,

@@ -182,6 +182,39 @@ concclResult_t concclReduceScatter(const void* sendbuff, void* recvbuff, size_t 
   });
 }
 
+concclResult_t concclReduceScatterChunked(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                          concclDataType_t datatype, concclRedOp_t op, concclComm_t comm,
+                                          cudaStream_t stream, int piecesPerBlock, const cudaEvent_t* pieceReady) {
+  constexpr const char* kApi = "concclReduceScatterChunked";
+  constexpr int kMaxPiecesPerBlock = 4096;
+  return apiCall(comm, kApi, [&] {
+    Local l = begin(comm, datatype, stream);
+    requireOp(op, datatype);
+    CONCCL_REQUIRE(piecesPerBlock >= 1 && piecesPerBlock <= kMaxPiecesPerBlock,
+                   "piecesPerBlock = " + std::to_string(piecesPerBlock) + " is outside 1.." +
+                       std::to_string(kMaxPiecesPerBlock));
+    CONCCL_REQUIRE(pieceReady != nullptr,
+                   "pieceReady is NULL (pass an array of nranks * piecesPerBlock events, entries may be NULL)");
+    if (comm->clique->config().backend == concclBackendHost) {
+      CONCCL_THROW(concclNotSupported, "the host backend has no CUDA events: use concclReduceScatter");
+    }
+    // Not yet across processes: only the in-process clique hands the events to the rank's launch.
+    if (dynamic_cast<LocalClique*>(comm->clique.get()) == nullptr) {
+      CONCCL_THROW(concclNotSupported, "concclReduceScatterChunked across processes is not implemented yet");
+    }
+    size_t recvBytes = bytesFor(recvcount, l.elemSize, 1, "recvcount");
+    size_t sendBytes = bytesFor(recvcount, l.elemSize, l.nranks, "recvcount");
+    RankArgs a = makeArgs(CollKind::kReduceScatter, kApi, datatype, recvcount, sendbuff, recvbuff, stream);
+    a.op = op;
+    const void* inPlaceSend =
+        recvbuff == nullptr ? nullptr : static_cast<const char*>(recvbuff) - static_cast<ptrdiff_t>(l.rank * recvBytes);
+    a.inPlace = detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, inPlaceSend);
+    a.inputEvents.assign(pieceReady, pieceReady + static_cast<size_t>(l.nranks) * static_cast<size_t>(piecesPerBlock));
+    a.piecesPerBlock = piecesPerBlock;
+    enqueueCall(comm, std::move(a));
+  });
+}
+
 concclResult_t concclAllReduce(const void* sendbuff, void* recvbuff, size_t count, concclDataType_t datatype,
                                concclRedOp_t op, concclComm_t comm, cudaStream_t stream) {
   constexpr const char* kApi = "concclAllReduce";

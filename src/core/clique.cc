@@ -70,6 +70,17 @@ void assembleCall(PendingCall& pending, int n) {
       pending.binding.chunkEvents.resize(static_cast<size_t>(n));
       pending.binding.chunkEvents[static_cast<size_t>(r)] = ar.chunkEvents;
     }
+    if (!ar.inputEvents.empty()) {
+      // Every rank then pushes its input to the reducers (never read in place by a peer, which could not wait for
+      // this rank's producer); ranks without events simply have nothing to wait for.
+      call.pushInputs = true;
+      const size_t es = typeSize(ar.dtype);
+      const size_t pieceElems = (ar.count + static_cast<size_t>(ar.piecesPerBlock) - 1) /
+                                static_cast<size_t>(ar.piecesPerBlock);
+      pending.binding.inputPieces.resize(static_cast<size_t>(n));
+      pending.binding.inputPieces[static_cast<size_t>(r)] =
+          exec::InputPieces{ar.inputEvents, ar.count * es, pieceElems * es, ar.piecesPerBlock};
+    }
   }
   if (call.kind == sched::CollKind::kAllToAllv) {
     for (int r = 0; r < n; ++r) {
@@ -94,6 +105,7 @@ std::string shapeKey(const sched::CollectiveCall& call) {
   put(call.root);
   put(call.count);
   for (bool b : call.inPlace) key.push_back(b ? '1' : '0');
+  put(call.pushInputs);
   for (const auto* table : {&call.sendCounts, &call.sendDispls, &call.recvCounts, &call.recvDispls}) {
     put(table->size());
     for (const auto& row : *table) {

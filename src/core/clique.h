@@ -43,6 +43,10 @@ struct RankArgs {
   std::vector<void*> p2pBuffers;                                       // SendRecv, per op
   cudaStream_t stream = nullptr;
   std::vector<cudaEvent_t> chunkEvents;  // concclAllGatherChunked: [block] -> event to record (may be null)
+  // concclReduceScatterChunked: [block * piecesPerBlock + piece] -> event after which that piece of sendbuff may be
+  // read (may be null); empty for every other call.
+  std::vector<cudaEvent_t> inputEvents;
+  int piecesPerBlock = 0;
   const char* apiName = "";  // for messages, e.g. "concclAllGather"
 };
 

@@ -15,6 +15,16 @@
 
 namespace conccl::exec {
 
+// When the pieces of one rank's sendbuff become readable (concclReduceScatterChunked): block q (blockBytes at
+// q * blockBytes) is cut into piecesPerBlock pieces of pieceBytes (the last shorter), and piece j of block q may be
+// read once events[q * piecesPerBlock + j] has completed (a null event: at once).
+struct InputPieces {
+  std::vector<cudaEvent_t> events;
+  size_t blockBytes = 0;
+  size_t pieceBytes = 0;
+  int piecesPerBlock = 0;
+};
+
 // The pointers of one call, for every rank of the clique.
 struct CallBinding {
   // [rank][buffer index] -> address (nullptr where the rank does not use that buffer). Indices as in
@@ -31,6 +41,9 @@ struct CallBinding {
   // [rank] -> concclAllGatherChunked's events, one per block (null entries skipped); empty for every other call.
   // Only the calling process's ranks have them. The executor records each non-null event once per launch.
   std::vector<std::vector<cudaEvent_t>> chunkEvents;
+  // [rank] -> concclReduceScatterChunked's input pieces (InputPieces::events empty: the rank's sendbuff is ready at
+  // the call); empty for every other call. The executor makes every op that reads a piece wait for its event.
+  std::vector<InputPieces> inputPieces;
 };
 
 // CallBinding::bufferIds values that are not allocation ids.

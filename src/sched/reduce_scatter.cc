@@ -1,6 +1,7 @@
 // ReduceScatter: rank r reduces share r (recvcount elements at r*recvcount of every sendbuff). Peers push
 // their part of share r into r's scratch chunk by chunk; r reduces each chunk in one Reduce over all n
-// inputs (its own read in place from its sendbuff) straight into its output.
+// inputs (its own read in place from its sendbuff) straight into its output. With peer reads (and no pushInputs)
+// the reducer reads the peers' parts where they lie instead (pull_reduce.cc).
 #include "sched/builder_util.h"
 
 namespace conccl::sched::detail {
@@ -24,7 +25,10 @@ Schedule buildReduceScatter(const CollectiveCall& call, const BuildOptions& opti
     for (int q = 0; q < n; ++q) sh.inputs.push_back(sendLoc(call, q, static_cast<size_t>(r) * bytes));
     sh.output = recvLoc(call, r, 0);
   }
-  emitReducePipeline(call, options, shares, s);
+  // Inputs still being produced (concclReduceScatterChunked): only their owner can wait for them, so they are pushed.
+  BuildOptions pushed = options;
+  if (call.pushInputs) pushed.peerReads = false;
+  emitReducePipeline(call, pushed, shares, s);
   return s;
 }
 

@@ -199,6 +199,8 @@ void validateCall(const CollectiveCall& call) {
     CONCCL_REQUIRE(!isFp8(call.dtype),
                    what + "reductions are not supported on " + dtypeName(call.dtype) + " (fp8 is data movement only)");
   }
+  CONCCL_REQUIRE(!call.pushInputs || call.kind == CollKind::kReduceScatter,
+                 what + "pushInputs is only defined for ReduceScatter");
   if (isRooted(call.kind)) {
     CONCCL_REQUIRE(call.root >= 0 && call.root < call.nranks,
                    what + "root " + std::to_string(call.root) + " out of range [0, " + std::to_string(n) + ")");

@@ -191,6 +191,10 @@ struct CollectiveCall {
   std::vector<std::vector<size_t>> sendCounts, sendDispls, recvCounts, recvDispls;
   // SendRecv: per rank, the ops it posted, in order.
   std::vector<std::vector<P2POp>> p2p;
+  // ReduceScatter only (concclReduceScatterChunked): the ranks' inputs are still being produced when the call starts,
+  // so each rank must move its own input to the reducers (copies it issues, which its executor can order after its
+  // producer) and no Reduce may read a peer's input in place (BuildOptions::peerReads is ignored).
+  bool pushInputs = false;
 };
 
 struct BuildOptions {

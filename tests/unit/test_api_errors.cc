@@ -253,6 +253,21 @@ TEST(ApiErrors, LocalArgumentChecks) {
   EXPECT_NE(lastError(c).find("chunkReady"), std::string::npos) << lastError(c);
   EXPECT_EQ(concclAllGatherChunked(buf, buf + 4, 1, concclFloat32, c, nullptr, events), concclNotSupported);
   EXPECT_NE(lastError(c).find("host backend"), std::string::npos) << lastError(c);
+  // concclReduceScatterChunked: piece count in range, the events array required, no host backend.
+  const cudaEvent_t pieces[2] = {nullptr, nullptr};
+  EXPECT_EQ(concclReduceScatterChunked(buf, buf + 4, 1, concclFloat32, concclSum, c, nullptr, 0, pieces),
+            concclInvalidArgument);
+  EXPECT_NE(lastError(c).find("piecesPerBlock"), std::string::npos) << lastError(c);
+  EXPECT_EQ(concclReduceScatterChunked(buf, buf + 4, 1, concclFloat32, concclSum, c, nullptr, 4097, pieces),
+            concclInvalidArgument);
+  EXPECT_EQ(concclReduceScatterChunked(buf, buf + 4, 1, concclFloat32, concclSum, c, nullptr, 1, nullptr),
+            concclInvalidArgument);
+  EXPECT_NE(lastError(c).find("pieceReady"), std::string::npos) << lastError(c);
+  EXPECT_EQ(concclReduceScatterChunked(buf, buf + 4, 1, concclFloat8e4m3, concclSum, c, nullptr, 1, pieces),
+            concclInvalidArgument);
+  EXPECT_EQ(concclReduceScatterChunked(buf, buf + 4, 1, concclFloat32, concclSum, c, nullptr, 1, pieces),
+            concclNotSupported);
+  EXPECT_NE(lastError(c).find("host backend"), std::string::npos) << lastError(c);
   auto fakeStream = reinterpret_cast<cudaStream_t>(0x1);
   EXPECT_EQ(concclAllReduce(buf, buf + 4, 4, concclFloat32, concclSum, c, fakeStream), concclInvalidArgument);
   EXPECT_NE(lastError(c).find("stream"), std::string::npos);

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/error.h"
 #include "test_sched_util.h"
 
 namespace conccl::sched::testing {
@@ -291,6 +292,36 @@ TEST(ScheduleCopyBytes, WorkBytesCountReductionOutputs) {
     }
     EXPECT_EQ(s.peerReads, peerReads);
   }
+}
+
+// concclReduceScatterChunked: inputs still being produced are pushed by their owners even where peers could read them
+// in place, and every rank's own input is read only by that rank's ops (its executor orders them after its producer).
+TEST(PushInputs, ReduceScatterPushesEvenWithPeerReads) {
+  for (int n : {2, 3, 5, 8}) {
+    for (size_t count : {size_t{1}, size_t{4099}, size_t{1} << 20}) {
+      for (bool inPlace : {false, true}) {
+        CollectiveCall call = makeCall(CollKind::kReduceScatter, n, count, concclBfloat16, concclSum, 0, inPlace);
+        call.pushInputs = true;
+        for (BuildOptions o : {BuildOptions{}, tinyOptions(1 + n % 3, 1 + n % 4)}) {
+          o.peerReads = true;
+          expectValid(call, o, /*pair=*/count <= 4099);
+          const Schedule s = buildSchedule(call, o);
+          EXPECT_FALSE(s.peerReads) << "n " << n << " count " << count;
+          for (int r = 0; r < n; ++r) {
+            forEachPeerLocation(s.programs[static_cast<size_t>(r)], r, [&](const Location& loc) {
+              EXPECT_NE(loc.buffer, 0) << "rank " << r << " touches rank " << loc.rank << "'s sendbuff";
+            });
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(PushInputs, OnlyForReduceScatter) {
+  CollectiveCall call = makeCall(CollKind::kAllReduce, 2, 16, concclFloat32, concclSum, 0, false);
+  call.pushInputs = true;
+  EXPECT_THROW(buildSchedule(call, BuildOptions{}), conccl::Error);
 }
 
 // The small-message path checks every rank's fit from Schedule::activeOps / reduceInputs: hand-counted here.

@@ -8,15 +8,18 @@
 // the last GEMM. Row-major throughout: shard r of A is rows [r*mShard, (r+1)*mShard) of the gathered A, and its
 // product is the same rows of C.
 //
-// Status (2026-12-01): written and compiled, not yet run on a GPU (tests/gpu/test_gpu_all_gather_matmul.cc). bf16 and
-// fp16 with fp32 accumulation; fp8 is not implemented (cuBLASLt's fp8 needs the transposed "TN" layout and scales).
+// Status: its GPU test passed on one H200 (2 and 3 ranks sharing the GPU, 2026-12-01); not yet run across GPUs. bf16
+// and fp16 with fp32 accumulation; fp8 is not implemented (cuBLASLt's fp8 needs the transposed "TN" layout and
+// scales).
 #pragma once
 
 #include <conccl/conccl.h>
+#include <conccl/ops/detail/row_major_gemm.hpp>
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,9 +49,8 @@ class AllGatherMatmul {
     for (auto& e : events_) ok_ = ok_ && cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess;
     ok_ = ok_ && cudaEventCreateWithFlags(&gemmDone_, cudaEventDisableTiming) == cudaSuccess;
     ok_ = ok_ && cudaStreamCreateWithFlags(&gemmStream_, cudaStreamNonBlocking) == cudaSuccess;
-    ok_ = ok_ && cublasLtCreate(&lt_) == CUBLAS_STATUS_SUCCESS;
-    workspaceBytes_ = workspaceBytes;
-    ok_ = ok_ && (workspaceBytes == 0 || cudaMalloc(&workspace_, workspaceBytes) == cudaSuccess);
+    gemm_ = std::make_unique<detail::RowMajorGemm>(workspaceBytes);
+    ok_ = ok_ && gemm_->ok();
     cudaSetDevice(previous);
   }
   ~AllGatherMatmul() {
@@ -58,8 +60,13 @@ class AllGatherMatmul {
     }
     if (gemmDone_ != nullptr) cudaEventDestroy(gemmDone_);
     if (gemmStream_ != nullptr) cudaStreamDestroy(gemmStream_);
-    if (lt_ != nullptr) cublasLtDestroy(lt_);
-    if (workspace_ != nullptr) cudaFree(workspace_);
+    if (gemm_ != nullptr) {
+      int previous = 0;
+      cudaGetDevice(&previous);
+      cudaSetDevice(device_);
+      gemm_.reset();  // frees its workspace on the op's device
+      cudaSetDevice(previous);
+    }
   }
   AllGatherMatmul(const AllGatherMatmul&) = delete;
   AllGatherMatmul& operator=(const AllGatherMatmul&) = delete;
@@ -128,42 +135,9 @@ class AllGatherMatmul {
     return code;
   }
 
-  // out[mShard, n] = shard[mShard, k] @ B[k, n], row-major. In cuBLASLt's column-major terms that is
-  // out^T[n, mShard] = B^T[n, k] x shard^T[k, mShard], where each transposed matrix is the row-major one read
-  // column-major: no transposition is needed.
+  // out[mShard, n] = shard[mShard, k] @ B[k, n], row-major, on the op's stream.
   bool shardGemm(const AllGatherMatmulArgs& a, const void* shard, void* out, std::string* why) {
-    const cudaDataType_t t = a.type == concclBfloat16 ? CUDA_R_16BF : CUDA_R_16F;
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    bool good = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
-                cublasLtMatrixLayoutCreate(&la, t, static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.k), a.n) ==
-                    CUBLAS_STATUS_SUCCESS &&
-                cublasLtMatrixLayoutCreate(&lb, t, static_cast<uint64_t>(a.k), static_cast<uint64_t>(a.mShard), a.k) ==
-                    CUBLAS_STATUS_SUCCESS &&
-                cublasLtMatrixLayoutCreate(&lc, t, static_cast<uint64_t>(a.n), static_cast<uint64_t>(a.mShard), a.n) ==
-                    CUBLAS_STATUS_SUCCESS &&
-                cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes_,
-                                                     sizeof(workspaceBytes_)) == CUBLAS_STATUS_SUCCESS;
-    cublasLtMatmulHeuristicResult_t heuristic{};
-    int found = 0;
-    good = good && cublasLtMatmulAlgoGetHeuristic(lt_, op, la, lb, lc, lc, pref, 1, &heuristic, &found) ==
-                       CUBLAS_STATUS_SUCCESS &&
-           found > 0;
-    if (!good && why->empty()) *why = "cuBLASLt found no algorithm for the shard GEMM";
-    const float alpha = 1.0f, beta = 0.0f;
-    if (good) {
-      good = cublasLtMatmul(lt_, op, &alpha, a.b, la, shard, lb, &beta, out, lc, out, lc, &heuristic.algo, workspace_,
-                            workspaceBytes_, gemmStream_) == CUBLAS_STATUS_SUCCESS;
-      if (!good) *why = "cublasLtMatmul failed";
-    }
-    if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
-    if (lc != nullptr) cublasLtMatrixLayoutDestroy(lc);
-    if (lb != nullptr) cublasLtMatrixLayoutDestroy(lb);
-    if (la != nullptr) cublasLtMatrixLayoutDestroy(la);
-    if (op != nullptr) cublasLtMatmulDescDestroy(op);
-    return good;
+    return gemm_->run(a.type, shard, a.k, a.b, a.n, out, a.n, a.mShard, a.n, a.k, gemmStream_, why);
   }
 
   concclComm_t comm_ = nullptr;
@@ -172,9 +146,7 @@ class AllGatherMatmul {
   std::vector<cudaEvent_t> events_;
   cudaEvent_t gemmDone_ = nullptr;
   cudaStream_t gemmStream_ = nullptr;
-  cublasLtHandle_t lt_ = nullptr;
-  void* workspace_ = nullptr;
-  size_t workspaceBytes_ = 0;
+  std::unique_ptr<detail::RowMajorGemm> gemm_;
 };
 
 }  // namespace conccl::ops

@@ -119,7 +119,9 @@ void CopyEngineProgram::copy(const sched::Copy& op) {
   if (op.bytes == 0) return;
   char* dst = resolve_(op.dst);
   const char* src = resolve_(op.src);
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, op.bytes, cudaMemcpyDefault, streamFor(op.lane)));
+  cudaStream_t stream = streamFor(op.lane);
+  awaitInput(op.src, op.bytes, stream, onMain(op.lane) ? 0 : 1 + static_cast<size_t>(op.lane));
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, op.bytes, cudaMemcpyDefault, stream));
 }
 
 void CopyEngineProgram::signal(const sched::Signal& op) {
@@ -162,6 +164,7 @@ void CopyEngineProgram::reduce(const sched::Reduce& op) {
   args.output = resolve_(op.output);
   args.count = op.count;
   streamFor(sched::kMainStream);
+  for (const sched::Location& in : op.inputs) awaitInput(in, op.count * typeSize(op.dtype), setup_.main, 0);
   // The same CTA count concclCallResources reports (exec/call_path.cc, callResources).
   const size_t inputBytes = op.count * typeSize(op.dtype) * op.inputs.size();
   launchReduce(args, op.dtype, op.op, reductionCtas(setup_.reduceCtas, setup_.smBudget, inputBytes),
@@ -189,6 +192,30 @@ void CopyEngineProgram::finish() {
                                             CU_STREAM_WRITE_VALUE_DEFAULT));
   }
   if (setup_.eager) ++s_.launches;
+}
+
+void CopyEngineProgram::awaitInput(const sched::Location& loc, size_t bytes, cudaStream_t stream,
+                                   size_t streamIndex) {
+  const InputPieces* pieces = setup_.inputPieces;
+  // Only this rank's own sendbuff has pieces: schedules built with pushInputs never read a peer's input in place.
+  if (pieces == nullptr || pieces->events.empty() || bytes == 0 || loc.rank != s_.rank || loc.buffer != 0) return;
+  CONCCL_ASSERT(pieces->blockBytes > 0 && pieces->pieceBytes > 0);
+  if (inputAwaited_.empty()) inputAwaited_.assign(1 + s_.lanes.size(), std::vector<bool>(pieces->events.size(), false));
+  std::vector<bool>& awaited = inputAwaited_[streamIndex];
+  const size_t per = static_cast<size_t>(pieces->piecesPerBlock);
+  const size_t end = loc.offset + bytes;
+  for (size_t block = loc.offset / pieces->blockBytes; block * pieces->blockBytes < end; ++block) {
+    const size_t blockStart = block * pieces->blockBytes;
+    const size_t from = loc.offset > blockStart ? loc.offset - blockStart : 0;
+    const size_t to = std::min(end - blockStart, pieces->blockBytes);
+    for (size_t j = from / pieces->pieceBytes; j < per && j * pieces->pieceBytes < to; ++j) {
+      const size_t index = block * per + j;
+      if (index >= awaited.size() || awaited[index]) continue;
+      awaited[index] = true;
+      cudaEvent_t event = pieces->events[index];
+      if (event != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, event, 0));
+    }
+  }
 }
 
 void CopyEngineProgram::recordChunk(size_t block) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "exec/cuda/rank_state.h"
+#include "exec/executor.h"
 #include "sched/schedule.h"
 
 namespace conccl::exec {
@@ -31,6 +32,9 @@ struct CopyEngineSetup {
   // null. Block p is in place when the Wait for p's "done" has passed (p's copies into this rank have finished);
   // the rank's own block at the start when the program copies nothing into its memory (in place), else at the end.
   const std::vector<cudaEvent_t>* chunkEvents = nullptr;
+  // concclReduceScatterChunked: when the pieces of this rank's sendbuff become readable, or null. Every op that reads
+  // a piece (a Copy from it, a Reduce over it) first makes its stream wait for the piece's event, once per stream.
+  const InputPieces* inputPieces = nullptr;
   int slots = 0;                // flags per rank
   const std::vector<CUdeviceptr>* flagTable = nullptr;  // [rank] -> flags as the GPUs address them
 };
@@ -49,6 +53,9 @@ class CopyEngineProgram {
   void finish();
   // concclAllGatherChunked: records block `block`'s event on M (once).
   void recordChunk(size_t block);
+  // concclReduceScatterChunked: makes `stream` (stream index: 0 = M, 1 + l = lane l) wait for every piece of this
+  // rank's sendbuff that [loc, loc + bytes) overlaps and that it has not waited for yet in this call.
+  void awaitInput(const sched::Location& loc, size_t bytes, cudaStream_t stream, size_t streamIndex);
 
   bool onMain(int lane) const { return lane == sched::kMainStream || setup_.singleStream; }
   // The stream an op of `lane` runs on; forks the lane off M first when M moved since the lane last waited on it.
@@ -62,6 +69,7 @@ class CopyEngineProgram {
   int64_t mainOps_ = 0;          // ops put on M so far in this call
   int64_t forkRecordedAt_ = -1;  // mainOps_ when the fork event was last recorded
   std::vector<bool> chunkRecorded_;  // [block]: its chunk event was recorded in this call
+  std::vector<std::vector<bool>> inputAwaited_;  // [stream index][piece]: that stream waited for the piece's event
 };
 
 }  // namespace conccl::exec

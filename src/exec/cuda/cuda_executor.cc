@@ -254,6 +254,7 @@ void CudaExecutor::prepareGraphs(const sched::Schedule& schedule, const CallBind
     // Calls with chunk events always run eagerly (launch()): nothing to prepare.
     const size_t r = static_cast<size_t>(rank);
     if (r < binding.chunkEvents.size() && !binding.chunkEvents[r].empty()) continue;
+    if (r < binding.inputPieces.size() && !binding.inputPieces[r].events.empty()) continue;
     std::lock_guard<std::mutex> lock(s.mutex);
     if (s.released) continue;
     DeviceGuard guard(s.device);
@@ -667,7 +668,17 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
       static_cast<size_t>(rank) < binding.chunkEvents.size() && !binding.chunkEvents[static_cast<size_t>(rank)].empty()
           ? &binding.chunkEvents[static_cast<size_t>(rank)]
           : nullptr;
+  const InputPieces* inputs =
+      static_cast<size_t>(rank) < binding.inputPieces.size() && !binding.inputPieces[static_cast<size_t>(rank)].events.empty()
+          ? &binding.inputPieces[static_cast<size_t>(rank)]
+          : nullptr;
   if (takesSmallPath(schedule, rank)) {
+    // One kernel reads every piece: it starts once all of them are ready.
+    if (inputs != nullptr) {
+      for (cudaEvent_t e : inputs->events) {
+        if (e != nullptr) CUDA_CHECK(cudaStreamWaitEvent(main, e, 0));
+      }
+    }
     launchSmall(s, program, resolve, main, eager);
     // One kernel moves every block: they are all in place when it ends.
     if (chunks != nullptr) {
@@ -679,10 +690,12 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   }
   CopyEngineSetup setup = copyEngineSetup(schedule, rank, main, eager);
   setup.chunkEvents = chunks;
+  setup.inputPieces = inputs;
   // A repeated eager call replays its cached graph: one launch instead of every op's CUDA call (graph_cache.h).
   // Captured calls are left alone: they become part of the caller's graph, whose replays are the caller's.
-  // Calls with chunk events record them between the program's ops: they run eagerly, never from a cached graph.
-  if (eager && chunks == nullptr && s.graphs && graphCacheable(schedule, rank)) {
+  // Calls with chunk events record them between the program's ops, and calls with input pieces wait for them there:
+  // they run eagerly, never from a cached graph.
+  if (eager && chunks == nullptr && inputs == nullptr && s.graphs && graphCacheable(schedule, rank)) {
     s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
     CallShape& shape = s.graphs->scratchShape();
     if (makeCallShape(schedule.id, rank, binding, shape) && s.graphs->launch(s, shape, setup, resolve, program)) return;

@@ -1,0 +1,172 @@
+// conccl::ops::MatmulReduceScatter: C_shard = reduce_scatter(A @ B_shard), a GEMM feeding a reduce-scatter piece by
+// piece (tensor parallelism's row-parallel output, issue 15 item 2). Header-only, so that libconccl itself does not
+// depend on cuBLAS: include it and link cuBLASLt (CUDA::cublasLt).
+//
+// How: every rank holds A [m, kShard] (its K-columns) and B_shard [kShard, n] (its K-rows), so its partial product
+// P = A @ B_shard is [m, n], and rank q's result is rows [q*mShard, (q+1)*mShard) of the sum of every rank's P. The
+// GEMM runs on the op's stream in pieces: slicesPerBlock row slices of each destination block, slice by slice, the
+// peers' blocks before the rank's own, and records one event per piece. concclReduceScatterChunked, enqueued on the
+// caller's stream right away, pushes each piece to its owner on copy engines as soon as its event fires, so the
+// transfers run while the GEMM computes the next pieces and the GEMM keeps the SMs; each owner reduces a slice of
+// its block once every rank's piece of it has arrived. Row-major throughout.
+//
+// Status: written and compiled 2026-12-01; tests/gpu/test_gpu_matmul_reduce_scatter.cc checks it against the unfused
+// computation. bf16 and fp16 with fp32 accumulation in the GEMM, sum in the reduction; fp8 is not implemented.
+#pragma once
+
+#include <conccl/conccl.h>
+#include <conccl/ops/detail/row_major_gemm.hpp>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace conccl::ops {
+
+struct MatmulReduceScatterArgs {
+  const void* a = nullptr;  // [nranks * mShard, kShard] row-major: this rank's K-columns of A
+  const void* b = nullptr;  // [kShard, n] row-major: this rank's K-rows of B
+  void* partial = nullptr;  // [nranks * mShard, n] row-major: workspace receiving this rank's partial product
+  void* c = nullptr;        // [mShard, n] row-major: this rank's rows of the sum over ranks of the partials
+  int64_t mShard = 0, n = 0, kShard = 0;
+  concclDataType_t type = concclBfloat16;  // concclBfloat16 or concclFloat16; fp32 accumulation in the GEMM
+  // GEMM pieces per destination block, 1..64; lowered to the largest divisor of mShard not above it, so that every
+  // piece is whole rows (the reduce-scatter's pieces must be exactly the GEMM's).
+  int slicesPerBlock = 4;
+};
+
+// One per rank of a communicator (not thread-safe; a rank's calls come from one thread). Owns the piece events, the
+// GEMM stream and the cuBLASLt state on the rank's device.
+class MatmulReduceScatter {
+ public:
+  explicit MatmulReduceScatter(concclComm_t comm, size_t workspaceBytes = size_t{32} << 20) : comm_(comm) {
+    ok_ = concclCommCount(comm, &nranks_) == concclSuccess && concclCommUserRank(comm, &rank_) == concclSuccess &&
+          concclCommCuDevice(comm, &device_) == concclSuccess && device_ >= 0;
+    if (!ok_) return;
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device_);
+    ok_ = cudaEventCreateWithFlags(&start_, cudaEventDisableTiming) == cudaSuccess &&
+          cudaStreamCreateWithFlags(&gemmStream_, cudaStreamNonBlocking) == cudaSuccess;
+    gemm_ = std::make_unique<detail::RowMajorGemm>(workspaceBytes);
+    ok_ = ok_ && gemm_->ok();
+    cudaSetDevice(previous);
+  }
+  ~MatmulReduceScatter() {
+    // The caller has synchronised its stream before destroying the op (as for any CUDA resource it passed us).
+    int previous = 0;
+    cudaGetDevice(&previous);
+    if (device_ >= 0) cudaSetDevice(device_);
+    for (auto e : events_) cudaEventDestroy(e);
+    if (start_ != nullptr) cudaEventDestroy(start_);
+    if (gemmStream_ != nullptr) cudaStreamDestroy(gemmStream_);
+    gemm_.reset();
+    cudaSetDevice(previous);
+  }
+  MatmulReduceScatter(const MatmulReduceScatter&) = delete;
+  MatmulReduceScatter& operator=(const MatmulReduceScatter&) = delete;
+
+  // multiply() then reduceScatter(): for a thread per rank. `stream` ends after the result is in c. Returns
+  // concclSuccess, or an error with *error saying why (arguments, a CUDA or cuBLASLt call, the collective).
+  concclResult_t run(const MatmulReduceScatterArgs& a, cudaStream_t stream, std::string* error) {
+    concclResult_t res = multiply(a, stream, error);
+    return res != concclSuccess ? res : reduceScatter(a, stream, error);
+  }
+
+  // The GEMM pieces on the op's stream (after `stream`'s earlier work), one event per piece. One thread driving
+  // several ranks calls multiply() for every rank, then concclGroupStart(), reduceScatter() for every rank and
+  // concclGroupEnd().
+  concclResult_t multiply(const MatmulReduceScatterArgs& a, cudaStream_t stream, std::string* error) {
+    if (concclResult_t res = check(a, error); res != concclSuccess) return res;
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device_);
+    std::string why;
+    const int slices = slicesFor(a);
+    bool good = ensureEvents(slices) && cudaEventRecord(start_, stream) == cudaSuccess &&
+                cudaStreamWaitEvent(gemmStream_, start_, 0) == cudaSuccess;
+    const int64_t sliceRows = a.mShard / slices;
+    const size_t es = concclTypeSize(a.type);
+    // Slice by slice, the peers' blocks first (their pieces travel while the GEMM goes on), the own block last.
+    for (int s = 0; s < slices && good; ++s) {
+      for (int o = 1; o <= nranks_ && good; ++o) {
+        const int q = (rank_ + o) % nranks_;
+        const int64_t row = static_cast<int64_t>(q) * a.mShard + s * sliceRows;
+        const auto* aRows = static_cast<const char*>(a.a) + static_cast<size_t>(row * a.kShard) * es;
+        auto* out = static_cast<char*>(a.partial) + static_cast<size_t>(row * a.n) * es;
+        good = gemm_->run(a.type, aRows, a.kShard, a.b, a.n, out, a.n, sliceRows, a.n, a.kShard, gemmStream_, &why) &&
+               cudaEventRecord(events_[static_cast<size_t>(q * slices + s)], gemmStream_) == cudaSuccess;
+      }
+    }
+    cudaSetDevice(previous);
+    if (!good) return fail(error, concclUnhandledCudaError, why.empty() ? "a CUDA call failed" : why);
+    recordedSlices_ = slices;
+    return concclSuccess;
+  }
+
+  // The reduce-scatter of the partial product into c, each piece sent once its event fired. Call after multiply().
+  concclResult_t reduceScatter(const MatmulReduceScatterArgs& a, cudaStream_t stream, std::string* error) {
+    if (concclResult_t res = check(a, error); res != concclSuccess) return res;
+    if (recordedSlices_ != slicesFor(a)) return fail(error, concclInvalidUsage, "call multiply() with these arguments first");
+    const size_t recvcount = static_cast<size_t>(a.mShard) * static_cast<size_t>(a.n);
+    concclResult_t res = concclReduceScatterChunked(a.partial, a.c, recvcount, a.type, concclSum, comm_, stream,
+                                                    recordedSlices_, events_.data());
+    if (res != concclSuccess) {
+      return fail(error, res, std::string("concclReduceScatterChunked: ") + concclGetLastError(comm_));
+    }
+    return concclSuccess;
+  }
+
+ private:
+  int slicesFor(const MatmulReduceScatterArgs& a) const {
+    int slices = a.slicesPerBlock;
+    while (slices > 1 && a.mShard % slices != 0) --slices;
+    return slices;
+  }
+
+  bool ensureEvents(int slices) {
+    const size_t want = static_cast<size_t>(nranks_) * static_cast<size_t>(slices);
+    while (events_.size() < want) {
+      cudaEvent_t e = nullptr;
+      if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return false;
+      events_.push_back(e);
+    }
+    return true;
+  }
+
+  concclResult_t check(const MatmulReduceScatterArgs& a, std::string* error) const {
+    if (!ok_) return fail(error, concclSystemError, "the op could not create its CUDA / cuBLASLt resources");
+    if (a.a == nullptr || a.b == nullptr || a.partial == nullptr || a.c == nullptr) {
+      return fail(error, concclInvalidArgument, "a NULL buffer");
+    }
+    if (a.mShard <= 0 || a.n <= 0 || a.kShard <= 0) {
+      return fail(error, concclInvalidArgument, "mShard, n and kShard must be > 0");
+    }
+    if (a.slicesPerBlock < 1 || a.slicesPerBlock > 64) {
+      return fail(error, concclInvalidArgument,
+                  "slicesPerBlock = " + std::to_string(a.slicesPerBlock) + " is outside 1..64");
+    }
+    if (a.type != concclBfloat16 && a.type != concclFloat16) {
+      return fail(error, concclNotSupported, "only concclBfloat16 and concclFloat16 are implemented");
+    }
+    return concclSuccess;
+  }
+
+  static concclResult_t fail(std::string* error, concclResult_t code, const std::string& why) {
+    if (error != nullptr) *error = "conccl::ops::MatmulReduceScatter: " + why;
+    return code;
+  }
+
+  concclComm_t comm_ = nullptr;
+  int nranks_ = 0, rank_ = 0, device_ = -1;
+  bool ok_ = false;
+  int recordedSlices_ = 0;  // slices of the last multiply(): what reduceScatter() hands to the collective
+  std::vector<cudaEvent_t> events_;  // [block * slices + slice]
+  cudaEvent_t start_ = nullptr;
+  cudaStream_t gemmStream_ = nullptr;
+  std::unique_ptr<detail::RowMajorGemm> gemm_;
+};
+
+}  // namespace conccl::ops

@@ -1,0 +1,209 @@
+// conccl::ops::MatmulReduceScatter (issue 15, item 2): C_shard = reduce_scatter(A @ B_shard) with the GEMM in pieces
+// and concclReduceScatterChunked sending each piece as it is produced, checked against the unfused computation on
+// the host (every rank's partial product in double, summed) on fresh random data: 2 and 3 ranks (distinct GPUs where
+// present, else GPU 0 shared), bf16 and fp16, 1 / 3 / 4 slices per block (3 does not divide every mShard: lowered),
+// from one thread (multiply() for every rank, then reduceScatter() in a group) and from a thread per rank (run()).
+#include <conccl/conccl.h>
+#include <conccl/ops/matmul_reduce_scatter.hpp>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/gpu_test_util.h"
+
+namespace conccl::gputest {
+namespace {
+
+// Bits of a bf16 / fp16 value and back, through the types' raw views (no memcpy into their classes).
+uint16_t toBits(float f, concclDataType_t type) {
+  if (type == concclBfloat16) {
+    const __nv_bfloat16_raw raw = __float2bfloat16_rn(f);
+    return raw.x;
+  }
+  const __half_raw raw = __float2half_rn(f);
+  return raw.x;
+}
+float fromBits(uint16_t u, concclDataType_t type) {
+  if (type == concclBfloat16) {
+    __nv_bfloat16_raw raw;
+    raw.x = u;
+    return __bfloat162float(__nv_bfloat16(raw));
+  }
+  __half_raw raw;
+  raw.x = u;
+  return __half2float(__half(raw));
+}
+
+struct Shape {
+  int n;
+  int64_t mShard, cols, kShard;
+  concclDataType_t type;
+  int slices;
+  bool threadPerRank;
+};
+
+void runCase(const Shape& sh) {
+  const int n = sh.n;
+  SCOPED_TRACE("n=" + std::to_string(n) + " mShard=" + std::to_string(sh.mShard) + " n_cols=" +
+               std::to_string(sh.cols) + " kShard=" + std::to_string(sh.kShard) +
+               (sh.type == concclBfloat16 ? " bf16" : " fp16") + " slices=" + std::to_string(sh.slices) +
+               (sh.threadPerRank ? " thread per rank" : " group"));
+  std::vector<int> devices(static_cast<size_t>(n), 0);
+  if (deviceCount() >= n) {
+    for (int r = 0; r < n; ++r) devices[static_cast<size_t>(r)] = r;
+  }
+  auto clique = Clique::create(n, CONCCL_CONFIG_UNDEF_INT, devices);
+  ASSERT_NE(clique, nullptr);
+  const int64_t m = sh.mShard * n, cols = sh.cols, k = sh.kShard;
+  std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  struct Rank {
+    std::vector<uint16_t> aHost, bHost;  // as the device holds them (rounded to the type)
+    DeviceMem a, b, partial, c;
+    std::unique_ptr<ops::MatmulReduceScatter> op;
+    ops::MatmulReduceScatterArgs args;
+  };
+  std::vector<Rank> ranks(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    Rank& x = ranks[static_cast<size_t>(r)];
+    const int dev = devices[static_cast<size_t>(r)];
+    CUDA_OK(cudaSetDevice(dev));
+    x.aHost.resize(static_cast<size_t>(m * k));
+    x.bHost.resize(static_cast<size_t>(k * cols));
+    for (auto& v : x.aHost) v = toBits(dist(rng), sh.type);
+    for (auto& v : x.bHost) v = toBits(dist(rng), sh.type);
+    x.a = DeviceMem(x.aHost.size() * 2, dev);
+    x.b = DeviceMem(x.bHost.size() * 2, dev);
+    x.partial = DeviceMem(static_cast<size_t>(m * cols) * 2, dev);
+    x.c = DeviceMem(static_cast<size_t>(sh.mShard * cols) * 2, dev);
+    CUDA_OK(cudaMemcpy(x.a.get(), x.aHost.data(), x.aHost.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(x.b.get(), x.bHost.data(), x.bHost.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(x.partial.get(), 0xff, static_cast<size_t>(m * cols) * 2));  // poison (NaN)
+    CUDA_OK(cudaMemset(x.c.get(), 0xff, static_cast<size_t>(sh.mShard * cols) * 2));
+    x.op = std::make_unique<ops::MatmulReduceScatter>(clique->comms[static_cast<size_t>(r)]);
+    x.args.a = x.a.get();
+    x.args.b = x.b.get();
+    x.args.partial = x.partial.get();
+    x.args.c = x.c.get();
+    x.args.mShard = sh.mShard;
+    x.args.n = cols;
+    x.args.kShard = k;
+    x.args.type = sh.type;
+    x.args.slicesPerBlock = sh.slices;
+  }
+  syncAllDevices();
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<concclResult_t> results(static_cast<size_t>(n), concclInternalError);
+  if (sh.threadPerRank) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        Rank& x = ranks[static_cast<size_t>(r)];
+        cudaSetDevice(devices[static_cast<size_t>(r)]);
+        results[static_cast<size_t>(r)] =
+            x.op->run(x.args, clique->streams[static_cast<size_t>(r)], &errors[static_cast<size_t>(r)]);
+      });
+    }
+    for (auto& t : threads) t.join();
+  } else {
+    for (int r = 0; r < n; ++r) {
+      Rank& x = ranks[static_cast<size_t>(r)];
+      results[static_cast<size_t>(r)] =
+          x.op->multiply(x.args, clique->streams[static_cast<size_t>(r)], &errors[static_cast<size_t>(r)]);
+      ASSERT_EQ(results[static_cast<size_t>(r)], concclSuccess) << errors[static_cast<size_t>(r)];
+    }
+    CONCCL_OK(concclGroupStart());
+    for (int r = 0; r < n; ++r) {
+      Rank& x = ranks[static_cast<size_t>(r)];
+      results[static_cast<size_t>(r)] =
+          x.op->reduceScatter(x.args, clique->streams[static_cast<size_t>(r)], &errors[static_cast<size_t>(r)]);
+    }
+    CONCCL_OK(concclGroupEnd());
+  }
+  for (int r = 0; r < n; ++r) ASSERT_EQ(results[static_cast<size_t>(r)], concclSuccess) << errors[static_cast<size_t>(r)];
+  ASSERT_TRUE(clique->sync());
+  // The unfused reference: every rank's partial product in double; want = their sum, mag = the sum of |partial|.
+  std::vector<double> want(static_cast<size_t>(m * cols), 0.0), mag(static_cast<size_t>(m * cols), 0.0);
+  for (int p = 0; p < n; ++p) {
+    const Rank& x = ranks[static_cast<size_t>(p)];
+    std::vector<float> bf(x.bHost.size());
+    for (size_t i = 0; i < bf.size(); ++i) bf[i] = fromBits(x.bHost[i], sh.type);
+    std::vector<double> row(static_cast<size_t>(cols));
+    for (int64_t i = 0; i < m; ++i) {
+      std::fill(row.begin(), row.end(), 0.0);
+      for (int64_t l = 0; l < k; ++l) {
+        const double av = fromBits(x.aHost[static_cast<size_t>(i * k + l)], sh.type);
+        const float* brow = bf.data() + static_cast<size_t>(l * cols);
+        for (int64_t j = 0; j < cols; ++j) row[static_cast<size_t>(j)] += av * brow[j];
+      }
+      for (int64_t j = 0; j < cols; ++j) {
+        want[static_cast<size_t>(i * cols + j)] += row[static_cast<size_t>(j)];
+        mag[static_cast<size_t>(i * cols + j)] += std::fabs(row[static_cast<size_t>(j)]);
+      }
+    }
+  }
+  // Each partial is rounded to the type once (relative 2^-8 bf16 / 2^-11 fp16), the sum once more, plus the fp32
+  // accumulation of the GEMM.
+  const double rel = sh.type == concclBfloat16 ? 1.0 / 128 : 1.0 / 1024;
+  for (int r = 0; r < n; ++r) {
+    std::vector<uint16_t> got(static_cast<size_t>(sh.mShard * cols));
+    CUDA_OK(cudaSetDevice(devices[static_cast<size_t>(r)]));
+    CUDA_OK(cudaMemcpy(got.data(), ranks[static_cast<size_t>(r)].c.get(), got.size() * 2, cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const size_t at = static_cast<size_t>(r * sh.mShard * cols) + i;
+      const double g = fromBits(got[i], sh.type), w = want[at];
+      const double bound = rel * (mag[at] + std::fabs(w)) + 1e-3 * std::sqrt(static_cast<double>(k)) * n;
+      if (!(std::fabs(g - w) <= bound)) {
+        if (bad++ < 3) ADD_FAILURE() << "rank " << r << " C[" << i / static_cast<size_t>(cols) << "]["
+                                     << i % static_cast<size_t>(cols) << "] = " << g << ", unfused " << w;
+      }
+    }
+    EXPECT_EQ(bad, 0u) << "rank " << r;
+  }
+}
+
+TEST(MatmulReduceScatter, MatchesTheUnfusedComputation) {
+  SKIP_WITHOUT_GPU();
+  for (int n : {2, 3}) {
+    for (concclDataType_t type : {concclBfloat16, concclFloat16}) {
+      for (int slices : {1, 3, 4}) runCase(Shape{n, 128, 256, 256, type, slices, false});
+    }
+  }
+  runCase(Shape{2, 128, 256, 256, concclBfloat16, 4, true});
+  // Blocks above the small-message threshold (copy engines, several pipeline chunks).
+  runCase(Shape{2, 512, 1024, 512, concclBfloat16, 4, false});
+  runCase(Shape{2, 512, 1024, 512, concclBfloat16, 4, true});
+}
+
+TEST(MatmulReduceScatter, RefusesBadArguments) {
+  SKIP_WITHOUT_GPU();
+  auto clique = Clique::create(2);
+  ASSERT_NE(clique, nullptr);
+  ops::MatmulReduceScatter op(clique->comms[0]);
+  ops::MatmulReduceScatterArgs args;  // NULL buffers
+  std::string error;
+  EXPECT_EQ(op.run(args, clique->streams[0], &error), concclInvalidArgument);
+  EXPECT_NE(error.find("NULL"), std::string::npos) << error;
+  DeviceMem buf(1024);
+  args.a = args.b = buf.get();
+  args.partial = args.c = buf.get();
+  args.mShard = args.n = args.kShard = 4;
+  args.slicesPerBlock = 0;
+  EXPECT_EQ(op.multiply(args, clique->streams[0], &error), concclInvalidArgument);
+  EXPECT_NE(error.find("slicesPerBlock"), std::string::npos) << error;
+  args.slicesPerBlock = 1;
+  EXPECT_EQ(op.reduceScatter(args, clique->streams[0], &error), concclInvalidUsage);  // multiply() first
+}
+
+}  // namespace
+}  // namespace conccl::gputest
