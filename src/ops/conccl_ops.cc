@@ -7,14 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <conccl/ops/all_gather_matmul.hpp>
-
-// TEMPORARY: the GEMM -> reduce-scatter op is being written on main; until it is merged, a declaration of its agreed
-// interface whose calls fail with concclNotSupported.
-#if __has_include(<conccl/ops/matmul_reduce_scatter.hpp>)
 #include <conccl/ops/matmul_reduce_scatter.hpp>
-#else
-#include "matmul_reduce_scatter_pending.hpp"
-#endif
 
 #include <cstddef>
 #include <cstdint>
