@@ -17,13 +17,17 @@ import torch  # first: it loads the cuBLASLt that libconccl_ops.so needs
 
 
 
-def library(env, name):  # $env, else the repository's build/ if built there, else the loader path
-    built = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", name)
-    return os.environ.get(env) or (built if os.path.exists(built) else name)
+def library(env, name):  # $env, else the repository's build/ or build-gpu/ if built there, else the loader path
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    built = [p for p in (os.path.join(root, d, name) for d in ("build", "build-gpu")) if os.path.exists(p)]
+    return os.environ.get(env) or (built[0] if built else name)
 
 
-lib = ctypes.CDLL(library("CONCCL_LIB", "libconccl.so"))
-ops = ctypes.CDLL(library("CONCCL_OPS_LIB", "libconccl_ops.so"))  # its libconccl.so.0 is the one loaded above
+try:
+    lib = ctypes.CDLL(library("CONCCL_LIB", "libconccl.so"))
+    ops = ctypes.CDLL(library("CONCCL_OPS_LIB", "libconccl_ops.so"))  # its libconccl.so.0 is the one loaded above
+except OSError as e:  # e.g. libcublasLt.so.13 not found: put the CUDA toolkit's lib64 on LD_LIBRARY_PATH
+    sys.exit(f"cannot load conccl: {e} (set CONCCL_LIB and CONCCL_OPS_LIB)")
 
 concclSuccess, concclBfloat16 = 0, 7
 P, I64 = ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64
