@@ -77,18 +77,19 @@ def time_ms(fn, warmup, iters):
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = torch.zeros(iters, dtype=torch.float64, device="cuda")
+    times = []
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for i in range(iters):
+    for _ in range(iters):
         dist.barrier()
         torch.cuda.synchronize()
         start.record()
         fn()
         end.record()
         end.synchronize()
-        times[i] = start.elapsed_time(end)
-    dist.all_reduce(times, op=dist.ReduceOp.MAX)
-    return times.tolist()
+        times.append(start.elapsed_time(end))
+    slowest = torch.tensor(times, dtype=torch.float64, device="cuda")
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return slowest.tolist()
 
 
 def rel_err(got, want):
