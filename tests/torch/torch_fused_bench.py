@@ -142,8 +142,11 @@ def bench_shape(args, model, tokens, op, fused, group_name, tp, rank, emit):
             if strategy == "torch-fused":  # check the first result against the unfused one
                 out = fn()
                 got_a, got_c = (out[0], out[1][0]) if op == "ag_matmul" else (None, out)
-                err = rel_err(got_c, want_c)
-                exact_a = got_a is None or want_a is None or torch.equal(got_a, want_a)
+                # Every rank's check, so that rank 0's record is the worst over ranks.
+                worst = torch.tensor([rel_err(got_c, want_c), float(got_a is not None and want_a is not None and
+                                                                    not torch.equal(got_a, want_a))], device="cuda")
+                dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+                err, exact_a = worst[0].item(), worst[1].item() == 0.0
                 good = err <= TOLERANCE and exact_a
                 ok = ok and good
                 record.update(max_rel_err=err, gathered_a_exact=exact_a if op == "ag_matmul" else None,
