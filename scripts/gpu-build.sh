@@ -29,7 +29,7 @@ if [ -z "${TARGETS:-}" ]; then
   done
   known="$(ninja -C "$build" -t targets all 2>/dev/null | cut -d: -f1)"
   for tool in conccl-kernel-bench conccl-bench conccl-c3 conccl-ce-probe conccl_mp_worker multiprocess_allreduce \
-              conccl_nccl_shim test_gpu_nccl_shim conccl conccl_ops; do
+              conccl_nccl_shim test_gpu_nccl_shim conccl conccl_ops test_gpu_ops_c_api; do
     if grep -qx "$tool" <<<"$known"; then TARGETS+=" $tool"; fi
   done
 fi
@@ -90,15 +90,15 @@ if [ -n "$so" ]; then
   cp "$so" "$stage/lib/libconccl.so.0"
   strip --strip-unneeded "$stage/lib/libconccl.so.0" 2>/dev/null || true
 fi
-# The fused ops' C interface, for examples/torch/fused_ops.py (scripts/gpu-torch-fused.sh); it finds libconccl.so.0
-# beside itself ($ORIGIN).
+# The fused ops' C interface, for examples/torch/fused_ops.py (scripts/gpu-torch-fused.sh) and test_gpu_ops_c_api
+# (which finds it in ../lib); under its soname, and it finds libconccl.so.0 beside itself ($ORIGIN).
 if [ -n "$ops_target" ]; then
   ops_so="$(find "$build" -maxdepth 1 -name 'libconccl_ops.so.*.*' -type f | head -1)"
   if [ -n "$ops_so" ]; then
     mkdir -p "$stage/lib"
-    cp "$ops_so" "$stage/lib/libconccl_ops.so"
-    strip --strip-unneeded "$stage/lib/libconccl_ops.so" 2>/dev/null || true
-    staged+=" conccl_ops(lib/libconccl_ops.so)"
+    cp "$ops_so" "$stage/lib/libconccl_ops.so.0"
+    strip --strip-unneeded "$stage/lib/libconccl_ops.so.0" 2>/dev/null || true
+    staged+=" conccl_ops(lib/libconccl_ops.so.0)"
   else
     missing+=" conccl_ops"
   fi

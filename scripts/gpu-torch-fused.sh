@@ -4,8 +4,8 @@
 # tests/torch/torch_fused_bench.py (PyTorch's own fused_all_gather_matmul / fused_matmul_reduce_scatter and the serial
 # NCCL baseline on the LLaMA-3 MLP shapes, torchrun --nproc-per-node 2). Bounded in time; output under $OUT.
 #
-# Prepare on the CPU machine: scripts/gpu-build.sh (stages gpu-stage/lib/libconccl.so.0 and libconccl_ops.so; or only
-#   TARGETS="conccl conccl_ops" scripts/gpu-build.sh)
+# Prepare on the CPU machine: scripts/gpu-build.sh (stages gpu-stage/lib/libconccl.so.0 and libconccl_ops.so.0, and
+#   gpu-stage/bin/test_gpu_ops_c_api; or only TARGETS="conccl conccl_ops test_gpu_ops_c_api" scripts/gpu-build.sh)
 # Run from the repository root on the GPU machine (carry gpu-stage): bash scripts/gpu-torch-fused.sh
 # Env: OUT (default ./gpu-torch-fused-out), PY (default /opt/torch/.venv/bin/python), BUDGET_S (default 540),
 #      BENCH_ARGS (extra arguments of the bench, e.g. "--models llama3-70b --tokens 2048,8192 --iters 10").
@@ -56,12 +56,23 @@ G="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
   ls -l "$lib" 2>&1
 } >"$logs/environment.txt"
 
+# The C interface itself (device-memory checks; both ops from one thread and from a thread per rank, against the host).
+bin="${STAGE:-$root/gpu-stage}/bin"
+if [ -x "$bin/test_gpu_ops_c_api" ]; then
+  # (cuBLASLt from the toolkit, in case the loader does not know its directory; Python gets torch's own)
+  step test_gpu_ops_c_api 120 env LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64" \
+    "$bin/test_gpu_ops_c_api" --gtest_brief=1
+else
+  summary+=("$(printf '%-22s FAIL (no %s/test_gpu_ops_c_api: run scripts/gpu-build.sh)' test_gpu_ops_c_api "$bin")")
+  failed=1
+fi
+
 # conccl's fused ops from PyTorch (one process; with one GPU, two ranks share it).
-if [ -f "$lib/libconccl.so.0" ] && [ -f "$lib/libconccl_ops.so" ]; then
-  step example-fused-ops 180 env CONCCL_LIB="$lib/libconccl.so.0" CONCCL_OPS_LIB="$lib/libconccl_ops.so" \
+if [ -f "$lib/libconccl.so.0" ] && [ -f "$lib/libconccl_ops.so.0" ]; then
+  step example-fused-ops 180 env CONCCL_LIB="$lib/libconccl.so.0" CONCCL_OPS_LIB="$lib/libconccl_ops.so.0" \
     "$PY" examples/torch/fused_ops.py
 else
-  summary+=("$(printf '%-22s FAIL (no %s/libconccl.so.0 or libconccl_ops.so: run scripts/gpu-build.sh)' \
+  summary+=("$(printf '%-22s FAIL (no %s/libconccl.so.0 or libconccl_ops.so.0: run scripts/gpu-build.sh)' \
     example-fused-ops "$lib")")
   failed=1
 fi
@@ -78,6 +89,7 @@ fi
 {
   echo "== gpu-torch-fused summary: $G GPU(s), $(($(date +%s) - start))s of ${BUDGET_S}s =="
   printf '%s\n' "${summary[@]}"
+  grep -hE '^\[  (PASSED|FAILED|SKIPPED) +\]' "$logs/test_gpu_ops_c_api.log" 2>/dev/null | head -6
   grep -hE '(allgather_matmul|matmul_reduce_scatter):|^(OK|FAIL)$|Error|error' "$logs/example-fused-ops.log" 2>/dev/null |
     head -8
   grep -hE '^(MISSING|fused-bench:)|Error' "$logs/torch-fused-bench.log" 2>/dev/null | head -8
