@@ -1,26 +1,27 @@
 """PyTorch's own fused GEMM + collective ops (async tensor parallelism, torch.ops.symm_mem) on the LLaMA-3 MLP shapes of
-conccl's fused-op benchmark, beside the unfused serial baseline on plain NCCL, for comparison with conccl's ops
-(include/conccl/ops/, docs/dependent-overlap.md). One process per GPU:
+conccl's fused-op benchmark (conccl-tp-bench: the same model, op and strategy names, m / n / k as one rank's GEMM),
+beside the unfused serial baseline on plain NCCL, for comparison with conccl's ops (include/conccl/ops/,
+docs/dependent-overlap.md). One process per GPU:
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 tests/torch/torch_fused_bench.py [--out r.jsonl]
 
 Per model, token count and op, two strategies, each timed with CUDA events (--warmup, then --iters iterations, each
 started after a barrier; an iteration's time is the slowest rank's; median / min / max over iterations):
-  AG -> GEMM, the MLP up projection (column parallel): A_shard [tokens/tp, hidden], B [hidden, ffn/tp];
+  ag-gemm, the MLP up projection (column parallel): A_shard [tokens/tp, hidden], B [hidden, ffn/tp];
       m = tokens, n = ffn/tp, k = hidden.
       torch-fused  torch.ops.symm_mem.fused_all_gather_matmul(A_shard, [B], 0, group_name) (returns A and [C])
-      nccl-serial  dist.all_gather_into_tensor(A, A_shard), then C = A @ B
-  GEMM -> RS, the MLP down projection (row parallel): A [tokens, ffn/tp], B [ffn/tp, hidden], C [tokens/tp, hidden];
+      serial-nccl  dist.all_gather_into_tensor(A, A_shard), then C = A @ B
+  gemm-rs, the MLP down projection (row parallel): A [tokens, ffn/tp], B [ffn/tp, hidden], C [tokens/tp, hidden];
       m = tokens, n = hidden, k = ffn/tp.
       torch-fused  torch.ops.symm_mem.fused_matmul_reduce_scatter(A, B, "sum", 0, group_name)
-      nccl-serial  P = A @ B, then dist.reduce_scatter_tensor(C, P)
+      serial-nccl  P = A @ B, then dist.reduce_scatter_tensor(C, P)
 Each fused result is checked against the unfused one on the same data: max |fused - unfused| / max |unfused| must be
 <= 2^-6 (bf16 keeps 8 bits: the two differ by a rounding or two of the result and, for the reduce-scatter, of the
 partial sums; a missing or stale rank's contribution is off by O(1)); the gathered A must be bit-exact.
 
-Output: one JSON object per line and result (rank 0, stdout and --out): model, tokens, m, n, k, tp, op, strategy,
-time_ms_median / time_ms_min / time_ms_max, iters, and for torch-fused the check (max_rel_err, check "OK" / "FAIL")
-or an error. Exit status: 0 all ran and matched; 1 a fused result did not match or a strategy raised; 2 PyTorch has no
+Output: one JSON object per line and result (rank 0, stdout and --out): tool, device, model, tokens, m, n, k, tp, op,
+strategy, time_ms_median / time_ms_min / time_ms_max, iters, and for torch-fused the check (max_rel_err, check
+"OK" / "FAIL") or an error. Exit status: 0 all ran and matched; 1 a fused result did not match or a strategy raised; 2 PyTorch has no
 torch.ops.symm_mem fused ops (reported once per op, the NCCL baseline still runs).
 
 Never NVLink multicast (it can take shared GPUs out of service): NCCL_NVLS_ENABLE=0 and
@@ -101,7 +102,7 @@ def bench_shape(args, model, tokens, op, fused, group_name, tp, rank, emit):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1000 * rank + tokens)
     randn = lambda *shape, scale=1.0: (torch.randn(*shape, generator=gen, device="cuda") * scale).bfloat16()  # noqa
-    if op == "ag_matmul":
+    if op == "ag-gemm":
         m, n, k = tokens, ffn // tp, hidden
         a_shard = randn(tokens // tp, hidden)
         gen.manual_seed(tokens)  # B: the same on every rank
@@ -126,14 +127,15 @@ def bench_shape(args, model, tokens, op, fused, group_name, tp, rank, emit):
             dist.reduce_scatter_tensor(c, partial)
 
         run_fused = (lambda: fused(a, b, "sum", 0, group_name)) if fused else None
-    base = dict(model=model, tokens=tokens, m=m, n=n, k=k, tp=tp, op=op, dtype="bf16", iters=args.iters)
+    base = dict(tool="torch-fused-bench", device=torch.cuda.get_device_name(), model=model, tokens=tokens, m=m, n=n,
+                k=k, tp=tp, op=op, dtype="bf16", iters=args.iters)
 
     serial()
     torch.cuda.synchronize()
     want_c = c.clone()
-    want_a = a_full.clone() if op == "ag_matmul" else None
+    want_a = a_full.clone() if op == "ag-gemm" else None
     ok = True
-    for strategy, fn in (("nccl-serial", serial), ("torch-fused", run_fused)):
+    for strategy, fn in (("serial-nccl", serial), ("torch-fused", run_fused)):
         record = dict(base, strategy=strategy)
         if fn is None:
             emit(dict(record, error=f"torch.ops.symm_mem fused op missing in torch {torch.__version__}"))
@@ -141,7 +143,7 @@ def bench_shape(args, model, tokens, op, fused, group_name, tp, rank, emit):
         try:
             if strategy == "torch-fused":  # check the first result against the unfused one
                 out = fn()
-                got_a, got_c = (out[0], out[1][0]) if op == "ag_matmul" else (None, out)
+                got_a, got_c = (out[0], out[1][0]) if op == "ag-gemm" else (None, out)
                 # Every rank's check, so that rank 0's record is the worst over ranks.
                 worst = torch.tensor([rel_err(got_c, want_c), float(got_a is not None and want_a is not None and
                                                                     not torch.equal(got_a, want_a))], device="cuda")
@@ -149,7 +151,7 @@ def bench_shape(args, model, tokens, op, fused, group_name, tp, rank, emit):
                 err, exact_a = worst[0].item(), worst[1].item() == 0.0
                 good = err <= TOLERANCE and exact_a
                 ok = ok and good
-                record.update(max_rel_err=err, gathered_a_exact=exact_a if op == "ag_matmul" else None,
+                record.update(max_rel_err=err, gathered_a_exact=exact_a if op == "ag-gemm" else None,
                               check="OK" if good else "FAIL")
             times = time_ms(fn, args.warmup, args.iters)
             record.update(time_ms_median=statistics.median(times), time_ms_min=min(times), time_ms_max=max(times))
@@ -164,7 +166,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
     parser.add_argument("--tokens", default="2048,4096,8192,16384", help="comma-separated token counts")
-    parser.add_argument("--ops", default="ag_matmul,matmul_rs", help="ag_matmul, matmul_rs")
+    parser.add_argument("--ops", default="ag-gemm,gemm-rs", help="comma-separated: ag-gemm (or ag), gemm-rs (or rs)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--out", help="also append the JSON lines to this file (rank 0)")
@@ -199,7 +201,10 @@ def main():
                 log(f"skip {model} tokens={tokens}: not divisible by tp={tp}")
                 continue
             for op in args.ops.split(","):
-                fused = ag if op == "ag_matmul" else rs
+                op = {"ag": "ag-gemm", "rs": "gemm-rs"}.get(op, op)
+                if op not in ("ag-gemm", "gemm-rs"):
+                    parser.error(f"--ops: unknown op {op!r}")
+                fused = ag if op == "ag-gemm" else rs
                 ok = bench_shape(args, model, tokens, op, fused, group_name, tp, rank, emit) and ok
                 torch.cuda.empty_cache()
     log("fused-bench: " + ("OK" if ok and not missing else "FAIL" if not ok else "MISSING fused op(s)"))
