@@ -52,7 +52,8 @@ G="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
 {
   echo "date: $(date -u +%FT%TZ)  GPUs: $G  budget: ${BUDGET_S}s  $(git -C "$root" log --oneline -1 2>/dev/null)"
   nvidia-smi -L 2>&1
-  "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())' 2>&1
+  "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+                                "nccl", torch.cuda.nccl.version())' 2>&1
   ls -l "$lib" 2>&1
 } >"$logs/environment.txt"
 
@@ -90,8 +91,8 @@ fi
   echo "== gpu-torch-fused summary: $G GPU(s), $(($(date +%s) - start))s of ${BUDGET_S}s =="
   printf '%s\n' "${summary[@]}"
   grep -hE '^\[  (PASSED|FAILED|SKIPPED) +\]' "$logs/test_gpu_ops_c_api.log" 2>/dev/null | head -6
-  grep -hE '(allgather_matmul|matmul_reduce_scatter):|^(OK|FAIL)$|Error|error' "$logs/example-fused-ops.log" 2>/dev/null |
-    head -8
+  grep -hE '(allgather_matmul|matmul_reduce_scatter):|^(OK|FAIL)$|Error|error' "$logs/example-fused-ops.log" \
+    2>/dev/null | head -8
   grep -hE '^(MISSING|fused-bench:)|Error' "$logs/torch-fused-bench.log" 2>/dev/null | head -8
   # One line per result: model tokens op strategy median (check).
   "$PY" - "$OUT/torch-fused-bench.jsonl" <<'EOF' 2>/dev/null

@@ -21,8 +21,8 @@ partial sums; a missing or stale rank's contribution is off by O(1)); the gather
 
 Output: one JSON object per line and result (rank 0, stdout and --out): tool, device, model, tokens, m, n, k, tp, op,
 strategy, time_ms_median / time_ms_min / time_ms_max, iters, and for torch-fused the check (max_rel_err, check
-"OK" / "FAIL") or an error. Exit status: 0 all ran and matched; 1 a fused result did not match or a strategy raised; 2 PyTorch has no
-torch.ops.symm_mem fused ops (reported once per op, the NCCL baseline still runs).
+"OK" / "FAIL") or an error. Exit status: 0 all ran and matched; 1 a fused result did not match or a strategy
+raised; 2 PyTorch has no torch.ops.symm_mem fused ops (reported once per op, the NCCL baseline still runs).
 
 Never NVLink multicast (it can take shared GPUs out of service): NCCL_NVLS_ENABLE=0 and
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 are forced before torch starts, and the fused all-gather keeps return_A=True (torch's
