@@ -63,6 +63,11 @@ if [ -x "$bin/test_gpu_ops_c_api" ]; then
   # (cuBLASLt from the toolkit, in case the loader does not know its directory; Python gets torch's own)
   step test_gpu_ops_c_api 120 env LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64" \
     "$bin/test_gpu_ops_c_api" --gtest_brief=1
+  # With a GPU here, a run that skipped every test did not test anything.
+  if [ "$G" -ge 1 ] && grep -qE '^\[  PASSED  \] 0 tests' "$logs/test_gpu_ops_c_api.log" 2>/dev/null; then
+    summary+=("$(printf '%-22s FAIL (every test skipped on a machine with a GPU)' test_gpu_ops_c_api)")
+    failed=1
+  fi
 else
   summary+=("$(printf '%-22s FAIL (no %s/test_gpu_ops_c_api: run scripts/gpu-build.sh)' test_gpu_ops_c_api "$bin")")
   failed=1
@@ -84,7 +89,7 @@ if [ "$G" -ge 2 ]; then
   step torch-fused-bench 420 "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 \
     tests/torch/torch_fused_bench.py --out "$OUT/torch-fused-bench.jsonl" ${BENCH_ARGS:-}
 else
-  summary+=("$(printf '%-22s SKIP (one GPU: torch-fused and NCCL need a GPU per process)' torch-fused-bench)")
+  summary+=("$(printf '%-22s SKIP (fewer than 2 GPUs: torch-fused and NCCL need a GPU per process)' torch-fused-bench)")
 fi
 
 {
