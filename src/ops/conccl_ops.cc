@@ -8,7 +8,6 @@
 
 #include <conccl/ops/all_gather_matmul.hpp>
 #include <conccl/ops/matmul_reduce_scatter.hpp>
-
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -247,21 +246,36 @@ class OpCache {
     return *cache;
   }
 
+  // comm's op, made on first use. Throws concclSystemError (and keeps nothing, so that the next call retries) when
+  // the op could not create its CUDA / cuBLASLt resources: known before any collective is issued, so that a group
+  // never starts with one rank missing (its peers would wait for it until the communicator's timeout).
   AllGatherMatmul& allGatherMatmul(concclComm_t comm, const RankInfo& info) {
     std::lock_guard<std::mutex> lock(mutex_);
     CommOps& ops = entry(comm, info);
-    if (!ops.allGatherMatmul) ops.allGatherMatmul = std::make_unique<AllGatherMatmul>(comm);
+    if (!ops.allGatherMatmul) {
+      auto op = std::make_unique<AllGatherMatmul>(comm);
+      // The ops test their resources before their arguments: empty arguments enqueue nothing and answer
+      // concclSystemError only for an op without resources (else concclInvalidArgument).
+      std::string why;
+      require(op->gather(AllGatherMatmulArgs{}, nullptr, &why) != concclSystemError, concclSystemError, why);
+      ops.allGatherMatmul = std::move(op);
+    }
     return *ops.allGatherMatmul;
   }
 
   MatmulReduceScatter& matmulReduceScatter(concclComm_t comm, const RankInfo& info) {
     std::lock_guard<std::mutex> lock(mutex_);
     CommOps& ops = entry(comm, info);
-    if (!ops.matmulReduceScatter) ops.matmulReduceScatter = std::make_unique<MatmulReduceScatter>(comm);
+    if (!ops.matmulReduceScatter) {
+      auto op = std::make_unique<MatmulReduceScatter>(comm);
+      std::string why;
+      require(op->multiply(MatmulReduceScatterArgs{}, nullptr, &why) != concclSystemError, concclSystemError, why);
+      ops.matmulReduceScatter = std::move(op);
+    }
     return *ops.matmulReduceScatter;
   }
 
-  // Drops comm's op objects (release, or an op that could not create its resources: the next call retries).
+  // Drops comm's op objects.
   void release(concclComm_t comm) {
     CommOps dropped;
     {
@@ -300,12 +314,9 @@ class OpCache {
   std::unordered_map<concclComm_t, CommOps> ops_;
 };
 
-// An op call's result: concclSuccess, or a throw with the op's message. An op that could not create its CUDA
-// resources (concclSystemError) is dropped from the cache so that the next call builds a fresh one.
-void opResult(concclResult_t res, const std::string& why, concclComm_t comm) {
-  if (res == concclSuccess) return;
-  if (res == concclSystemError) OpCache::instance().release(comm);
-  throw OpsError{res, why.empty() ? std::string(concclGetErrorString(res)) : why};
+// An op call's result: concclSuccess, or a throw with the op's message.
+void opResult(concclResult_t res, const std::string& why) {
+  if (res != concclSuccess) throw OpsError{res, why.empty() ? std::string(concclGetErrorString(res)) : why};
 }
 
 AllGatherMatmulArgs allGatherMatmulArgs(const void* aShard, void* aFull, const void* b, void* c, int64_t mShard,
@@ -373,7 +384,7 @@ concclResult_t concclOpsAllGatherMatmul(concclComm_t comm, const void* aShard, v
     conccl::ops::checkArgs(comm, args, "");
     const RankInfo info = conccl::ops::checkOnComm(comm, args, "");
     std::string why;
-    conccl::ops::opResult(OpCache::instance().allGatherMatmul(comm, info).run(args, stream, &why), why, comm);
+    conccl::ops::opResult(OpCache::instance().allGatherMatmul(comm, info).run(args, stream, &why), why);
   });
 }
 
@@ -386,7 +397,7 @@ concclResult_t concclOpsMatmulReduceScatter(concclComm_t comm, const void* a, co
     conccl::ops::checkArgs(comm, args, "");
     const RankInfo info = conccl::ops::checkOnComm(comm, args, "");
     std::string why;
-    conccl::ops::opResult(OpCache::instance().matmulReduceScatter(comm, info).run(args, stream, &why), why, comm);
+    conccl::ops::opResult(OpCache::instance().matmulReduceScatter(comm, info).run(args, stream, &why), why);
   });
 }
 
@@ -405,7 +416,9 @@ concclResult_t concclOpsAllGatherMatmulGroup(int nranks, concclComm_t* comms, co
     for (size_t i = 0; i < count; ++i) rankOps[i] = &OpCache::instance().allGatherMatmul(comms[i], infos[i]);
 
     // The all-gathers of every rank in one group (one thread cannot wait for its own other ranks), then the GEMMs:
-    // the group records the shard events only at concclGroupEnd, so multiply() must come after it.
+    // the group records the shard events only at concclGroupEnd, so multiply() must come after it. Everything a
+    // gather checks was checked above; should conccl still refuse one, the ranks already recorded wait for it at
+    // concclGroupEnd until the communicator's timeout (concclTimeout), as for any incomplete group.
     require(concclGroupStart() == concclSuccess, concclInvalidUsage,
             std::string("concclGroupStart: ") + concclGetLastError(nullptr));
     concclResult_t first = concclSuccess;
@@ -453,7 +466,7 @@ concclResult_t concclOpsMatmulReduceScatterGroup(int nranks, concclComm_t* comms
     for (size_t i = 0; i < count; ++i) {
       std::string why;
       const concclResult_t res = rankOps[i]->multiply(args[i], streams[i], &why);
-      if (res != concclSuccess) conccl::ops::opResult(res, conccl::ops::rankPrefix(i) + why, comms[i]);
+      if (res != concclSuccess) conccl::ops::opResult(res, conccl::ops::rankPrefix(i) + why);
     }
     require(concclGroupStart() == concclSuccess, concclInvalidUsage,
             std::string("concclGroupStart: ") + concclGetLastError(nullptr));
