@@ -12,22 +12,23 @@
  *
  * Communicators: CUDA-backend communicators whose ranks live in this process (concclCommInitAll, or one thread per
  * rank); the chunked collectives are not yet implemented across processes (concclNotSupported then, from conccl).
- * The library keeps one op object per communicator (events, a GEMM stream, a cuBLASLt handle and a 32 MiB cuBLASLt
- * workspace on the rank's device), created on first use; concclOpsReleaseComm frees them. Call it before
- * concclCommDestroy: the cache is keyed by the communicator's address.
+ * The library keeps one op object of each kind per communicator (each with its events, a GEMM stream, a cuBLASLt
+ * handle and a 32 MiB cuBLASLt workspace on the rank's device), created on first use; concclOpsReleaseComm frees
+ * them. Call it before concclCommDestroy: the cache is keyed by the communicator's address.
  *
  * Two ways to drive the ranks:
  *   - one thread per rank: each thread calls concclOpsAllGatherMatmul / concclOpsMatmulReduceScatter for its rank;
- *   - one thread for all ranks: the ...Group variants, with per-rank arrays. Do NOT call the per-rank functions for
- *     several ranks from one thread inside concclGroupStart/End: a group launches the collective only at its end,
- *     after the per-rank function has already queued the GEMMs that wait on it. The group variants order the two
- *     halves correctly. Neither kind may be called inside the caller's own concclGroupStart/End.
+ *   - one thread for all ranks: the ...Group variants, with per-rank arrays. One thread must not call the per-rank
+ *     functions for several ranks: outside a group the first call waits for the other ranks to arrive, and inside
+ *     concclGroupStart/End the collective is launched only at the group's end, after GEMMs that depend on it were
+ *     queued. The group variants order the two halves correctly. Neither kind may be called inside the caller's own
+ *     concclGroupStart/End.
  *
  * Stream semantics are conccl's: a call enqueues work on `stream` (the rank's stream; NULL is the legacy default
  * stream) and returns without waiting for the GPU; it starts after the work queued earlier on `stream`, and work
  * queued on `stream` afterwards sees the results. Buffers must be device memory of the communicator's device and
- * stay alive until `stream` has passed the call. Not capturable into CUDA graphs yet (the op's GEMM stream joins
- * the caller's stream through events, which works under capture, but this has not been tested).
+ * stay alive until `stream` has passed the call. CUDA graph capture is untested; the first call on a communicator
+ * allocates (workspace, events, a stream), which a capture forbids, so make it outside one.
  *
  * Errors: every function returns a concclResult_t and never prints or exits. concclOpsGetLastError() gives the
  * message of the last failure in the calling thread (the op's own text, or conccl's message when a collective
