@@ -1,8 +1,8 @@
 """conccl's fused ops on PyTorch tensors, through ctypes (include/conccl/ops/conccl_ops.h):
     C = allgather(A_shard) @ B    the all-gather feeds the GEMM shard by shard, on copy engines
     C = reduce_scatter(A @ B)     each rank's partial product, summed across ranks, each rank keeping its rows
-ONE process drives every visible GPU (the chunked collectives are in-process only for now): one rank per GPU from
-concclCommInitAll, the ...Group variants, each rank on its device's current PyTorch stream. The results are checked
+ONE process drives every visible GPU: one rank per GPU from concclCommInitAll, the ...Group variants, each rank on its
+device's current PyTorch stream (with a process per GPU, each process would call the per-rank functions instead). The results are checked
 against PyTorch's unfused computation (torch.cat + matmul; the sum of the partial products); exit status 0 = OK.
 
     CONCCL_LIB=build/libconccl.so CONCCL_OPS_LIB=build/libconccl_ops.so python examples/torch/fused_ops.py

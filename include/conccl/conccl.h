@@ -338,8 +338,8 @@ CONCCL_API concclResult_t concclAllGather(const void* sendbuff, void* recvbuff, 
  * graph nodes, and streams waiting on them must join the same capture. The events must not be recorded by anyone
  * else until the consumer has waited on them. Inside concclGroupStart/End the call is launched, and its events
  * recorded, at the outermost concclGroupEnd: wait on them after it (a wait on an event not yet recorded does
- * nothing). Errors as concclAllGather; concclNotSupported on the host backend and for communicators spanning
- * processes (not yet). */
+ * nothing). In a communicator spanning processes the events are this process's own; the call itself waits on the host
+ * for the peers as concclAllGather does. Errors as concclAllGather; concclNotSupported on the host backend. */
 CONCCL_API concclResult_t concclAllGatherChunked(const void* sendbuff, void* recvbuff, size_t sendcount,
                                                  concclDataType_t datatype, concclComm_t comm, cudaStream_t stream,
                                                  cudaEvent_t* chunkReady);
@@ -361,7 +361,8 @@ CONCCL_API concclResult_t concclReduceScatter(const void* sendbuff, void* recvbu
  * peer's sendbuff in place, since a peer cannot wait for this rank's producer), so the call moves the same bytes as
  * concclReduceScatter with peer reduction off. piecesPerBlock: 1..4096. Capturable (the waits become graph edges:
  * the producer must be in the same capture). In place as concclReduceScatter. Errors as concclReduceScatter;
- * concclNotSupported on the host backend and for communicators spanning processes (not yet). */
+ * concclNotSupported on the host backend. Every rank of a call must use concclReduceScatterChunked, or none
+ * (concclInvalidArgument otherwise). Works in one process and across processes (one per GPU). */
 CONCCL_API concclResult_t concclReduceScatterChunked(const void* sendbuff, void* recvbuff, size_t recvcount,
                                                      concclDataType_t datatype, concclRedOp_t op, concclComm_t comm,
                                                      cudaStream_t stream, int piecesPerBlock,

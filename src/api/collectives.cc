@@ -10,7 +10,6 @@
 
 #include "api/api_guard.h"
 #include "core/group.h"
-#include "core/local_clique.h"
 #include "core/types.h"
 #include "sched/schedule.h"
 
@@ -150,11 +149,6 @@ concclResult_t concclAllGatherChunked(const void* sendbuff, void* recvbuff, size
     if (comm->clique->config().backend == concclBackendHost) {
       CONCCL_THROW(concclNotSupported, "the host backend has no CUDA events: use concclAllGather");
     }
-    // Not yet across processes: the events are recorded by the launch of the rank's program, and only the in-process
-    // clique binds them for it today (a path that dropped them would leave the consumer's waits without effect).
-    if (dynamic_cast<LocalClique*>(comm->clique.get()) == nullptr) {
-      CONCCL_THROW(concclNotSupported, "concclAllGatherChunked across processes is not implemented yet");
-    }
     size_t sendBytes = bytesFor(sendcount, l.elemSize, 1, "sendcount");
     size_t recvBytes = bytesFor(sendcount, l.elemSize, l.nranks, "sendcount");
     RankArgs a = makeArgs(CollKind::kAllGather, kApi, datatype, sendcount, sendbuff, recvbuff, stream);
@@ -198,10 +192,6 @@ concclResult_t concclReduceScatterChunked(const void* sendbuff, void* recvbuff, 
     if (comm->clique->config().backend == concclBackendHost) {
       CONCCL_THROW(concclNotSupported, "the host backend has no CUDA events: use concclReduceScatter");
     }
-    // Not yet across processes: only the in-process clique hands the events to the rank's launch.
-    if (dynamic_cast<LocalClique*>(comm->clique.get()) == nullptr) {
-      CONCCL_THROW(concclNotSupported, "concclReduceScatterChunked across processes is not implemented yet");
-    }
     size_t recvBytes = bytesFor(recvcount, l.elemSize, 1, "recvcount");
     size_t sendBytes = bytesFor(recvcount, l.elemSize, l.nranks, "recvcount");
     RankArgs a = makeArgs(CollKind::kReduceScatter, kApi, datatype, recvcount, sendbuff, recvbuff, stream);
@@ -211,6 +201,7 @@ concclResult_t concclReduceScatterChunked(const void* sendbuff, void* recvbuff, 
     a.inPlace = detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, inPlaceSend);
     a.inputEvents.assign(pieceReady, pieceReady + static_cast<size_t>(l.nranks) * static_cast<size_t>(piecesPerBlock));
     a.piecesPerBlock = piecesPerBlock;
+    a.pushInputs = true;
     enqueueCall(comm, std::move(a));
   });
 }

@@ -23,6 +23,11 @@ std::string disagreement(const RankArgs& a, int ra, const RankArgs& b, int rb) {
   }
   if (isReduction(a.kind) && a.op != b.op) return differs("the op", opName(a.op), opName(b.op));
   if (isRooted(a.kind) && a.root != b.root) return differs("the root", std::to_string(a.root), std::to_string(b.root));
+  if (a.pushInputs != b.pushInputs) {
+    auto name = [](bool chunked) { return chunked ? "concclReduceScatterChunked" : "concclReduceScatter"; };
+    return "ranks disagree on the call: rank " + std::to_string(ra) + " called " + name(a.pushInputs) + ", rank " +
+           std::to_string(rb) + " called " + name(b.pushInputs) + " (every rank or none must pass input pieces)";
+  }
   return {};
 }
 
@@ -70,10 +75,10 @@ void assembleCall(PendingCall& pending, int n) {
       pending.binding.chunkEvents.resize(static_cast<size_t>(n));
       pending.binding.chunkEvents[static_cast<size_t>(r)] = ar.chunkEvents;
     }
+    // Every rank pushes its input to the reducers then (never read in place by a peer, which could not wait for this
+    // rank's producer); the ranks agree on it (disagreement above).
+    call.pushInputs = ar.pushInputs;
     if (!ar.inputEvents.empty()) {
-      // Every rank then pushes its input to the reducers (never read in place by a peer, which could not wait for
-      // this rank's producer); ranks without events simply have nothing to wait for.
-      call.pushInputs = true;
       const size_t es = typeSize(ar.dtype);
       const size_t pieceElems = (ar.count + static_cast<size_t>(ar.piecesPerBlock) - 1) /
                                 static_cast<size_t>(ar.piecesPerBlock);

@@ -47,6 +47,9 @@ struct RankArgs {
   // read (may be null); empty for every other call.
   std::vector<cudaEvent_t> inputEvents;
   int piecesPerBlock = 0;
+  // concclReduceScatterChunked: this rank's input is produced while the call runs (sched::CollectiveCall::pushInputs).
+  // Unlike the events it travels to peer processes: every rank's schedule depends on it.
+  bool pushInputs = false;
   const char* apiName = "";  // for messages, e.g. "concclAllGather"
 };
 

@@ -144,6 +144,7 @@ void ProcessClique::publish(const PendingCall& pending, const OwnPart& own, bool
   out.root = mine.root;
   out.count = mine.count;
   out.inPlace = mine.inPlace ? 1 : 0;
+  out.pushInputs = mine.pushInputs ? 1 : 0;
   out.errorCode = own.error ? static_cast<int32_t>(own.error->code()) : 0;
   copyMessage(out.error, own.error ? own.error->message() : std::string());
   out.buffers[0] = own.exports[0];

@@ -152,6 +152,7 @@ std::vector<exec::BufferExport> ProcessClique::windowRendezvous(uint64_t seq, in
   out.root = 0;
   out.count = value;
   out.inPlace = 0;
+  out.pushInputs = 0;
   out.errorCode = ownError ? static_cast<int32_t>(ownError->code()) : 0;
   copyMessage(out.error, ownError ? ownError->message() : std::string());
   out.buffers[0] = mine;

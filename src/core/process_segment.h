@@ -58,6 +58,7 @@ struct MailboxEntry {
   int32_t kind, dtype, op, root;
   uint64_t count;
   uint32_t inPlace;
+  uint32_t pushInputs;  // concclReduceScatterChunked (RankArgs::pushInputs)
   int32_t errorCode;  // concclSuccess, or the error this rank found in its own arguments
   char error[kMessageBytes];
   exec::BufferExport buffers[2];  // exported when not inside a window (allocId 0: not exported)
@@ -138,6 +139,7 @@ inline RankArgs argsOf(const MailboxEntry& e, const uint64_t* vectors, int n) {
   a.root = e.root;
   a.count = e.count;
   a.inPlace = e.inPlace != 0;
+  a.pushInputs = e.pushInputs != 0;
   a.apiName = apiNameOf(a.kind);
   if (a.kind == sched::CollKind::kAllToAllv) {
     std::vector<size_t>* parts[4] = {&a.sendCounts, &a.sendDispls, &a.recvCounts, &a.recvDispls};

@@ -200,13 +200,33 @@ TEST(ChunkedReduceScatter, RefusesWhatItCannotDo) {
   auto clique = Clique::create(2);
   ASSERT_NE(clique, nullptr);
   DeviceMem buf(64);
-  cudaEvent_t events[2] = {nullptr, nullptr};
+  cudaEvent_t events[4] = {nullptr, nullptr, nullptr, nullptr};
   EXPECT_EQ(concclReduceScatterChunked(buf.get(), buf.get() + 32, 1, concclFloat32, concclSum, clique->comms[0],
                                        clique->streams[0], 1, nullptr),
             concclInvalidArgument);
   EXPECT_EQ(concclReduceScatterChunked(buf.get(), buf.get() + 32, 1, concclFloat32, concclSum, clique->comms[0],
                                        clique->streams[0], 0, events),
             concclInvalidArgument);
+  // Every rank passes pieces or none: a chunked call meeting a plain one is refused on both ranks.
+  auto mixed = Clique::create(2);
+  ASSERT_NE(mixed, nullptr);
+  const size_t count = 1 << 16;
+  DeviceMem send0(count * 8), recv0(count * 4), send1(count * 8), recv1(count * 4);
+  concclResult_t r0 = concclSuccess, r1 = concclSuccess;
+  std::thread t0([&] {
+    r0 = concclReduceScatterChunked(send0.get(), recv0.get(), count, concclFloat32, concclSum, mixed->comms[0],
+                                    mixed->streams[0], 2, events);
+  });
+  std::thread t1([&] {
+    r1 = concclReduceScatter(send1.get(), recv1.get(), count, concclFloat32, concclSum, mixed->comms[1],
+                             mixed->streams[1]);
+  });
+  t0.join();
+  t1.join();
+  EXPECT_EQ(r0, concclInvalidArgument);
+  EXPECT_EQ(r1, concclInvalidArgument);
+  EXPECT_NE(std::string(concclGetLastError(mixed->comms[1])).find("concclReduceScatterChunked"), std::string::npos)
+      << concclGetLastError(mixed->comms[1]);
 }
 
 }  // namespace

@@ -1,12 +1,10 @@
 // conccl::ops::MatmulReduceScatter (issue 15, item 2): C_shard = reduce_scatter(A @ B_shard) with the GEMM in pieces
 // and concclReduceScatterChunked sending each piece as it is produced, checked against the unfused computation on
 // the host (every rank's partial product in double, summed) on fresh random data: 2 and 3 ranks (distinct GPUs where
-// present, else GPU 0 shared), bf16 and fp16, 1 / 3 / 4 slices per block (3 does not divide every mShard: lowered),
+// present, else GPU 0 shared), bf16, fp16 and fp8 e4m3 (B as [n, kShard]), 1 / 3 / 4 slices per block (3 does not divide every mShard: lowered),
 // from one thread (multiply() for every rank, then reduceScatter() in a group) and from a thread per rank (run()).
 #include <conccl/conccl.h>
 #include <conccl/ops/matmul_reduce_scatter.hpp>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -18,29 +16,14 @@
 #include <thread>
 #include <vector>
 
+#include "gpu/gpu_ops_util.h"
 #include "gpu/gpu_test_util.h"
 
 namespace conccl::gputest {
 namespace {
 
-// Bits of a bf16 / fp16 value and back, through the types' raw views (no memcpy into their classes).
-uint16_t toBits(float f, concclDataType_t type) {
-  if (type == concclBfloat16) {
-    const __nv_bfloat16_raw raw = __float2bfloat16_rn(f);
-    return raw.x;
-  }
-  const __half_raw raw = __float2half_rn(f);
-  return raw.x;
-}
-float fromBits(uint16_t u, concclDataType_t type) {
-  if (type == concclBfloat16) {
-    __nv_bfloat16_raw raw;
-    raw.x = u;
-    return __bfloat162float(__nv_bfloat16(raw));
-  }
-  __half_raw raw;
-  raw.x = u;
-  return __half2float(__half(raw));
+const char* typeName(concclDataType_t t) {
+  return t == concclBfloat16 ? "bf16" : t == concclFloat16 ? "fp16" : "fp8e4m3";
 }
 
 struct Shape {
@@ -49,14 +32,15 @@ struct Shape {
   concclDataType_t type;
   int slices;
   bool threadPerRank;
+  bool bTransposed = false;
 };
 
 void runCase(const Shape& sh) {
   const int n = sh.n;
   SCOPED_TRACE("n=" + std::to_string(n) + " mShard=" + std::to_string(sh.mShard) + " n_cols=" +
                std::to_string(sh.cols) + " kShard=" + std::to_string(sh.kShard) +
-               (sh.type == concclBfloat16 ? " bf16" : " fp16") + " slices=" + std::to_string(sh.slices) +
-               (sh.threadPerRank ? " thread per rank" : " group"));
+               " " + typeName(sh.type) + " slices=" + std::to_string(sh.slices) +
+               (sh.threadPerRank ? " thread per rank" : " group") + (sh.bTransposed ? " B as [n, k]" : ""));
   std::vector<int> devices(static_cast<size_t>(n), 0);
   if (deviceCount() >= n) {
     for (int r = 0; r < n; ++r) devices[static_cast<size_t>(r)] = r;
@@ -64,10 +48,11 @@ void runCase(const Shape& sh) {
   auto clique = Clique::create(n, CONCCL_CONFIG_UNDEF_INT, devices);
   ASSERT_NE(clique, nullptr);
   const int64_t m = sh.mShard * n, cols = sh.cols, k = sh.kShard;
+  const concclDataType_t outType = sh.type == concclFloat8e4m3 ? concclBfloat16 : sh.type;
+  const size_t outEs = concclTypeSize(outType);
   std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   struct Rank {
-    std::vector<uint16_t> aHost, bHost;  // as the device holds them (rounded to the type)
+    HostMatrix aHost, bHost;  // as the device holds them (rounded to the type)
     DeviceMem a, b, partial, c;
     std::unique_ptr<ops::MatmulReduceScatter> op;
     ops::MatmulReduceScatterArgs args;
@@ -77,18 +62,17 @@ void runCase(const Shape& sh) {
     Rank& x = ranks[static_cast<size_t>(r)];
     const int dev = devices[static_cast<size_t>(r)];
     CUDA_OK(cudaSetDevice(dev));
-    x.aHost.resize(static_cast<size_t>(m * k));
-    x.bHost.resize(static_cast<size_t>(k * cols));
-    for (auto& v : x.aHost) v = toBits(dist(rng), sh.type);
-    for (auto& v : x.bHost) v = toBits(dist(rng), sh.type);
-    x.a = DeviceMem(x.aHost.size() * 2, dev);
-    x.b = DeviceMem(x.bHost.size() * 2, dev);
-    x.partial = DeviceMem(static_cast<size_t>(m * cols) * 2, dev);
-    x.c = DeviceMem(static_cast<size_t>(sh.mShard * cols) * 2, dev);
-    CUDA_OK(cudaMemcpy(x.a.get(), x.aHost.data(), x.aHost.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(x.b.get(), x.bHost.data(), x.bHost.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemset(x.partial.get(), 0xff, static_cast<size_t>(m * cols) * 2));  // poison (NaN)
-    CUDA_OK(cudaMemset(x.c.get(), 0xff, static_cast<size_t>(sh.mShard * cols) * 2));
+    x.aHost = HostMatrix::random(m, k, sh.type, rng);
+    x.bHost = HostMatrix::random(k, cols, sh.type, rng);
+    const std::vector<unsigned char> aBytes = x.aHost.bytes(), bBytes = x.bHost.bytes(sh.bTransposed);
+    x.a = DeviceMem(aBytes.size(), dev);
+    x.b = DeviceMem(bBytes.size(), dev);
+    x.partial = DeviceMem(static_cast<size_t>(m * cols) * outEs, dev);
+    x.c = DeviceMem(static_cast<size_t>(sh.mShard * cols) * outEs, dev);
+    CUDA_OK(cudaMemcpy(x.a.get(), aBytes.data(), aBytes.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(x.b.get(), bBytes.data(), bBytes.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(x.partial.get(), 0xff, static_cast<size_t>(m * cols) * outEs));  // poison (NaN)
+    CUDA_OK(cudaMemset(x.c.get(), 0xff, static_cast<size_t>(sh.mShard * cols) * outEs));
     x.op = std::make_unique<ops::MatmulReduceScatter>(clique->comms[static_cast<size_t>(r)]);
     x.args.a = x.a.get();
     x.args.b = x.b.get();
@@ -99,6 +83,7 @@ void runCase(const Shape& sh) {
     x.args.kShard = k;
     x.args.type = sh.type;
     x.args.slicesPerBlock = sh.slices;
+    x.args.bTransposed = sh.bTransposed;
   }
   syncAllDevices();
   std::vector<std::string> errors(static_cast<size_t>(n));
@@ -135,14 +120,12 @@ void runCase(const Shape& sh) {
   std::vector<double> want(static_cast<size_t>(m * cols), 0.0), mag(static_cast<size_t>(m * cols), 0.0);
   for (int p = 0; p < n; ++p) {
     const Rank& x = ranks[static_cast<size_t>(p)];
-    std::vector<float> bf(x.bHost.size());
-    for (size_t i = 0; i < bf.size(); ++i) bf[i] = fromBits(x.bHost[i], sh.type);
     std::vector<double> row(static_cast<size_t>(cols));
     for (int64_t i = 0; i < m; ++i) {
       std::fill(row.begin(), row.end(), 0.0);
       for (int64_t l = 0; l < k; ++l) {
-        const double av = fromBits(x.aHost[static_cast<size_t>(i * k + l)], sh.type);
-        const float* brow = bf.data() + static_cast<size_t>(l * cols);
+        const double av = x.aHost.at(i, l);
+        const float* brow = x.bHost.values.data() + static_cast<size_t>(l * cols);
         for (int64_t j = 0; j < cols; ++j) row[static_cast<size_t>(j)] += av * brow[j];
       }
       for (int64_t j = 0; j < cols; ++j) {
@@ -153,15 +136,16 @@ void runCase(const Shape& sh) {
   }
   // Each partial is rounded to the type once (relative 2^-8 bf16 / 2^-11 fp16), the sum once more, plus the fp32
   // accumulation of the GEMM.
-  const double rel = sh.type == concclBfloat16 ? 1.0 / 128 : 1.0 / 1024;
+  const double rel = outType == concclBfloat16 ? 1.0 / 128 : 1.0 / 1024;
   for (int r = 0; r < n; ++r) {
-    std::vector<uint16_t> got(static_cast<size_t>(sh.mShard * cols));
+    std::vector<unsigned char> raw(static_cast<size_t>(sh.mShard * cols) * outEs);
     CUDA_OK(cudaSetDevice(devices[static_cast<size_t>(r)]));
-    CUDA_OK(cudaMemcpy(got.data(), ranks[static_cast<size_t>(r)].c.get(), got.size() * 2, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(raw.data(), ranks[static_cast<size_t>(r)].c.get(), raw.size(), cudaMemcpyDeviceToHost));
+    const std::vector<float> got = decodeAll(raw, outType);
     size_t bad = 0;
     for (size_t i = 0; i < got.size(); ++i) {
       const size_t at = static_cast<size_t>(r * sh.mShard * cols) + i;
-      const double g = fromBits(got[i], sh.type), w = want[at];
+      const double g = got[i], w = want[at];
       const double bound = rel * (mag[at] + std::fabs(w)) + 1e-3 * std::sqrt(static_cast<double>(k)) * n;
       if (!(std::fabs(g - w) <= bound)) {
         if (bad++ < 3) ADD_FAILURE() << "rank " << r << " C[" << i / static_cast<size_t>(cols) << "]["
@@ -183,6 +167,10 @@ TEST(MatmulReduceScatter, MatchesTheUnfusedComputation) {
   // Blocks above the small-message threshold (copy engines, several pipeline chunks).
   runCase(Shape{2, 512, 1024, 512, concclBfloat16, 4, false});
   runCase(Shape{2, 512, 1024, 512, concclBfloat16, 4, true});
+  // B as nn.Linear stores its weight ([n, kShard]), and fp8 e4m3 (which needs that layout; partials in bf16).
+  runCase(Shape{2, 128, 256, 256, concclBfloat16, 4, false, true});
+  for (int n : {2, 3}) runCase(Shape{n, 128, 256, 256, concclFloat8e4m3, 4, false, true});
+  runCase(Shape{2, 512, 1024, 512, concclFloat8e4m3, 4, true, true});
 }
 
 TEST(MatmulReduceScatter, RefusesBadArguments) {

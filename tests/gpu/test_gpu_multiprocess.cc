@@ -154,6 +154,14 @@ TEST_P(MultiProcess, SymmetricWindowCallsMatchTheReference) {
   for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
 }
 
+// concclReduceScatterChunked / concclAllGatherChunked with one process per rank (scenario_chunked.h).
+TEST_P(MultiProcess, ChunkedCallsAcrossProcesses) {
+  SKIP_WITHOUT_GPU();
+  auto results = runWorkers("chunked", GetParam(), 60000, 180);
+  expectAllSucceeded(results);
+  for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, MultiProcess, ::testing::Values(2, 3, 4));
 
 // Symmetric calls return before the peers call: the watchdog must still turn every failure into an error on

@@ -9,8 +9,7 @@
 // product is the same rows of C.
 //
 // Status: its GPU test passed on one H200 (2 and 3 ranks sharing the GPU, 2026-12-01); not yet run across GPUs. bf16
-// and fp16 with fp32 accumulation; fp8 is not implemented (cuBLASLt's fp8 needs the transposed "TN" layout and
-// scales).
+// and fp16 with fp32 accumulation; fp8 e4m3 with B given as [n, k] and unit scales (C in bf16).
 #pragma once
 
 #include <conccl/conccl.h>
@@ -28,10 +27,12 @@ namespace conccl::ops {
 struct AllGatherMatmulArgs {
   const void* aShard = nullptr;  // [mShard, k] row-major: this rank's rows of A
   void* aFull = nullptr;         // [nranks * mShard, k]: receives the gathered A (aShard may lie in it, in place)
-  const void* b = nullptr;       // [k, n] row-major, the same on every rank
-  void* c = nullptr;             // [nranks * mShard, n] row-major: the product
+  const void* b = nullptr;       // [k, n] row-major (or [n, k] with bTransposed), the same on every rank
+  void* c = nullptr;             // [nranks * mShard, n] row-major: the product (bf16 when type is fp8)
   int64_t mShard = 0, n = 0, k = 0;
-  concclDataType_t type = concclBfloat16;  // concclBfloat16 or concclFloat16; accumulation in fp32
+  // concclBfloat16 or concclFloat16, or concclFloat8e4m3 with bTransposed (unit scales; c in bf16); fp32 accumulation.
+  concclDataType_t type = concclBfloat16;
+  bool bTransposed = false;  // b is [n, k], as nn.Linear stores its weight (cuBLASLt's fp8 kernels need it)
 };
 
 // One per rank of a communicator (not thread-safe; a rank's calls come from one thread). Owns the shard events, the
@@ -92,7 +93,7 @@ class AllGatherMatmul {
   // The GEMM part: each shard's GEMM on the op's stream once the shard's event fired; `stream` waits for the last.
   concclResult_t multiply(const AllGatherMatmulArgs& a, cudaStream_t stream, std::string* error) {
     if (concclResult_t res = check(a, error); res != concclSuccess) return res;
-    const size_t es = concclTypeSize(a.type);
+    const size_t es = concclTypeSize(a.type), outEs = concclTypeSize(detail::gemmOutputType(a.type));
     const auto shardElems = static_cast<size_t>(a.mShard) * static_cast<size_t>(a.k);
     int previous = 0;
     cudaGetDevice(&previous);
@@ -106,7 +107,7 @@ class AllGatherMatmul {
       const int r = (rank_ + i) % nranks_;
       const auto* shard = static_cast<const char*>(a.aFull) + static_cast<size_t>(r) * shardElems * es;
       auto* out = static_cast<char*>(a.c) + static_cast<size_t>(r) * static_cast<size_t>(a.mShard) *
-                                              static_cast<size_t>(a.n) * es;
+                                              static_cast<size_t>(a.n) * outEs;
       good = cudaStreamWaitEvent(gemmStream_, events_[static_cast<size_t>(r)], 0) == cudaSuccess &&
              shardGemm(a, shard, out, &why);
     }
@@ -124,8 +125,9 @@ class AllGatherMatmul {
       return fail(error, concclInvalidArgument, "a NULL buffer");
     }
     if (a.mShard <= 0 || a.n <= 0 || a.k <= 0) return fail(error, concclInvalidArgument, "mShard, n and k must be > 0");
-    if (a.type != concclBfloat16 && a.type != concclFloat16) {
-      return fail(error, concclNotSupported, "only concclBfloat16 and concclFloat16 are implemented");
+    if (!detail::gemmSupports(a.type, a.bTransposed)) {
+      return fail(error, concclNotSupported,
+                  "type must be concclBfloat16 or concclFloat16, or concclFloat8e4m3 with bTransposed");
     }
     return concclSuccess;
   }
@@ -137,7 +139,8 @@ class AllGatherMatmul {
 
   // out[mShard, n] = shard[mShard, k] @ B[k, n], row-major, on the op's stream.
   bool shardGemm(const AllGatherMatmulArgs& a, const void* shard, void* out, std::string* why) {
-    return gemm_->run(a.type, shard, a.k, a.b, a.n, out, a.n, a.mShard, a.n, a.k, gemmStream_, why);
+    return gemm_->run(a.type, a.bTransposed, shard, a.k, a.b, a.bTransposed ? a.k : a.n, out, a.n, a.mShard, a.n, a.k,
+                      gemmStream_, why);
   }
 
   concclComm_t comm_ = nullptr;

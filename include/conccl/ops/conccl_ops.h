@@ -10,8 +10,8 @@
  *                                 is summed across ranks, each rank keeping its rows)
  * Row-major matrices throughout; bf16 or fp16 with fp32 accumulation.
  *
- * Communicators: CUDA-backend communicators whose ranks live in this process (concclCommInitAll, or one thread per
- * rank); the chunked collectives are not yet implemented across processes (concclNotSupported then, from conccl).
+ * Communicators: of the CUDA backend; ranks in this process (concclCommInitAll) or one process per rank
+ * (concclCommInitRank: the per-rank functions; the chunked collectives work across processes since 2026-12-01).
  * The library keeps one op object of each kind per communicator (each with its events, a GEMM stream, a cuBLASLt
  * handle and a 32 MiB cuBLASLt workspace on the rank's device), created on first use; concclOpsReleaseComm frees
  * them. Call it before concclCommDestroy: the cache is keyed by the communicator's address.

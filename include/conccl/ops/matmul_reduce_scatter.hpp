@@ -10,8 +10,9 @@
 // transfers run while the GEMM computes the next pieces and the GEMM keeps the SMs; each owner reduces a slice of
 // its block once every rank's piece of it has arrived. Row-major throughout.
 //
-// Status: written and compiled 2026-12-01; tests/gpu/test_gpu_matmul_reduce_scatter.cc checks it against the unfused
-// computation. bf16 and fp16 with fp32 accumulation in the GEMM, sum in the reduction; fp8 is not implemented.
+// Status: tests/gpu/test_gpu_matmul_reduce_scatter.cc (against the unfused computation) passed on one H200 with ranks
+// sharing the GPU (2026-12-01); not yet run across GPUs. bf16 and fp16 with fp32 accumulation in the GEMM, the sum in
+// the same type; fp8 e4m3 with B given as [n, kShard] and unit scales (partial products and result in bf16).
 #pragma once
 
 #include <conccl/conccl.h>
@@ -27,11 +28,14 @@ namespace conccl::ops {
 
 struct MatmulReduceScatterArgs {
   const void* a = nullptr;  // [nranks * mShard, kShard] row-major: this rank's K-columns of A
-  const void* b = nullptr;  // [kShard, n] row-major: this rank's K-rows of B
+  const void* b = nullptr;  // [kShard, n] row-major (or [n, kShard] with bTransposed): this rank's K-rows of B
   void* partial = nullptr;  // [nranks * mShard, n] row-major: workspace receiving this rank's partial product
   void* c = nullptr;        // [mShard, n] row-major: this rank's rows of the sum over ranks of the partials
   int64_t mShard = 0, n = 0, kShard = 0;
-  concclDataType_t type = concclBfloat16;  // concclBfloat16 or concclFloat16; fp32 accumulation in the GEMM
+  // concclBfloat16 or concclFloat16, or concclFloat8e4m3 with bTransposed (unit scales; partial and c in bf16, the
+  // reduction in bf16); fp32 accumulation in the GEMM.
+  concclDataType_t type = concclBfloat16;
+  bool bTransposed = false;  // b is [n, kShard], as nn.Linear stores its weight (cuBLASLt's fp8 kernels need it)
   // GEMM pieces per destination block, 1..64; lowered to the largest divisor of mShard not above it, so that every
   // piece is whole rows (the reduce-scatter's pieces must be exactly the GEMM's).
   int slicesPerBlock = 4;
@@ -88,15 +92,16 @@ class MatmulReduceScatter {
     bool good = ensureEvents(slices) && cudaEventRecord(start_, stream) == cudaSuccess &&
                 cudaStreamWaitEvent(gemmStream_, start_, 0) == cudaSuccess;
     const int64_t sliceRows = a.mShard / slices;
-    const size_t es = concclTypeSize(a.type);
+    const size_t es = concclTypeSize(a.type), outEs = concclTypeSize(detail::gemmOutputType(a.type));
     // Slice by slice, the peers' blocks first (their pieces travel while the GEMM goes on), the own block last.
     for (int s = 0; s < slices && good; ++s) {
       for (int o = 1; o <= nranks_ && good; ++o) {
         const int q = (rank_ + o) % nranks_;
         const int64_t row = static_cast<int64_t>(q) * a.mShard + s * sliceRows;
         const auto* aRows = static_cast<const char*>(a.a) + static_cast<size_t>(row * a.kShard) * es;
-        auto* out = static_cast<char*>(a.partial) + static_cast<size_t>(row * a.n) * es;
-        good = gemm_->run(a.type, aRows, a.kShard, a.b, a.n, out, a.n, sliceRows, a.n, a.kShard, gemmStream_, &why) &&
+        auto* out = static_cast<char*>(a.partial) + static_cast<size_t>(row * a.n) * outEs;
+        good = gemm_->run(a.type, a.bTransposed, aRows, a.kShard, a.b, a.bTransposed ? a.kShard : a.n, out, a.n,
+                          sliceRows, a.n, a.kShard, gemmStream_, &why) &&
                cudaEventRecord(events_[static_cast<size_t>(q * slices + s)], gemmStream_) == cudaSuccess;
       }
     }
@@ -111,7 +116,8 @@ class MatmulReduceScatter {
     if (concclResult_t res = check(a, error); res != concclSuccess) return res;
     if (recordedSlices_ != slicesFor(a)) return fail(error, concclInvalidUsage, "call multiply() with these arguments first");
     const size_t recvcount = static_cast<size_t>(a.mShard) * static_cast<size_t>(a.n);
-    concclResult_t res = concclReduceScatterChunked(a.partial, a.c, recvcount, a.type, concclSum, comm_, stream,
+    concclResult_t res = concclReduceScatterChunked(a.partial, a.c, recvcount, detail::gemmOutputType(a.type),
+                                                    concclSum, comm_, stream,
                                                     recordedSlices_, events_.data());
     if (res != concclSuccess) {
       return fail(error, res, std::string("concclReduceScatterChunked: ") + concclGetLastError(comm_));
@@ -148,8 +154,9 @@ class MatmulReduceScatter {
       return fail(error, concclInvalidArgument,
                   "slicesPerBlock = " + std::to_string(a.slicesPerBlock) + " is outside 1..64");
     }
-    if (a.type != concclBfloat16 && a.type != concclFloat16) {
-      return fail(error, concclNotSupported, "only concclBfloat16 and concclFloat16 are implemented");
+    if (!detail::gemmSupports(a.type, a.bTransposed)) {
+      return fail(error, concclNotSupported,
+                  "type must be concclBfloat16 or concclFloat16, or concclFloat8e4m3 with bTransposed");
     }
     return concclSuccess;
   }

@@ -98,6 +98,8 @@ class CudaExecutor final : public Executor {
   void enablePeerAccess(const std::vector<int>& unique);
   void initRank(RankState& state);
   void closeAllImports();
+  // closeImport's work; `inBackground`: see IpcImportTable::release.
+  void unmapImport(int owner, uint64_t allocId, bool inBackground);
   // Blocks until the rank's last launch finished, or the deadline; while aborted it keeps re-opening every
   // flag so that queued Waits drain. Returns false on timeout.
   // With reportKernelTimeout, a small-message kernel that gave up waiting is reported (concclTimeout) even though
@@ -622,13 +624,19 @@ void* CudaExecutor::importBuffer(int owner, const BufferExport& b) {
 }
 
 void CudaExecutor::closeImport(int owner, uint64_t allocId) {
+  // Called during a call (a peer retired the allocation): the unmapping waits for the device, so not on the caller's
+  // thread.
+  unmapImport(owner, allocId, /*inBackground=*/true);
+}
+
+void CudaExecutor::unmapImport(int owner, uint64_t allocId, bool inBackground) {
   CONCCL_ASSERT(processMode_);
   std::lock_guard<std::mutex> lock(importMutex_);
   auto it = imports_.find(std::make_pair(owner, allocId));
   if (it == imports_.end()) return;
   const int64_t pid = pids_[static_cast<size_t>(owner)];
   if (pid != static_cast<int64_t>(::getpid())) {
-    IpcImportTable::instance().release(pid, allocId, devices_[static_cast<size_t>(localRank_)]);
+    IpcImportTable::instance().release(pid, allocId, devices_[static_cast<size_t>(localRank_)], inBackground);
   }
   imports_.erase(it);
   mappingGeneration_.fetch_add(1, std::memory_order_release);
@@ -640,7 +648,13 @@ void CudaExecutor::closeAllImports() {
     std::lock_guard<std::mutex> lock(importMutex_);
     for (const auto& [key, base] : imports_) keys.push_back(key);
   }
-  for (const auto& [owner, allocId] : keys) closeImport(owner, allocId);
+  // At destroy the rank's work has drained: unmap here, and let the background closes of earlier calls finish too, so
+  // that nothing of this communicator stays mapped after it is destroyed.
+  for (const auto& [owner, allocId] : keys) unmapImport(owner, allocId, /*inBackground=*/false);
+  if (!IpcImportTable::instance().waitForBackgroundCloses(std::chrono::milliseconds(config_.timeoutMs))) {
+    CONCCL_WARN(localRank_, devices_[static_cast<size_t>(localRank_)],
+                "unmapping retired peer allocations did not finish within timeoutMs; it goes on in the background");
+  }
 }
 
 void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <thread>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -38,19 +39,39 @@ IpcImportTable& IpcImportTable::instance() {
 }
 
 void* IpcImportTable::acquire(const BufferExport& b, int device) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   Key key{b.pid, b.allocId, device};
   auto it = entries_.find(key);
   if (it != entries_.end()) {
     ++it->second.refs;
     return it->second.base;
   }
+  for (auto p = pendingCloses_.begin(); p != pendingCloses_.end(); ++p) {
+    if (!(p->key == key)) continue;
+    void* base = p->base;  // released but not closed yet: keep the mapping
+    pendingCloses_.erase(p);
+    entries_[key] = Entry{base, 1};
+    return base;
+  }
+  closesDone_.wait(lock, [&] {
+    for (const Key& k : closing_) {
+      if (k == key) return false;
+    }
+    return true;
+  });
   cudaIpcMemHandle_t handle;
   static_assert(sizeof(handle) <= sizeof(b.handle));
   std::memcpy(&handle, b.handle, sizeof(handle));
   DeviceGuard guard(device);
   void* base = nullptr;
   cudaError_t err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
+  if (err == cudaErrorAlreadyMapped && !(pendingCloses_.empty() && closing_.empty())) {
+    // The peer freed an allocation whose mapping is still waiting to be closed here, and its new allocation reuses
+    // that memory: CUDA refuses to map it twice. Only then does a call wait for the background closes.
+    (void)cudaGetLastError();
+    closesDone_.wait(lock, [this] { return pendingCloses_.empty() && closing_.empty(); });
+    err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
+  }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     CONCCL_THROW(concclUnhandledCudaError,
@@ -66,20 +87,69 @@ void* IpcImportTable::acquire(const BufferExport& b, int device) {
 
 size_t IpcImportTable::size() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return entries_.size();
+  return entries_.size() + pendingCloses_.size() + closing_.size();
 }
 
-void IpcImportTable::release(int64_t pid, uint64_t allocId, int device) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = entries_.find(Key{pid, allocId, device});
-  if (it == entries_.end() || --it->second.refs > 0) return;
+namespace {
+void closeMapping(void* base, int device) {
   DeviceGuard guard(device);
-  cudaError_t err = cudaIpcCloseMemHandle(it->second.base);
+  cudaError_t err = cudaIpcCloseMemHandle(base);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     CONCCL_WARN(-1, device, std::string("cudaIpcCloseMemHandle failed: ") + cudaGetErrorString(err));
   }
+}
+}  // namespace
+
+void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inBackground) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto it = entries_.find(Key{pid, allocId, device});
+  if (it == entries_.end() || --it->second.refs > 0) return;
+  void* base = it->second.base;
+  const Key key = it->first;
   entries_.erase(it);
+  if (!inBackground) {
+    lock.unlock();
+    closeMapping(base, device);
+    return;
+  }
+  pendingCloses_.push_back(PendingClose{key, base});
+  if (!closerStarted_) {
+    // Detached: the table lives until the process ends (instance()), and so does the thread, idle between closes.
+    std::thread([this] { closeLoop(); }).detach();
+    closerStarted_ = true;
+  }
+  closeWork_.notify_one();
+}
+
+void IpcImportTable::closeLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    closeWork_.wait(lock, [this] { return !pendingCloses_.empty(); });
+    std::vector<PendingClose> batch;
+    batch.swap(pendingCloses_);
+    for (const PendingClose& p : batch) closing_.push_back(p.key);
+    lock.unlock();
+    for (const PendingClose& p : batch) {
+      const int device = p.key.device;
+      // Wait for the device first, holding no driver lock: cudaIpcCloseMemHandle waits for the device itself, and
+      // while it does, other threads' CUDA calls on the device stall (seen with 3 processes sharing an H200). After
+      // this wait it finds the device (nearly) idle and returns at once.
+      {
+        DeviceGuard guard(device);
+        if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
+      }
+      closeMapping(p.base, device);
+    }
+    lock.lock();
+    closing_.clear();
+    closesDone_.notify_all();
+  }
+}
+
+bool IpcImportTable::waitForBackgroundCloses(std::chrono::milliseconds limit) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return closesDone_.wait_for(lock, limit, [this] { return pendingCloses_.empty() && closing_.empty(); });
 }
 
 }  // namespace conccl::exec

@@ -5,10 +5,13 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "exec/executor.h"
 
@@ -36,8 +39,17 @@ class IpcImportTable {
   static IpcImportTable& instance();
   // Maps (or finds) the allocation `b` of another process on `device`; returns its base here.
   void* acquire(const BufferExport& b, int device);
+  // Mappings held, including those whose close is still pending in the background.
   size_t size();
-  void release(int64_t pid, uint64_t allocId, int device);
+  // Drops one reference; the last one unmaps the allocation. cudaIpcCloseMemHandle waits for the whole device, so
+  // a close during a call (a peer retired the allocation) runs on a background thread (`inBackground`): the calling
+  // thread must not wait for GPU work it enqueued itself, or that a producer the caller releases only after the call
+  // returns has yet to finish (a hidden host sync; with such a producer, a deadlock). acquire() waits for the
+  // background closes only when CUDA refuses to map a peer's new allocation because it reuses memory whose mapping
+  // is still waiting to be closed.
+  void release(int64_t pid, uint64_t allocId, int device, bool inBackground);
+  // Waits, at most `limit`, until every background close has run; false on timeout.
+  bool waitForBackgroundCloses(std::chrono::milliseconds limit);
 
  private:
   struct Key {
@@ -50,8 +62,21 @@ class IpcImportTable {
     void* base;
     int refs;
   };
+  struct PendingClose {
+    Key key;
+    void* base;
+  };
+  void closeLoop();
+
   std::mutex mutex_;
   std::map<Key, Entry> entries_;
+  // Mappings released in the background: waiting for the thread, and being closed by it. An allocation can be wanted
+  // again meanwhile (a window deregistered while its memory lives on): acquire() revives a waiting one, and waits for
+  // one being closed (CUDA refuses to open a handle that is still mapped).
+  std::vector<PendingClose> pendingCloses_;
+  std::vector<Key> closing_;
+  bool closerStarted_ = false;
+  std::condition_variable closeWork_, closesDone_;
 };
 
 }  // namespace conccl::exec

@@ -13,6 +13,8 @@
 //   hung-peer    the last rank sleeps; the others time out, abort; the sleeper then fails too and aborts.
 //   sendrecv     Send/Recv across processes: a ring in a group x40, a personalised all-to-all with uneven sizes,
 //                a pipeline of standalone calls, a receive into a window; sendrecv-mismatch: sizes differ.
+//   chunked      concclReduceScatterChunked behind a gated producer and concclAllGatherChunked with a consumer that
+//                snapshots each block on its event (scenario_chunked.h); a chunked and a plain call mixed: refused.
 //   symmetric    a concclMemAlloc'd window per rank: every collective on buffers at the same offsets in it (no
 //                host rendezvous), alternating with the regular path, the hot path and a graph on window buffers.
 //   symmetric-mismatch / symmetric-hung / symmetric-dead
@@ -38,6 +40,7 @@
 #include "common/reference.h"
 #include "core/bootstrap.h"
 #include "exec/executor.h"
+#include "gpu/multiprocess/scenario_chunked.h"
 
 namespace {
 
@@ -695,6 +698,8 @@ int main(int argc, char** argv) {
       scenarioSendRecvMismatch(stream);
       cudaStreamDestroy(stream);
       return 0;
+    } else if (scenario == "chunked") {
+      conccl::mpworker::scenarioChunked(gComm, gRank, gNranks, stream);
     } else if (scenario == "symmetric") {
       scenarioSymmetric(stream);
     } else if (scenario.rfind("symmetric-", 0) == 0) {
