@@ -2,8 +2,9 @@
     C = allgather(A_shard) @ B    the all-gather feeds the GEMM shard by shard, on copy engines
     C = reduce_scatter(A @ B)     each rank's partial product, summed across ranks, each rank keeping its rows
 ONE process drives every visible GPU: one rank per GPU from concclCommInitAll, the ...Group variants, each rank on its
-device's current PyTorch stream (with a process per GPU, each process would call the per-rank functions instead). The results are checked
-against PyTorch's unfused computation (torch.cat + matmul; the sum of the partial products); exit status 0 = OK.
+device's current PyTorch stream (with a process per GPU, each would call the per-rank functions instead). The results
+are checked against PyTorch's unfused computation (torch.cat + matmul; the sum of the partial products); exit status
+0 = OK.
 
     CONCCL_LIB=build/libconccl.so CONCCL_OPS_LIB=build/libconccl_ops.so python examples/torch/fused_ops.py
 With one GPU, two ranks share it (correct, but CUDA runs same-device copies on SMs). NRANKS overrides the rank count.
