@@ -1,5 +1,8 @@
 // AllGather, direct push: every rank copies its sendcount elements into slot `rank` of every peer's
-// recvbuff (and of its own, unless in place). Copy engines only.
+// recvbuff (and of its own, unless in place). Copy engines only. Each block is marked Ready where it is known to have
+// landed (concclAllGatherChunked records its events there): a peer's block after the Wait for that peer's "done", the
+// rank's own block at the start when in place (nothing moves it); an own block copied out of place lands on a lane
+// and stays unmarked (recorded at the program's end).
 #include "sched/builder_util.h"
 
 namespace conccl::sched::detail {
@@ -17,7 +20,15 @@ Schedule buildAllGather(const CollectiveCall& call, const BuildOptions& options)
       transfers[static_cast<size_t>(r)].push_back({src, dst, bytes});
     }
   }
-  emitDirect(transfers, options, s);
+  for (int r = 0; r < n; ++r) {
+    const Location own = recvLoc(call, r, static_cast<size_t>(r) * bytes);
+    if (bytes > 0 && sendLoc(call, r, 0) == own) s.programs[static_cast<size_t>(r)].ops.push_back(Ready{own, bytes, r});
+  }
+  // Peer p copies exactly its block into me, so once its "done" passed, block p is complete.
+  auto markPeerBlock = [&](int me, int p, std::vector<Op>& ops) {
+    ops.push_back(Ready{recvLoc(call, me, static_cast<size_t>(p) * bytes), bytes, p});
+  };
+  emitDirect(transfers, options, s, markPeerBlock);
   return s;
 }
 

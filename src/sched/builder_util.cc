@@ -86,7 +86,8 @@ void finalizeSlots(Schedule& schedule) {
   schedule.slots = top + 1;
 }
 
-void emitDirect(const std::vector<std::vector<Transfer>>& given, const BuildOptions& options, Schedule& schedule) {
+void emitDirect(const std::vector<std::vector<Transfer>>& given, const BuildOptions& options, Schedule& schedule,
+                const AfterDoneHook& afterDone) {
   const int n = schedule.nranks;
   std::vector<std::vector<Transfer>> transfers = given;
   if (options.ownBlockViaPeer) routeOwnBlocksThroughPeers(transfers, options, schedule);
@@ -148,7 +149,9 @@ void emitDirect(const std::vector<std::vector<Transfer>>& given, const BuildOpti
     done.emit(n, options.pipelineDepth, me, ops);
     for (int o = 1; o < n; ++o) {
       const int p = (me + o) % n;
-      if (writes[static_cast<size_t>(p)][static_cast<size_t>(me)]) ops.push_back(Wait{doneSlot(n, p)});
+      if (!writes[static_cast<size_t>(p)][static_cast<size_t>(me)]) continue;
+      ops.push_back(Wait{doneSlot(n, p)});
+      if (afterDone) afterDone(me, p, ops);
     }
   }
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -77,8 +78,11 @@ void routeOwnBlocksThroughPeers(std::vector<std::vector<Transfer>>& transfers, c
 
 // Fills `schedule.programs` with direct push programs: transfers[r] are the copies rank r issues (all with
 // src.rank == r). Handles the ready/done handshakes, lane assignment and splitting of large copies;
-// zero-byte transfers are dropped.
-void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule);
+// zero-byte transfers are dropped. `afterDone(me, writer, ops)`, when given, is called right after rank me's Wait for
+// the "done" of `writer` (every copy `writer` issues into me has landed there), to append marks (Ready ops).
+using AfterDoneHook = std::function<void(int me, int writer, std::vector<Op>& ops)>;
+void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule,
+                const AfterDoneHook& afterDone = {});
 
 // The share of the reduction that one rank computes.
 struct ReduceShare {

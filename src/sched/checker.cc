@@ -297,6 +297,12 @@ class Checker {
             if (sg->peer < 0 || sg->peer >= s.nranks) fail(opStr(id) + ": signal peer out of range");
           } else if (const auto* w = std::get_if<Wait>(&ops[i])) {
             checkSlot(w->slot);
+          } else if (const auto* mark = std::get_if<Ready>(&ops[i])) {
+            if (mark->at.rank != r) fail(opStr(id) + ": marks another rank's memory");
+            if (mark->at.buffer == kScratch) fail(opStr(id) + ": marks scratch (marks claim call results)");
+            if (mark->bytes == 0) fail(opStr(id) + ": zero-byte mark");
+            if (mark->tag < 0) fail(opStr(id) + ": negative mark tag");
+            checkLoc(k32, r, ii, mark->at, mark->bytes, "mark");
           } else if (const auto* red = std::get_if<Reduce>(&ops[i])) {
             if (!detail::isReduction(call.kind)) fail(opStr(id) + ": Reduce in a collective without reduction");
             if (red->dtype != call.dtype || red->op != call.op)
@@ -328,6 +334,7 @@ class Checker {
 
   void setup() {
     n_ = calls_[0]->nranks;
+    want_.assign(calls_.size(), std::nullopt);
     lanes_ = 1;
     int slots = 0;
     size_t scratch = 0;
@@ -554,6 +561,8 @@ class Checker {
       write(k, c->dst, c->bytes, std::move(pieces), e);
     } else if (const auto* red = std::get_if<Reduce>(&op)) {
       runReduce(k, *red, e);
+    } else if (const auto* mark = std::get_if<Ready>(&op)) {
+      checkMark(k, *mark, e);
     }
     if (s == kMainStream && st.snapNeeded[static_cast<size_t>(index)]) st.snaps[index] = v;
     return true;
@@ -589,6 +598,20 @@ class Checker {
       out.push_back(Piece{x, y - x, makeReduced(red.op, std::move(srcs))});
     }
     write(k, red.output, bytes, std::move(out), e);
+  }
+
+  // A Ready op: every write to its bytes is ordered before it, and they already hold what the call leaves there.
+  void checkMark(int k, const Ready& mark, const Epoch& e) {
+    Memory& m = memoryOf(k, mark.at);
+    const size_t end = mark.at.offset + mark.bytes;
+    auto it = m.split(mark.at.offset);
+    m.split(end);
+    const Location base{mark.at.rank, mark.at.buffer, 0};
+    const Regions& regions = expectedRegions(k, base);
+    for (; it != m.segs.end() && it->first < end; ++it) {
+      checkOrdered(it->second.write, e, "write then mark", it->first, it->second.end, mark.at);
+      compareWithExpected(k, base, it->first, it->second, regions, opStr(e.op) + ": marks ready ");
+    }
   }
 
   // ---- simulation -----------------------------------------------------------------------------------
@@ -755,49 +778,64 @@ class Checker {
     return ex;
   }
 
-  void checkOutputs(int k) {
-    // Expected contents per memory: start -> (end, value); bytes not listed must be unchanged.
-    std::map<std::pair<int, int>, std::map<size_t, std::pair<size_t, Value>>> want;
-    for (Expect& e : expectations(k)) {
-      want[{e.dst.rank, e.dst.buffer}].emplace(e.dst.offset, std::make_pair(e.dst.offset + e.bytes, std::move(e.val)));
+  // Expected contents of one memory of a call: start -> (end, value); bytes not listed must be unchanged.
+  using Regions = std::map<size_t, std::pair<size_t, Value>>;
+
+  const Regions& expectedRegions(int k, const Location& base) {
+    auto& perCall = want_[static_cast<size_t>(k)];
+    if (!perCall) {
+      perCall.emplace();
+      for (Expect& e : expectations(k)) {
+        (*perCall)[{e.dst.rank, e.dst.buffer}].emplace(e.dst.offset,
+                                                        std::make_pair(e.dst.offset + e.bytes, std::move(e.val)));
+      }
     }
+    static const Regions kNone;
+    auto it = perCall->find({base.rank, base.buffer});
+    return it == perCall->end() ? kNone : it->second;
+  }
+
+  // Compares segment [start, seg.end) of memory `base` with what call k must leave there. `context` prefixes a
+  // mismatch; the final check (context empty) also refuses writes to bytes the collective must leave unchanged.
+  void compareWithExpected(int k, const Location& base, size_t start, const Seg& seg, const Regions& regions,
+                           const std::string& context) {
+    size_t x = start;
+    while (x < seg.end) {
+      auto it = regions.upper_bound(x);
+      const std::pair<size_t, Value>* region = nullptr;
+      size_t regionStart = 0;
+      if (it != regions.begin()) {
+        auto prev = std::prev(it);
+        if (x < prev->second.first) {
+          region = &prev->second;
+          regionStart = prev->first;
+        }
+      }
+      const size_t y = region != nullptr ? std::min(seg.end, region->first)
+                                         : std::min(seg.end, it == regions.end() ? seg.end : it->first);
+      const Value actual = seg.val.shifted(x - start);
+      const Value expected = region != nullptr ? region->second.shifted(x - regionStart)
+                                               : initialValue(k, Location{base.rank, base.buffer, x});
+      const std::string where = "bytes [" + std::to_string(x) + ", " + std::to_string(y) + ") of " + locStr(base);
+      if (context.empty() && region == nullptr && seg.written) {
+        fail(opStr(seg.write.op) + ": writes " + where + ", which the collective must leave unchanged");
+      }
+      if (!sameValue(actual, expected)) {
+        fail((context.empty() ? std::string("wrong result: ") : context) + where +
+             (calls_.size() > 1 ? std::string(" (call ") + kCallNames[k] + ")" : "") + " hold " +
+             valueStr(actual, kCallNames) + ", expected " + valueStr(expected, kCallNames));
+      }
+      x = y;
+    }
+  }
+
+  void checkOutputs(int k) {
     for (int r = 0; r < n_; ++r) {
       auto& mems = buffers_[static_cast<size_t>(k)][static_cast<size_t>(r)];
       for (size_t b = 0; b < mems.size(); ++b) {
         const Location base{r, static_cast<int>(b), 0};
-        auto wit = want.find({r, static_cast<int>(b)});
-        static const std::map<size_t, std::pair<size_t, Value>> kNone;
-        const auto& regions = wit == want.end() ? kNone : wit->second;
-        for (const auto& [start, seg] : mems[b].segs) {
-          // Walk the expected regions that intersect [start, seg.end).
-          size_t x = start;
-          while (x < seg.end) {
-            auto it = regions.upper_bound(x);
-            const std::pair<size_t, Value>* region = nullptr;
-            size_t regionStart = 0;
-            if (it != regions.begin()) {
-              auto prev = std::prev(it);
-              if (x < prev->second.first) {
-                region = &prev->second;
-                regionStart = prev->first;
-              }
-            }
-            const size_t y = region != nullptr ? std::min(seg.end, region->first)
-                                               : std::min(seg.end, it == regions.end() ? seg.end : it->first);
-            const Value actual = seg.val.shifted(x - start);
-            const Value expected = region != nullptr ? region->second.shifted(x - regionStart)
-                                                     : initialValue(k, Location{r, static_cast<int>(b), x});
-            const std::string where = "bytes [" + std::to_string(x) + ", " + std::to_string(y) + ") of " + locStr(base);
-            if (region == nullptr && seg.written) {
-              fail(opStr(seg.write.op) + ": writes " + where + ", which the collective must leave unchanged");
-            }
-            if (!sameValue(actual, expected)) {
-              fail("wrong result: " + where + (calls_.size() > 1 ? std::string(" (call ") + kCallNames[k] + ")" : "") +
-                   " hold " + valueStr(actual, kCallNames) + ", expected " + valueStr(expected, kCallNames));
-            }
-            x = y;
-          }
-        }
+        const Regions& regions = expectedRegions(k, base);
+        for (const auto& [start, seg] : mems[b].segs) compareWithExpected(k, base, start, seg, regions, "");
       }
     }
   }
@@ -816,6 +854,8 @@ class Checker {
   std::vector<Memory> scratch_;                            // [rank], persists across calls
   std::vector<std::vector<std::vector<Epoch>>> remote_;    // [rank][call][thread]: latest remote access
   std::vector<std::vector<VC>> endClock_;                  // [rank][call]
+  // [call] -> expected contents per (rank, buffer), built on first use (expectedRegions).
+  std::vector<std::optional<std::map<std::pair<int, int>, Regions>>> want_;
   std::vector<RankState> ranks_;
 };
 
@@ -846,6 +886,8 @@ std::string describeOp(const Op& op) {
     os << "Reduce{" << detail::opName(r->op) << " " << detail::dtypeName(r->dtype) << " x" << r->count << ": ";
     for (size_t i = 0; i < r->inputs.size(); ++i) os << (i ? ", " : "") << locStr(r->inputs[i]);
     os << " -> " << locStr(r->output) << "}";
+  } else if (const auto* mark = std::get_if<Ready>(&op)) {
+    os << "Ready{" << locStr(mark->at) << ", " << mark->bytes << " B, tag " << mark->tag << "}";
   }
   return os.str();
 }

@@ -355,8 +355,9 @@ size_t programWorkBytes(const RankProgram& program) {
 }
 
 namespace {
-// False for a copy or reduction that has nothing to do.
+// False for a copy or reduction that has nothing to do, and for marks (they move nothing).
 bool isActive(const Op& op) {
+  if (std::holds_alternative<Ready>(op)) return false;
   if (const auto* copy = std::get_if<Copy>(&op)) return copy->bytes > 0;
   if (const auto* reduce = std::get_if<Reduce>(&op)) return reduce->count > 0;
   return true;

@@ -6,7 +6,7 @@
 // Execution model (both executors implement exactly this; the checker models exactly this):
 //   * Each rank runs its program on one *main* stream M and `lanes` copy lanes L0..L(lanes-1).
 //   * Every op has a stream: Copy and Signal name a lane (`lane` >= 0) or M (`lane` == kMainStream);
-//     Wait and Reduce always run on M.
+//     Wait, Reduce and Ready always run on M.
 //   * An op is ordered after the previous op on its own stream. An op on a lane is also ordered after
 //     every M op that precedes it in program order (the lane waits for M to reach that point). An op on
 //     M is NOT ordered after earlier lane ops: to make M wait for a lane, the lane signals the rank itself
@@ -83,7 +83,18 @@ struct Reduce {
   friend bool operator==(const Reduce&, const Reduce&) = default;
 };
 
-using Op = std::variant<Copy, Signal, Wait, Reduce>;
+// From this point of M on, bytes [at, at + bytes) of the issuing rank's memory hold what the call leaves there:
+// everything that writes them is ordered before it (the checker proves both). Moves nothing. `tag` names the range
+// for the executor: AllGather marks block p of recvbuff with tag p, and concclAllGatherChunked records its chunk event
+// `tag` at the mark (ranges left unmarked are recorded at the program's end).
+struct Ready {
+  Location at;
+  size_t bytes = 0;
+  int tag = 0;
+  friend bool operator==(const Ready&, const Ready&) = default;
+};
+
+using Op = std::variant<Copy, Signal, Wait, Reduce, Ready>;
 
 struct RankProgram {
   std::vector<Op> ops;

@@ -217,7 +217,44 @@ TEST(SchedShape, SingleRankIsALocalCopy) {
     for (const Op& op : s.programs[0].ops) EXPECT_TRUE(std::holds_alternative<Copy>(op)) << collKindName(k);
     if (k != CollKind::kAllToAll) {
       const Schedule inPlace = buildSchedule(makeCall(k, 1, 100, concclFloat32, concclSum, 0, true), BuildOptions{});
-      EXPECT_TRUE(inPlace.programs[0].ops.empty()) << collKindName(k);
+      // Nothing to move; an AllGather only marks its (own) block ready.
+      for (const Op& op : inPlace.programs[0].ops) {
+        EXPECT_TRUE(k == CollKind::kAllGather && std::holds_alternative<Ready>(op)) << collKindName(k);
+      }
+    }
+  }
+}
+
+// AllGather marks every block Ready where it has landed: a peer's block right after the Wait for that peer's "done",
+// the own block first when in place; an own block copied out of place stays unmarked (it lands on a lane).
+TEST(SchedShape, AllGatherMarksEachBlockWhereItLanded) {
+  for (int n : {2, 3, 5}) {
+    for (bool inPlace : {false, true}) {
+      const CollectiveCall call = makeCall(CollKind::kAllGather, n, 1000, concclFloat32, concclSum, 0, inPlace);
+      const Schedule s = buildSchedule(call, BuildOptions{});
+      for (int me = 0; me < n; ++me) {
+        const auto& ops = s.programs[static_cast<size_t>(me)].ops;
+        std::vector<int> marked(static_cast<size_t>(n), 0);
+        for (size_t i = 0; i < ops.size(); ++i) {
+          const auto* mark = std::get_if<Ready>(&ops[i]);
+          if (mark == nullptr) continue;
+          ASSERT_GE(mark->tag, 0);
+          ASSERT_LT(mark->tag, n);
+          ++marked[static_cast<size_t>(mark->tag)];
+          if (mark->tag == me) {
+            EXPECT_EQ(i, 0u) << "the own block is marked first";
+          } else {
+            ASSERT_GT(i, 0u);
+            const auto* wait = std::get_if<Wait>(&ops[i - 1]);
+            ASSERT_NE(wait, nullptr) << "a peer's block is marked right after a Wait";
+            EXPECT_EQ(wait->slot, doneSlot(n, mark->tag));
+          }
+        }
+        for (int p = 0; p < n; ++p) {
+          EXPECT_EQ(marked[static_cast<size_t>(p)], p == me && !inPlace ? 0 : 1)
+              << "n " << n << " rank " << me << " block " << p << (inPlace ? " in place" : "");
+        }
+      }
     }
   }
 }
@@ -339,6 +376,7 @@ TEST(ScheduleCopyBytes, ActiveOpsAndReduceInputsForEveryRank) {
       size_t ops = 0, inputs = 0;
       for (const Op& op : s.programs[r].ops) {
         if (const auto* copy = std::get_if<Copy>(&op); copy != nullptr && copy->bytes == 0) continue;
+        if (std::holds_alternative<Ready>(op)) continue;  // marks move nothing
         if (const auto* reduce = std::get_if<Reduce>(&op)) {
           if (reduce->count == 0) continue;
           inputs += reduce->inputs.size();

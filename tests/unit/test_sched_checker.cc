@@ -42,6 +42,13 @@ bool isCopyTo(const Op& op, int rank) {
   return c != nullptr && c->dst.rank == rank;
 }
 
+// The schedule without its Ready marks (optional claims), so that a mutation is caught by the check it was written
+// for rather than earlier by a mark.
+Schedule withoutMarks(Schedule s) {
+  for (RankProgram& p : s.programs) std::erase_if(p.ops, [](const Op& op) { return std::holds_alternative<Ready>(op); });
+  return s;
+}
+
 CheckResult expectRejected(const CollectiveCall& call, const Schedule& s, const std::string& fragment) {
   const CheckResult r = checkSchedule(call, s);
   EXPECT_FALSE(r.ok) << "expected an error containing \"" << fragment << "\"";
@@ -53,7 +60,8 @@ class CheckerRejects : public ::testing::Test {
  protected:
   // AllGather over 3 ranks, 1000 floats: copies into peers after ready, done at the end.
   CollectiveCall ag = makeCall(CollKind::kAllGather, 3, 1000);
-  Schedule agSched = buildSchedule(ag, BuildOptions{});
+  Schedule agSched = withoutMarks(buildSchedule(ag, BuildOptions{}));
+  Schedule agMarked = buildSchedule(ag, BuildOptions{});
   // A pipelined ReduceScatter with many chunks per share and depth 1 (every chunk reuses the slot).
   BuildOptions tiny = tinyOptions(1, 2);
   CollectiveCall rs = makeCall(CollKind::kReduceScatter, 3, 20000);
@@ -62,6 +70,7 @@ class CheckerRejects : public ::testing::Test {
 
 TEST_F(CheckerRejects, ValidSchedulesPass) {
   EXPECT_TRUE(checkSchedule(ag, agSched).ok);
+  EXPECT_TRUE(checkSchedule(ag, agMarked).ok);
   EXPECT_TRUE(checkSchedule(rs, rsSched).ok);
   EXPECT_NE(rsSched.algorithm.find("depth=1"), std::string::npos) << rsSched.algorithm;
 }
@@ -283,8 +292,50 @@ TEST_F(CheckerRejects, NestedAverageIsWrong) {
   expectRejected(c, s, "wrong result");
 }
 
+// A Ready mark claims its bytes are final: placed before the Wait that orders the writer's copies, it is wrong.
+TEST_F(CheckerRejects, MarkBeforeItsDoneWait) {
+  auto& ops = agMarked.programs[0].ops;
+  const int mark = findOp(agMarked, 0, [](const Op& op) {
+    const auto* m = std::get_if<Ready>(&op);
+    return m != nullptr && m->tag == 1;
+  });
+  ASSERT_GT(mark, 0);
+  ASSERT_TRUE(isWaitOn(ops[static_cast<size_t>(mark - 1)], doneSlot(3, 1)));
+  std::swap(ops[static_cast<size_t>(mark - 1)], ops[static_cast<size_t>(mark)]);
+  // Found as a race or, when the mark runs before the copy lands, as bytes that do not hold their result yet.
+  expectRejected(ag, agMarked, "mark");
+}
+
+// A mark on a block whose writer's done was not waited for yet (block 2 right after the done of rank 1) claims bytes
+// that may still be missing.
+TEST_F(CheckerRejects, MarkOfABlockNotLandedYet) {
+  auto& ops = agMarked.programs[0].ops;
+  const int mark = findOp(agMarked, 0, [](const Op& op) {
+    const auto* m = std::get_if<Ready>(&op);
+    return m != nullptr && m->tag == 1;
+  });
+  ASSERT_GE(mark, 0);
+  const bool twoFirst = findOp(agMarked, 0, [](const Op& op) { return isWaitOn(op, doneSlot(3, 2)); }) < mark;
+  auto& m = std::get<Ready>(ops[static_cast<size_t>(mark)]);
+  // Point the mark at the block whose done comes later.
+  const int other = twoFirst ? 0 : 2;
+  m.at.offset = static_cast<size_t>(other) * 1000 * sizeof(float);
+  const CheckResult r = checkSchedule(ag, agMarked);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(r.error.find("mark") != std::string::npos) << r.error;
+}
+
+TEST_F(CheckerRejects, MarkOfAnotherRanksMemory) {
+  auto& ops = agMarked.programs[0].ops;
+  const int mark = findOp(agMarked, 0, [](const Op& op) { return std::holds_alternative<Ready>(op); });
+  ASSERT_GE(mark, 0);
+  std::get<Ready>(ops[static_cast<size_t>(mark)]).at.rank = 1;
+  expectRejected(ag, agMarked, "marks another rank's memory");
+}
+
 // Every op of these schedules is needed: dropping any single one must be caught (a lost copy or Reduce
-// changes the result, a lost Wait leaves a flag set or a race, a lost Signal deadlocks).
+// changes the result, a lost Wait leaves a flag set or a race, a lost Signal deadlocks). Ready marks are the
+// exception: they only claim, and a dropped claim leaves the block to be recorded at the program's end.
 TEST(CheckerMutations, DroppingAnyOpIsRejected) {
   struct Case {
     CollectiveCall call;
@@ -303,6 +354,7 @@ TEST(CheckerMutations, DroppingAnyOpIsRejected) {
     ASSERT_TRUE(checkSchedule(c.call, s).ok) << callStr(c.call, c.options);
     for (size_t r = 0; r < s.programs.size(); ++r) {
       for (size_t i = 0; i < s.programs[r].ops.size(); ++i) {
+        if (std::holds_alternative<Ready>(s.programs[r].ops[i])) continue;
         Schedule m = s;
         m.programs[r].ops.erase(m.programs[r].ops.begin() + static_cast<std::ptrdiff_t>(i));
         const CheckResult res = checkSchedule(c.call, m);

@@ -47,16 +47,7 @@ CopyEngineProgram::CopyEngineProgram(RankState& state, const CopyEngineSetup& se
 }
 
 void CopyEngineProgram::enqueue(const sched::RankProgram& program) {
-  if (setup_.chunkEvents != nullptr) {
-    chunkRecorded_.assign(setup_.chunkEvents->size(), false);
-    // The own block needs no copy when the rank called in place: usable before anything else happens.
-    bool copiesIntoSelf = false;
-    for (const sched::Op& op : program.ops) {
-      const auto* c = std::get_if<sched::Copy>(&op);
-      copiesIntoSelf = copiesIntoSelf || (c != nullptr && c->bytes > 0 && c->dst.rank == s_.rank);
-    }
-    if (!copiesIntoSelf) recordChunk(static_cast<size_t>(s_.rank));
-  }
+  if (setup_.chunkEvents != nullptr) chunkRecorded_.assign(setup_.chunkEvents->size(), false);
   for (const sched::Op& op : program.ops) {
     // Consecutive memory operations on M (Waits, and Signals that run on M) are enqueued together: one
     // cuStreamBatchMemOp, executed in order. The batch is flushed before any other op, so the ordering rules of
@@ -72,6 +63,8 @@ void CopyEngineProgram::enqueue(const sched::RankProgram& program) {
       wait(*w);
     } else if (const auto* r = std::get_if<sched::Reduce>(&op)) {
       reduce(*r);
+    } else if (const auto* mark = std::get_if<sched::Ready>(&op)) {
+      ready(*mark);
     }
   }
   finish();
@@ -141,15 +134,12 @@ void CopyEngineProgram::wait(const sched::Wait& op) {
   // correctly any number of times.
   s_.pendingWaits.push_back(waitOp(flag, 1));
   s_.pendingWaits.push_back(writeOp(flag, 0));
-  if (setup_.chunkEvents != nullptr) {
-    // After the Wait for peer p's "done", p's block is in place (AllGather: p copies exactly its block here).
-    const int n = static_cast<int>(setup_.chunkEvents->size());
-    for (int p = 0; p < n; ++p) {
-      if (p == s_.rank || sched::doneSlot(n, p) != op.slot) continue;
-      flushBatch();
-      recordChunk(static_cast<size_t>(p));
-    }
-  }
+}
+
+void CopyEngineProgram::ready(const sched::Ready& op) {
+  // The batch of memory operations before it was flushed (a mark is not batched), so the record follows them on M.
+  if (setup_.chunkEvents == nullptr || op.tag < 0) return;
+  recordChunk(static_cast<size_t>(op.tag));
 }
 
 void CopyEngineProgram::reduce(const sched::Reduce& op) {

@@ -29,8 +29,8 @@ struct CopyEngineSetup {
   int smBudget = 1;             // config.smBudget: no reduction gets more CTAs (exec/call_path.h, reductionCtas)
   int kernelPriority = 0;       // launch priority of the reduction kernel (0: the stream's)
   // concclAllGatherChunked: [block] -> event recorded on M once the block is in place (null entries skipped), or
-  // null. Block p is in place when the Wait for p's "done" has passed (p's copies into this rank have finished);
-  // the rank's own block at the start when the program copies nothing into its memory (in place), else at the end.
+  // null: at the program's Ready op tagged with the block (the builder marks where it has landed and the checker
+  // proves it), else at the end.
   const std::vector<cudaEvent_t>* chunkEvents = nullptr;
   // concclReduceScatterChunked: when the pieces of this rank's sendbuff become readable, or null. Every op that reads
   // a piece (a Copy from it, a Reduce over it) first makes its stream wait for the piece's event, once per stream.
@@ -50,6 +50,7 @@ class CopyEngineProgram {
   void signal(const sched::Signal& op);
   void wait(const sched::Wait& op);
   void reduce(const sched::Reduce& op);
+  void ready(const sched::Ready& op);
   void finish();
   // concclAllGatherChunked: records block `block`'s event on M (once).
   void recordChunk(size_t block);

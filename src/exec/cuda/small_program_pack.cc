@@ -23,6 +23,7 @@ void packSmallProgram(const sched::RankProgram& program, int rank, const Locatio
   for (const sched::Op& op : program.ops) {
     if (const auto* copy = std::get_if<sched::Copy>(&op); copy != nullptr && copy->bytes == 0) continue;
     if (const auto* reduce = std::get_if<sched::Reduce>(&op); reduce != nullptr && reduce->count == 0) continue;
+    if (std::holds_alternative<sched::Ready>(op)) continue;  // a mark: the kernel's end is the mark of every block
     CONCCL_ASSERT(out.numOps < kSmallMaxOps);  // the caller checked fitsSmallProgram
     SmallOp& small = out.ops[out.numOps++];
     small = SmallOp{};

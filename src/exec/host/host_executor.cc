@@ -139,6 +139,9 @@ class HostExecutor final : public Executor {
     }
   }
 
+  // A mark moves nothing (the host backend has no chunk events to record).
+  void run(const sched::Ready&, const CallBinding&, int) {}
+
   void run(const sched::Copy& c, const CallBinding& binding, int rank) {
     // After an abort a peer may already have returned and freed the memory this copy touches.
     checkNotAborted(rank);
