@@ -28,22 +28,30 @@ if [ -z "${TARGETS:-}" ]; then
     TARGETS+=" ${name%.*}"
   done
   known="$(ninja -C "$build" -t targets all 2>/dev/null | cut -d: -f1)"
-  for tool in conccl-kernel-bench conccl-bench conccl-c3 conccl-tp-bench conccl-ce-probe conccl_mp_worker multiprocess_allreduce \
-              conccl_nccl_shim test_gpu_nccl_shim; do
+  for tool in conccl-kernel-bench conccl-bench conccl-c3 conccl-tp-bench conccl-ce-probe conccl_mp_worker \
+              multiprocess_allreduce conccl_nccl_shim test_gpu_nccl_shim conccl conccl_ops test_gpu_ops_c_api; do
     if grep -qx "$tool" <<<"$known"; then TARGETS+=" $tool"; fi
   done
 fi
-# conccl_nccl_shim is a shared library (libconccl_nccl.so, the NCCL drop-in), staged as gpu-stage/lib/ below; the
-# other targets are executables, staged as gpu-stage/bin/.
+# conccl_nccl_shim (libconccl_nccl.so, the NCCL drop-in), conccl (libconccl.so) and conccl_ops (libconccl_ops.so, the
+# fused ops' C interface) are shared libraries, staged in gpu-stage/lib/ below; the other targets are executables,
+# staged as gpu-stage/bin/.
 shim_target=""
+ops_target=""
 executables=""
 for t in $TARGETS; do
-  if [ "$t" = conccl_nccl_shim ]; then shim_target=1; else executables+=" $t"; fi
+  case "$t" in
+    conccl_nccl_shim) shim_target=1 ;;
+    conccl_ops) ops_target=1 ;;
+    conccl) ;;
+    *) executables+=" $t" ;;
+  esac
 done
 echo "gpu-build: building$TARGETS"
 # Remove the old executables first: with -k 0 a target that fails to compile would otherwise be staged stale.
 for t in $executables; do find "$build" -type f -name "$t" -perm -u+x -delete 2>/dev/null; done
 [ -n "$shim_target" ] && rm -f "$build/libconccl_nccl.so"
+[ -n "$ops_target" ] && rm -f "$build"/libconccl_ops.so*
 # -k 0: a target another engineer is still writing must not keep the others from being staged.
 build_rc=0
 ninja -C "$build" -j "$jobs" -k 0 $TARGETS || build_rc=$?
@@ -81,6 +89,19 @@ if [ -n "$so" ]; then
   mkdir -p "$stage/lib"
   cp "$so" "$stage/lib/libconccl.so.0"
   strip --strip-unneeded "$stage/lib/libconccl.so.0" 2>/dev/null || true
+fi
+# The fused ops' C interface, for examples/torch/fused_ops.py (scripts/gpu-torch-fused.sh) and test_gpu_ops_c_api
+# (which finds it in ../lib); under its soname, and it finds libconccl.so.0 beside itself ($ORIGIN).
+if [ -n "$ops_target" ]; then
+  ops_so="$(find "$build" -maxdepth 1 -name 'libconccl_ops.so.*.*' -type f | head -1)"
+  if [ -n "$ops_so" ]; then
+    mkdir -p "$stage/lib"
+    cp "$ops_so" "$stage/lib/libconccl_ops.so.0"
+    strip --strip-unneeded "$stage/lib/libconccl_ops.so.0" 2>/dev/null || true
+    staged+=" conccl_ops(lib/libconccl_ops.so.0)"
+  else
+    missing+=" conccl_ops"
+  fi
 fi
 awk '/^```python/{f=1;next} /^```/{f=0} f' "$root/docs/multiprocess.md" >"$stage/scripts/conccl_allreduce.py"
 [ -f "$root/tools/c3/plot_c3.py" ] && cp "$root/tools/c3/plot_c3.py" "$stage/scripts/"

@@ -27,4 +27,5 @@ cmake -S tests/install -B build/install-consumer -G Ninja -DCMAKE_PREFIX_PATH="$
 cmake --build build/install-consumer
 build/install-consumer/conccl_consumer
 build/install-consumer/conccl_consumer_static
+if [ -x build/install-consumer/conccl_ops_consumer ]; then build/install-consumer/conccl_ops_consumer; fi
 echo "== all tests passed"
