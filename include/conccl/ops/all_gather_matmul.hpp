@@ -86,7 +86,9 @@ class AllGatherMatmul {
     if (concclResult_t res = check(a, error); res != concclSuccess) return res;
     const size_t shardElems = static_cast<size_t>(a.mShard) * static_cast<size_t>(a.k);
     concclResult_t res = concclAllGatherChunked(a.aShard, a.aFull, shardElems, a.type, comm_, stream, events_.data());
-    if (res != concclSuccess) return fail(error, res, std::string("concclAllGatherChunked: ") + concclGetLastError(comm_));
+    if (res != concclSuccess) {
+      return fail(error, res, std::string("concclAllGatherChunked: ") + concclGetLastError(comm_));
+    }
     return concclSuccess;
   }
 

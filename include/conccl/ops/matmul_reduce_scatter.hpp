@@ -114,7 +114,9 @@ class MatmulReduceScatter {
   // The reduce-scatter of the partial product into c, each piece sent once its event fired. Call after multiply().
   concclResult_t reduceScatter(const MatmulReduceScatterArgs& a, cudaStream_t stream, std::string* error) {
     if (concclResult_t res = check(a, error); res != concclSuccess) return res;
-    if (recordedSlices_ != slicesFor(a)) return fail(error, concclInvalidUsage, "call multiply() with these arguments first");
+    if (recordedSlices_ != slicesFor(a)) {
+      return fail(error, concclInvalidUsage, "call multiply() with these arguments first");
+    }
     const size_t recvcount = static_cast<size_t>(a.mShard) * static_cast<size_t>(a.n);
     concclResult_t res = concclReduceScatterChunked(a.partial, a.c, recvcount, detail::gemmOutputType(a.type),
                                                     concclSum, comm_, stream,
