@@ -254,10 +254,8 @@ class OpCache {
     CommOps& ops = entry(comm, info);
     if (!ops.allGatherMatmul) {
       auto op = std::make_unique<AllGatherMatmul>(comm);
-      // The ops test their resources before their arguments: empty arguments enqueue nothing and answer
-      // concclSystemError only for an op without resources (else concclInvalidArgument).
-      std::string why;
-      require(op->gather(AllGatherMatmulArgs{}, nullptr, &why) != concclSystemError, concclSystemError, why);
+      require(op->ok(), concclSystemError,
+              "conccl::ops::AllGatherMatmul could not create its CUDA / cuBLASLt resources");
       ops.allGatherMatmul = std::move(op);
     }
     return *ops.allGatherMatmul;
@@ -268,8 +266,8 @@ class OpCache {
     CommOps& ops = entry(comm, info);
     if (!ops.matmulReduceScatter) {
       auto op = std::make_unique<MatmulReduceScatter>(comm);
-      std::string why;
-      require(op->multiply(MatmulReduceScatterArgs{}, nullptr, &why) != concclSystemError, concclSystemError, why);
+      require(op->ok(), concclSystemError,
+              "conccl::ops::MatmulReduceScatter could not create its CUDA / cuBLASLt resources");
       ops.matmulReduceScatter = std::move(op);
     }
     return *ops.matmulReduceScatter;

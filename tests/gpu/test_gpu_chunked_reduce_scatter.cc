@@ -18,30 +18,15 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
+#include "gpu/host_gate.h"
 
 namespace conccl::gputest {
 namespace {
-
-// A gate: a host function on the producer stream that returns once gates up to its number were opened (or after a
-// minute, so that a failing test cannot hang the binary).
-struct Gate {
-  std::atomic<int>* opened;
-  int number;
-};
-
-void CUDART_CB waitForGate(void* arg) {
-  const auto* gate = static_cast<const Gate*>(arg);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (gate->opened->load() < gate->number && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
 
 struct ProducerRank {
   DeviceMem send, recv, staged;
   std::vector<float> input;  // what the producer writes into sendbuff
   std::vector<cudaEvent_t> events;
-  std::vector<Gate> gates;
   cudaStream_t producer = nullptr;
 };
 
@@ -72,7 +57,7 @@ void runCase(const Case& c, int calls) {
   const size_t total = c.count * static_cast<size_t>(n);
   const size_t pieceElems = (c.count + static_cast<size_t>(c.pieces) - 1) / static_cast<size_t>(c.pieces);
   const int piecesTotal = n * c.pieces;
-  std::atomic<int> opened{0};
+  HostGates gates(std::chrono::seconds(60));  // shared by the ranks: gate k of every rank opens at once
   std::vector<ProducerRank> ranks(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     ProducerRank& k = ranks[static_cast<size_t>(r)];
@@ -84,11 +69,10 @@ void runCase(const Case& c, int calls) {
     k.events.resize(static_cast<size_t>(piecesTotal));
     for (auto& e : k.events) CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     CUDA_OK(cudaStreamCreateWithFlags(&k.producer, cudaStreamNonBlocking));
-    k.gates.resize(static_cast<size_t>(piecesTotal));
   }
   std::mt19937_64 gen(std::random_device{}());
   for (int call = 0; call < calls; ++call) {
-    opened = 0;
+    gates.reset();
     // Fresh inputs (small integers: every sum is exact in fp32) and poison in sendbuff.
     for (int r = 0; r < n; ++r) {
       ProducerRank& k = ranks[static_cast<size_t>(r)];
@@ -113,9 +97,7 @@ void runCase(const Case& c, int calls) {
           const size_t elems = static_cast<size_t>(j) * pieceElems >= c.count
                                    ? 0
                                    : std::min(pieceElems, c.count - static_cast<size_t>(j) * pieceElems);
-          Gate& gate = k.gates[static_cast<size_t>(index)];
-          gate = Gate{&opened, 1 + step * c.pieces + j};
-          CUDA_OK(cudaLaunchHostFunc(k.producer, waitForGate, &gate));
+          CUDA_OK(gates.enqueue(k.producer, 1 + step * c.pieces + j));
           if (elems > 0) {
             CUDA_OK(cudaMemcpyAsync(k.send.get() + first * sizeof(float), k.staged.get() + first * sizeof(float),
                                     elems * sizeof(float), cudaMemcpyDeviceToDevice, k.producer));
@@ -149,7 +131,7 @@ void runCase(const Case& c, int calls) {
     // Every call is enqueued and no piece exists yet: a call that does not wait reads poison now.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     for (int g = 1; g <= piecesTotal; ++g) {
-      opened = g;
+      gates.open(g);
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     ASSERT_TRUE(clique->sync());

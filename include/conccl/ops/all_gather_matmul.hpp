@@ -13,7 +13,7 @@
 #pragma once
 
 #include <conccl/conccl.h>
-#include <conccl/ops/detail/row_major_gemm.hpp>
+#include <conccl/ops/detail/op_rank.hpp>
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -39,38 +39,26 @@ struct AllGatherMatmulArgs {
 // GEMM stream, the cuBLASLt handle and a workspace on the rank's device.
 class AllGatherMatmul {
  public:
-  explicit AllGatherMatmul(concclComm_t comm, size_t workspaceBytes = size_t{32} << 20) : comm_(comm) {
-    ok_ = concclCommCount(comm, &nranks_) == concclSuccess && concclCommUserRank(comm, &rank_) == concclSuccess &&
-          concclCommCuDevice(comm, &device_) == concclSuccess && device_ >= 0;
-    if (!ok_) return;
-    int previous = 0;
-    cudaGetDevice(&previous);
-    cudaSetDevice(device_);
-    events_.resize(static_cast<size_t>(nranks_), nullptr);
-    for (auto& e : events_) ok_ = ok_ && cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess;
-    ok_ = ok_ && cudaEventCreateWithFlags(&gemmDone_, cudaEventDisableTiming) == cudaSuccess;
-    ok_ = ok_ && cudaStreamCreateWithFlags(&gemmStream_, cudaStreamNonBlocking) == cudaSuccess;
-    gemm_ = std::make_unique<detail::RowMajorGemm>(workspaceBytes);
-    ok_ = ok_ && gemm_->ok();
-    cudaSetDevice(previous);
+  explicit AllGatherMatmul(concclComm_t comm, size_t workspaceBytes = size_t{32} << 20) : rank_(comm, workspaceBytes) {
+    if (!rank_.ok()) return;
+    detail::DeviceScope scope(rank_.device());
+    events_.resize(static_cast<size_t>(rank_.nranks()), nullptr);
+    eventsOk_ = true;
+    for (auto& e : events_) {
+      eventsOk_ = eventsOk_ && cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess;
+    }
   }
   ~AllGatherMatmul() {
-    // The caller has synchronised its stream before destroying the op (as for any CUDA resource it passed us).
+    detail::DeviceScope scope(rank_.device());
     for (auto e : events_) {
       if (e != nullptr) cudaEventDestroy(e);
-    }
-    if (gemmDone_ != nullptr) cudaEventDestroy(gemmDone_);
-    if (gemmStream_ != nullptr) cudaStreamDestroy(gemmStream_);
-    if (gemm_ != nullptr) {
-      int previous = 0;
-      cudaGetDevice(&previous);
-      cudaSetDevice(device_);
-      gemm_.reset();  // frees its workspace on the op's device
-      cudaSetDevice(previous);
     }
   }
   AllGatherMatmul(const AllGatherMatmul&) = delete;
   AllGatherMatmul& operator=(const AllGatherMatmul&) = delete;
+
+  // Whether the op could create its CUDA / cuBLASLt resources (every call fails with concclSystemError otherwise).
+  bool ok() const { return rank_.ok() && eventsOk_; }
 
   // Enqueues the all-gather and the per-shard GEMMs; `stream` waits for all of them. Returns concclSuccess, or an
   // error with *error saying why (arguments, the collective, a CUDA or cuBLASLt call). For a thread per rank. One
@@ -85,9 +73,10 @@ class AllGatherMatmul {
   concclResult_t gather(const AllGatherMatmulArgs& a, cudaStream_t stream, std::string* error) {
     if (concclResult_t res = check(a, error); res != concclSuccess) return res;
     const size_t shardElems = static_cast<size_t>(a.mShard) * static_cast<size_t>(a.k);
-    concclResult_t res = concclAllGatherChunked(a.aShard, a.aFull, shardElems, a.type, comm_, stream, events_.data());
+    concclResult_t res =
+        concclAllGatherChunked(a.aShard, a.aFull, shardElems, a.type, rank_.comm(), stream, events_.data());
     if (res != concclSuccess) {
-      return fail(error, res, std::string("concclAllGatherChunked: ") + concclGetLastError(comm_));
+      return fail(error, res, std::string("concclAllGatherChunked: ") + concclGetLastError(rank_.comm()));
     }
     return concclSuccess;
   }
@@ -97,32 +86,28 @@ class AllGatherMatmul {
     if (concclResult_t res = check(a, error); res != concclSuccess) return res;
     const size_t es = concclTypeSize(a.type), outEs = concclTypeSize(detail::gemmOutputType(a.type));
     const auto shardElems = static_cast<size_t>(a.mShard) * static_cast<size_t>(a.k);
-    int previous = 0;
-    cudaGetDevice(&previous);
-    cudaSetDevice(device_);
+    detail::DeviceScope scope(rank_.device());
     std::string why;
     // The GEMM stream starts after the caller's earlier work (B and C may have been written on `stream`).
-    bool good = cudaEventRecord(gemmDone_, stream) == cudaSuccess &&
-                cudaStreamWaitEvent(gemmStream_, gemmDone_, 0) == cudaSuccess;
+    bool good = rank_.gemmStreamFollows(stream);
     // The own shard first (in place it is ready at once), then the peers in the order their "done" arrives.
-    for (int i = 0; i < nranks_ && good; ++i) {
-      const int r = (rank_ + i) % nranks_;
+    const int n = rank_.nranks();
+    for (int i = 0; i < n && good; ++i) {
+      const int r = (rank_.rank() + i) % n;
       const auto* shard = static_cast<const char*>(a.aFull) + static_cast<size_t>(r) * shardElems * es;
       auto* out = static_cast<char*>(a.c) + static_cast<size_t>(r) * static_cast<size_t>(a.mShard) *
                                               static_cast<size_t>(a.n) * outEs;
-      good = cudaStreamWaitEvent(gemmStream_, events_[static_cast<size_t>(r)], 0) == cudaSuccess &&
+      good = cudaStreamWaitEvent(rank_.gemmStream(), events_[static_cast<size_t>(r)], 0) == cudaSuccess &&
              shardGemm(a, shard, out, &why);
     }
-    good = good && cudaEventRecord(gemmDone_, gemmStream_) == cudaSuccess &&
-           cudaStreamWaitEvent(stream, gemmDone_, 0) == cudaSuccess;
-    cudaSetDevice(previous);
+    good = good && rank_.streamJoinsGemm(stream);
     if (!good) return fail(error, concclUnhandledCudaError, why.empty() ? "a CUDA call failed" : why);
     return concclSuccess;
   }
 
  private:
   concclResult_t check(const AllGatherMatmulArgs& a, std::string* error) const {
-    if (!ok_) return fail(error, concclSystemError, "the op could not create its CUDA / cuBLASLt resources");
+    if (!ok()) return fail(error, concclSystemError, "the op could not create its CUDA / cuBLASLt resources");
     if (a.aShard == nullptr || a.aFull == nullptr || a.b == nullptr || a.c == nullptr) {
       return fail(error, concclInvalidArgument, "a NULL buffer");
     }
@@ -141,17 +126,13 @@ class AllGatherMatmul {
 
   // out[mShard, n] = shard[mShard, k] @ B[k, n], row-major, on the op's stream.
   bool shardGemm(const AllGatherMatmulArgs& a, const void* shard, void* out, std::string* why) {
-    return gemm_->run(a.type, a.bTransposed, shard, a.k, a.b, a.bTransposed ? a.k : a.n, out, a.n, a.mShard, a.n, a.k,
-                      gemmStream_, why);
+    return rank_.gemm().run(a.type, a.bTransposed, shard, a.k, a.b, a.bTransposed ? a.k : a.n, out, a.n, a.mShard, a.n,
+                            a.k, rank_.gemmStream(), why);
   }
 
-  concclComm_t comm_ = nullptr;
-  int nranks_ = 0, rank_ = 0, device_ = -1;
-  bool ok_ = false;
-  std::vector<cudaEvent_t> events_;
-  cudaEvent_t gemmDone_ = nullptr;
-  cudaStream_t gemmStream_ = nullptr;
-  std::unique_ptr<detail::RowMajorGemm> gemm_;
+  detail::OpRank rank_;
+  bool eventsOk_ = false;
+  std::vector<cudaEvent_t> events_;  // [shard]: recorded by the chunked all-gather when the shard landed
 };
 
 }  // namespace conccl::ops

@@ -16,7 +16,7 @@
 #pragma once
 
 #include <conccl/conccl.h>
-#include <conccl/ops/detail/row_major_gemm.hpp>
+#include <conccl/ops/detail/op_rank.hpp>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -45,32 +45,17 @@ struct MatmulReduceScatterArgs {
 // GEMM stream and the cuBLASLt state on the rank's device.
 class MatmulReduceScatter {
  public:
-  explicit MatmulReduceScatter(concclComm_t comm, size_t workspaceBytes = size_t{32} << 20) : comm_(comm) {
-    ok_ = concclCommCount(comm, &nranks_) == concclSuccess && concclCommUserRank(comm, &rank_) == concclSuccess &&
-          concclCommCuDevice(comm, &device_) == concclSuccess && device_ >= 0;
-    if (!ok_) return;
-    int previous = 0;
-    cudaGetDevice(&previous);
-    cudaSetDevice(device_);
-    ok_ = cudaEventCreateWithFlags(&start_, cudaEventDisableTiming) == cudaSuccess &&
-          cudaStreamCreateWithFlags(&gemmStream_, cudaStreamNonBlocking) == cudaSuccess;
-    gemm_ = std::make_unique<detail::RowMajorGemm>(workspaceBytes);
-    ok_ = ok_ && gemm_->ok();
-    cudaSetDevice(previous);
-  }
+  explicit MatmulReduceScatter(concclComm_t comm, size_t workspaceBytes = size_t{32} << 20)
+      : rank_(comm, workspaceBytes) {}
   ~MatmulReduceScatter() {
-    // The caller has synchronised its stream before destroying the op (as for any CUDA resource it passed us).
-    int previous = 0;
-    cudaGetDevice(&previous);
-    if (device_ >= 0) cudaSetDevice(device_);
+    detail::DeviceScope scope(rank_.device());
     for (auto e : events_) cudaEventDestroy(e);
-    if (start_ != nullptr) cudaEventDestroy(start_);
-    if (gemmStream_ != nullptr) cudaStreamDestroy(gemmStream_);
-    gemm_.reset();
-    cudaSetDevice(previous);
   }
   MatmulReduceScatter(const MatmulReduceScatter&) = delete;
   MatmulReduceScatter& operator=(const MatmulReduceScatter&) = delete;
+
+  // Whether the op could create its CUDA / cuBLASLt resources (every call fails with concclSystemError otherwise).
+  bool ok() const { return rank_.ok(); }
 
   // multiply() then reduceScatter(): for a thread per rank. `stream` ends after the result is in c. Returns
   // concclSuccess, or an error with *error saying why (arguments, a CUDA or cuBLASLt call, the collective).
@@ -84,28 +69,25 @@ class MatmulReduceScatter {
   // concclGroupEnd().
   concclResult_t multiply(const MatmulReduceScatterArgs& a, cudaStream_t stream, std::string* error) {
     if (concclResult_t res = check(a, error); res != concclSuccess) return res;
-    int previous = 0;
-    cudaGetDevice(&previous);
-    cudaSetDevice(device_);
+    detail::DeviceScope scope(rank_.device());
     std::string why;
     const int slices = slicesFor(a);
-    bool good = ensureEvents(slices) && cudaEventRecord(start_, stream) == cudaSuccess &&
-                cudaStreamWaitEvent(gemmStream_, start_, 0) == cudaSuccess;
+    bool good = ensureEvents(slices) && rank_.gemmStreamFollows(stream);
     const int64_t sliceRows = a.mShard / slices;
     const size_t es = concclTypeSize(a.type), outEs = concclTypeSize(detail::gemmOutputType(a.type));
     // Slice by slice, the peers' blocks first (their pieces travel while the GEMM goes on), the own block last.
+    const int n = rank_.nranks();
     for (int s = 0; s < slices && good; ++s) {
-      for (int o = 1; o <= nranks_ && good; ++o) {
-        const int q = (rank_ + o) % nranks_;
+      for (int o = 1; o <= n && good; ++o) {
+        const int q = (rank_.rank() + o) % n;
         const int64_t row = static_cast<int64_t>(q) * a.mShard + s * sliceRows;
         const auto* aRows = static_cast<const char*>(a.a) + static_cast<size_t>(row * a.kShard) * es;
         auto* out = static_cast<char*>(a.partial) + static_cast<size_t>(row * a.n) * outEs;
-        good = gemm_->run(a.type, a.bTransposed, aRows, a.kShard, a.b, a.bTransposed ? a.kShard : a.n, out, a.n,
-                          sliceRows, a.n, a.kShard, gemmStream_, &why) &&
-               cudaEventRecord(events_[static_cast<size_t>(q * slices + s)], gemmStream_) == cudaSuccess;
+        good = rank_.gemm().run(a.type, a.bTransposed, aRows, a.kShard, a.b, a.bTransposed ? a.kShard : a.n, out, a.n,
+                                sliceRows, a.n, a.kShard, rank_.gemmStream(), &why) &&
+               cudaEventRecord(events_[static_cast<size_t>(q * slices + s)], rank_.gemmStream()) == cudaSuccess;
       }
     }
-    cudaSetDevice(previous);
     if (!good) return fail(error, concclUnhandledCudaError, why.empty() ? "a CUDA call failed" : why);
     recordedSlices_ = slices;
     return concclSuccess;
@@ -119,10 +101,10 @@ class MatmulReduceScatter {
     }
     const size_t recvcount = static_cast<size_t>(a.mShard) * static_cast<size_t>(a.n);
     concclResult_t res = concclReduceScatterChunked(a.partial, a.c, recvcount, detail::gemmOutputType(a.type),
-                                                    concclSum, comm_, stream,
+                                                    concclSum, rank_.comm(), stream,
                                                     recordedSlices_, events_.data());
     if (res != concclSuccess) {
-      return fail(error, res, std::string("concclReduceScatterChunked: ") + concclGetLastError(comm_));
+      return fail(error, res, std::string("concclReduceScatterChunked: ") + concclGetLastError(rank_.comm()));
     }
     return concclSuccess;
   }
@@ -135,7 +117,7 @@ class MatmulReduceScatter {
   }
 
   bool ensureEvents(int slices) {
-    const size_t want = static_cast<size_t>(nranks_) * static_cast<size_t>(slices);
+    const size_t want = static_cast<size_t>(rank_.nranks()) * static_cast<size_t>(slices);
     while (events_.size() < want) {
       cudaEvent_t e = nullptr;
       if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return false;
@@ -145,7 +127,7 @@ class MatmulReduceScatter {
   }
 
   concclResult_t check(const MatmulReduceScatterArgs& a, std::string* error) const {
-    if (!ok_) return fail(error, concclSystemError, "the op could not create its CUDA / cuBLASLt resources");
+    if (!ok()) return fail(error, concclSystemError, "the op could not create its CUDA / cuBLASLt resources");
     if (a.a == nullptr || a.b == nullptr || a.partial == nullptr || a.c == nullptr) {
       return fail(error, concclInvalidArgument, "a NULL buffer");
     }
@@ -168,14 +150,9 @@ class MatmulReduceScatter {
     return code;
   }
 
-  concclComm_t comm_ = nullptr;
-  int nranks_ = 0, rank_ = 0, device_ = -1;
-  bool ok_ = false;
+  detail::OpRank rank_;
   int recordedSlices_ = 0;  // slices of the last multiply(): what reduceScatter() hands to the collective
   std::vector<cudaEvent_t> events_;  // [block * slices + slice]
-  cudaEvent_t start_ = nullptr;
-  cudaStream_t gemmStream_ = nullptr;
-  std::unique_ptr<detail::RowMajorGemm> gemm_;
 };
 
 }  // namespace conccl::ops

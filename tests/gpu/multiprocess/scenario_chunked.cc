@@ -6,6 +6,8 @@
 // reduce-scatter while the others call the plain one: every rank must get concclInvalidArgument.
 #include "gpu/multiprocess/scenario_chunked.h"
 
+#include "gpu/host_gate.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -57,8 +59,6 @@ std::vector<float> inputOf(int p, int call, size_t elems) {
   return v;
 }
 
-std::atomic<int> gOpened{0};
-std::atomic<int> gGateTimeouts{0};  // gates that gave up waiting: the scenario fails then (it would only be slow)
 const auto gStart = std::chrono::steady_clock::now();
 
 // Progress on stderr (the test prints the workers' logs), with milliseconds since the scenario started.
@@ -67,17 +67,6 @@ void trace(int rank, const std::string& what) {
   std::fprintf(stderr, "rank %d %9.1f ms: %s\n", rank, ms, what.c_str());
 }
 
-void CUDART_CB waitForGate(void* arg) {
-  const int number = static_cast<int>(reinterpret_cast<intptr_t>(arg));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (gOpened.load() < number) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      gGateTimeouts.fetch_add(1);
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
 
 void chunkedReduceScatter(concclComm_t comm, int rank, int n, cudaStream_t stream, size_t count, int pieces,
                           bool inPlace, int call) {
@@ -93,7 +82,8 @@ void chunkedReduceScatter(concclComm_t comm, int rank, int n, cudaStream_t strea
   cudaOk(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), "producer stream");
   std::vector<cudaEvent_t> events(static_cast<size_t>(n * pieces));
   for (auto& e : events) cudaOk(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
-  gOpened = 0;
+  // A gate that gives up waiting fails the scenario (it would only be slow otherwise).
+  gputest::HostGates gates(std::chrono::seconds(20));
   int gate = 0;
   for (int step = 0; step < n; ++step) {
     const int q = (rank + 1 + step) % n;  // the own block last, as a GEMM feeding a reduce-scatter would
@@ -101,8 +91,7 @@ void chunkedReduceScatter(concclComm_t comm, int rank, int n, cudaStream_t strea
       const size_t at = static_cast<size_t>(j) * pieceElems;
       const size_t elems = at >= count ? 0 : std::min(pieceElems, count - at);
       const size_t first = static_cast<size_t>(q) * count + at;
-      cudaOk(cudaLaunchHostFunc(producer, waitForGate, reinterpret_cast<void*>(static_cast<intptr_t>(++gate))),
-             "gate");
+      cudaOk(gates.enqueue(producer, ++gate), "gate");
       if (elems > 0) {
         cudaOk(cudaMemcpyAsync(send.c() + first * 4, staged.c() + first * 4, elems * 4, cudaMemcpyDeviceToDevice,
                                producer),
@@ -121,14 +110,14 @@ void chunkedReduceScatter(concclComm_t comm, int rank, int n, cudaStream_t strea
   trace(rank, what + ": returned");
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   for (int g = 1; g <= gate; ++g) {
-    gOpened = g;
+    gates.open(g);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   syncBounded(producer, "producer stream");
   trace(rank, what + ": produced");
   syncBounded(stream, "reduce-scatter stream");
   trace(rank, what + ": done");
-  if (gGateTimeouts.load() != 0) throw std::runtime_error(what + ": a producer gate was never opened");
+  if (gates.timeouts() != 0) throw std::runtime_error(what + ": a producer gate was never opened");
   std::vector<float> got(count);
   cudaOk(cudaMemcpy(got.data(), out, count * 4, cudaMemcpyDeviceToHost), "read back");
   std::vector<std::vector<float>> inputs;
