@@ -133,7 +133,7 @@ void IpcImportTable::closeLoop() {
     for (const PendingClose& p : batch) {
       const int device = p.key.device;
       // Wait for the device first, holding no driver lock: cudaIpcCloseMemHandle waits for the device itself, and
-      // while it does, other threads' CUDA calls on the device stall (seen with 3 processes sharing an H200). After
+      // while it does, other threads' CUDA calls on the device stall (seen with 3 processes sharing an H200, 2026-12-01). After
       // this wait it finds the device (nearly) idle and returns at once.
       {
         DeviceGuard guard(device);
