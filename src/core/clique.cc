@@ -111,6 +111,7 @@ std::string shapeKey(const sched::CollectiveCall& call) {
   put(call.count);
   for (bool b : call.inPlace) key.push_back(b ? '1' : '0');
   put(call.pushInputs);
+  put(call.peerScratchOnly);
   for (const auto* table : {&call.sendCounts, &call.sendDispls, &call.recvCounts, &call.recvDispls}) {
     put(table->size());
     for (const auto& row : *table) {

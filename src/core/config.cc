@@ -101,6 +101,7 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
   if (envInt("CONCCL_SM_BUDGET", 0, kMaxReduceCtas, &v)) smBudget = static_cast<int>(v);
   if (envInt("CONCCL_GRAPH_CACHE", 0, 1 << 16, &v)) config.graphCacheEntries = static_cast<size_t>(v);
   if (envInt("CONCCL_GRAPH_CACHE_MAX_BYTES", 0, LLONG_MAX, &v)) config.graphCacheMaxBytes = static_cast<size_t>(v);
+  if (envInt("CONCCL_STAGED_MAX_BYTES", 0, LLONG_MAX, &v)) config.stagedMaxBytes = static_cast<size_t>(v);
 
   if (user != nullptr) applyUserFields(*user, config, &smBudget);
 

@@ -42,6 +42,11 @@ struct Config {
   // (CONCCL_GRAPH_CACHE_MAX_BYTES). For measuring whether graph branches keep the lanes' copy-engine parallelism:
   // host time matters at mid sizes, where programs are single-stream (CONCCL_SINGLE_STREAM_BYTES).
   size_t graphCacheMaxBytes = 0;
+  // Ranks in separate processes stage a call through their peers' scratch (sched::CollectiveCall::peerScratchOnly) when
+  // its largest buffer is at most this many bytes: the call then launches without waiting on the host for the peers
+  // (whose buffer addresses it no longer needs), at the price of one local copy of what a rank receives; 0 = never
+  // (CONCCL_STAGED_MAX_BYTES). Must agree across the processes of a communicator (checked at init).
+  size_t stagedMaxBytes = size_t{8} << 20;
 };
 
 // Merges `user` (may be null), the CONCCL_* environment variables and the defaults. `cudaAvailable`

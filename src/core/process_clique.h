@@ -129,7 +129,7 @@ class ProcessClique final : public Clique {
   void launchSendRecv(CallTicket& ticket);
 
   // waitAndLaunch's states for a collective (process_clique_calls.cc), in order:
-  //   checkOwnPart -> trySymmetric -> publish -> launchEarly                       (symmetric: no host wait)
+  //   checkOwnPart -> trySymmetric -> publish -> launchEarly              (symmetric or staged: no host wait)
   //                                          \-> readPeers -> bindPeers -> launch  (regular)
   // What this rank found out about its own part before the peers hear of the call.
   struct OwnPart {
@@ -143,9 +143,14 @@ class ProcessClique final : public Clique {
     std::vector<WindowRef> windows;           // [2 * rank + buffer]
     bool launchedEarly = false;               // some peer launched symmetrically: its work cannot be taken back
   };
+  // Whether a call with these arguments goes through the peers' scratch (sched::CollectiveCall::peerScratchOnly): up
+  // to Config::stagedMaxBytes in its largest buffer, every collective but AllToAllv. A function of arguments every rank
+  // agrees on and of the configuration checked at init, so every process decides alike.
+  bool stagesThroughScratch(const RankArgs& args) const;
   // Checks and exports this rank's buffers (a buffer inside a window needs neither); an error is kept, not thrown.
   OwnPart checkOwnPart(const RankArgs& mine) const;
-  // Whether the call is symmetric (every peer buffer follows from this rank's own window references); if so
+  // Whether the call is symmetric (every peer buffer follows from this rank's own window references, or the program
+  // touches no peer buffer at all: a staged call); if so
   // pending.call, schedule and binding are filled and `assumed` lists what the watchdog must confirm.
   bool trySymmetric(PendingCall& pending, const OwnPart& own, std::vector<Assumption>& assumed);
   // Writes this rank's entry of call pending.seq and releases it to the peers.

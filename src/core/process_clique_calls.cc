@@ -88,16 +88,40 @@ ProcessClique::OwnPart ProcessClique::checkOwnPart(const RankArgs& mine) const {
   return own;
 }
 
+bool ProcessClique::stagesThroughScratch(const RankArgs& args) const {
+  if (nranks_ < 2 || config_.stagedMaxBytes == 0) return false;
+  if (args.kind == sched::CollKind::kAllToAllv || args.kind == sched::CollKind::kSendRecv) return false;
+  // The call's largest buffer: the root's of a rooted call, anyone's otherwise; the same figure on every rank.
+  sched::CollectiveCall shape;
+  shape.kind = args.kind;
+  shape.nranks = nranks_;
+  shape.dtype = args.dtype;
+  shape.count = args.count;
+  shape.root = args.root;
+  size_t largest = 0;
+  try {
+    for (size_t bytes : sched::bufferBytes(shape, args.root)) largest = std::max(largest, bytes);
+  } catch (const Error&) {
+    return false;  // sizes that overflow: the regular path reports them on every rank
+  }
+  return largest <= config_.stagedMaxBytes;
+}
+
 bool ProcessClique::trySymmetric(PendingCall& pending, const OwnPart& own, std::vector<Assumption>& assumed) {
-  // Every peer buffer this rank's program touches follows from its own pointers in the windows (the peers are
-  // assumed to call exactly like this rank; the watchdog checks that they did).
+  // Every peer buffer this rank's program touches follows from its own pointers in the windows, or there is none (a
+  // staged call moves everything through the peers' scratch). The peers are assumed to call exactly like this rank;
+  // the watchdog checks that they did.
   const int n = nranks_;
   const RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
+  const bool staged = stagesThroughScratch(mine);
   // An in-place Gather or Scatter root keeps its own block inside the big buffer (at root * count), so its
-  // pointers differ from the peers' by construction: it cannot speak for them, and takes the regular path.
+  // pointers differ from the peers' by construction: it cannot speak for them, and takes the regular path (unless
+  // staged: then no peer pointer is needed).
   const bool rootInPlaceBlock = mine.inPlace && mine.root == rank_ &&
                                 (mine.kind == sched::CollKind::kGather || mine.kind == sched::CollKind::kScatter);
-  if (windows_.empty() || mine.kind == sched::CollKind::kAllToAllv || rootInPlaceBlock) return false;
+  if ((windows_.empty() && !staged) || mine.kind == sched::CollKind::kAllToAllv || (rootInPlaceBlock && !staged)) {
+    return false;
+  }
   for (int p = 0; p < n; ++p) {
     if (p == rank_) continue;
     RankArgs mirror = mine;
@@ -107,6 +131,7 @@ bool ProcessClique::trySymmetric(PendingCall& pending, const OwnPart& own, std::
   bool symmetric = false;
   try {
     assembleCall(pending, n);
+    pending.call.peerScratchOnly = staged;
     pending.schedule = schedules_->get(pending.call);
     symmetric = bindSymmetric(pending, own.windows, assumed);
     const RankArgs& self = *pending.args[static_cast<size_t>(rank_)];
@@ -235,6 +260,8 @@ void ProcessClique::bindPeers(PendingCall& pending, const CallTicket& ticket, co
   const int n = nranks_;
   try {
     assembleCall(pending, n);
+    // Decided exactly as the peers that launched early decided it (trySymmetric), from the agreed arguments.
+    pending.call.peerScratchOnly = stagesThroughScratch(*pending.args[static_cast<size_t>(rank_)]);
     pending.schedule = schedules_->get(pending.call);
     // Map only the peer buffers this rank's program touches. A peer whose buffer this program does not touch
     // does not wait for this rank either, so it may already have finished the call and freed that buffer.

@@ -115,17 +115,17 @@ void ProcessClique::watchdogLoop() {
       if (layout_->rank(p).departed.load(std::memory_order_acquire) != 0) {
         code = concclInvalidUsage;
         reason = "rank " + std::to_string(p) + " was destroyed or aborted before it made " + u.what + ", which rank " +
-                 std::to_string(rank_) + " had launched (symmetric call)";
+                 std::to_string(rank_) + " had launched (without waiting for its peers)";
       } else if (checkLiveness && !processAlive(pids_[static_cast<size_t>(p)])) {
         code = concclSystemError;
         reason = "rank " + std::to_string(p) + " (pid " + std::to_string(pids_[static_cast<size_t>(p)]) +
                  ") exited before it made " + u.what + ", which rank " + std::to_string(rank_) +
-                 " had launched (symmetric call)";
+                 " had launched (without waiting for its peers)";
       }
     }
     if (code == concclSuccess && now - u.launched >= std::chrono::milliseconds(config_.timeoutMs)) {
       code = concclTimeout;
-      reason = "rank " + std::to_string(rank_) + " launched " + u.what + " (symmetric call) " +
+      reason = "rank " + std::to_string(rank_) + " launched " + u.what + " (without waiting for its peers) " +
                std::to_string(config_.timeoutMs) + " ms ago and rank(s) " + missing + " have not called it";
     }
     if (code != concclSuccess) {

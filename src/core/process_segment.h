@@ -172,6 +172,9 @@ struct HelloPayload {
   uint64_t scratchBytes;
   int32_t pipelineSlots;  // flags per rank the executor needs: derived from the config, must agree
   int32_t reserved;
+  // Config fields that shape schedules (every process builds every schedule): must agree.
+  uint64_t minChunkBytes;
+  uint64_t stagedMaxBytes;
 };
 
 }  // namespace process_segment

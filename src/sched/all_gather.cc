@@ -28,7 +28,7 @@ Schedule buildAllGather(const CollectiveCall& call, const BuildOptions& options)
   auto markPeerBlock = [&](int me, int p, std::vector<Op>& ops) {
     ops.push_back(Ready{recvLoc(call, me, static_cast<size_t>(p) * bytes), bytes, p});
   };
-  emitDirect(transfers, options, s, markPeerBlock);
+  emitMovement(call, transfers, options, s, markPeerBlock);
   return s;
 }
 

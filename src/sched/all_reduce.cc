@@ -1,9 +1,48 @@
 // AllReduce = reduce-scatter phase + all-gather phase, fused: rank r reduces its 1/n share (the first
 // count % n ranks get one extra element) chunk by chunk, and pushes each reduced chunk into every peer's
 // recvbuff as soon as it is ready, so the all-gather overlaps the remaining reduction.
+#include <algorithm>
+#include <utility>
+
 #include "sched/builder_util.h"
 
 namespace conccl::sched::detail {
+
+namespace {
+
+// CollectiveCall::peerScratchOnly: the reduce-scatter phase as above but without pushing the reduced chunks into the
+// peers' recvbuffs (their addresses are unknown); each rank then sends its reduced share to every peer through the
+// peer's scratch (emitStaged). The all-gather phase starts after the whole reduction, which costs overlap: these
+// calls are the mid-size ones, where the host rendezvous they avoid weighs more.
+Schedule buildStagedAllReduce(const CollectiveCall& call, const BuildOptions& options, std::vector<ReduceShare> shares) {
+  const int n = call.nranks;
+  const size_t es = typeSize(call.dtype);
+  std::vector<std::vector<Transfer>> gather(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    ReduceShare& sh = shares[static_cast<size_t>(r)];
+    for (int q = 0; q < n; ++q) {
+      if (q != r) gather[static_cast<size_t>(r)].push_back({sh.output, sh.gatherTo[static_cast<size_t>(q)], sh.elems * es});
+    }
+    sh.gatherTo.clear();
+  }
+  Schedule reduced = newSchedule(call, options);
+  emitReducePipeline(call, options, shares, reduced);
+  Schedule gathered = newSchedule(call, options);
+  emitStaged(gather, options, gathered);
+  Schedule s = newSchedule(call, options);
+  s.scratchBytes = std::max(reduced.scratchBytes, gathered.scratchBytes);
+  s.algorithm = "rs " + reduced.algorithm + " + ag " + gathered.algorithm;
+  for (int r = 0; r < n; ++r) {
+    auto& ops = s.programs[static_cast<size_t>(r)].ops;
+    for (const auto* part : {&reduced, &gathered}) {
+      const auto& more = part->programs[static_cast<size_t>(r)].ops;
+      ops.insert(ops.end(), more.begin(), more.end());
+    }
+  }
+  return s;
+}
+
+}  // namespace
 
 Schedule buildAllReduce(const CollectiveCall& call, const BuildOptions& options) {
   Schedule s = newSchedule(call, options);
@@ -31,6 +70,7 @@ Schedule buildAllReduce(const CollectiveCall& call, const BuildOptions& options)
     sh.output = recvLoc(call, static_cast<int>(r), start * es);
     start += sh.elems;
   }
+  if (call.peerScratchOnly) return buildStagedAllReduce(call, options, std::move(shares));
   emitReducePipeline(call, options, shares, s);
   s.algorithm = "rs+ag " + s.algorithm;
   return s;

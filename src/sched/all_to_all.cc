@@ -15,7 +15,7 @@ Schedule buildAllToAll(const CollectiveCall& call, const BuildOptions& options) 
           {Location{r, 0, static_cast<size_t>(q) * bytes}, Location{q, 1, static_cast<size_t>(r) * bytes}, bytes});
     }
   }
-  emitDirect(transfers, options, s);
+  emitMovement(call, transfers, options, s);
   return s;
 }
 

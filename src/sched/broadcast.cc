@@ -16,7 +16,7 @@ Schedule buildBroadcast(const CollectiveCall& call, const BuildOptions& options)
     if (q == root && src == dst) continue;
     transfers[static_cast<size_t>(root)].push_back({src, dst, bytes});
   }
-  emitDirect(transfers, options, s);
+  emitMovement(call, transfers, options, s);
   return s;
 }
 

@@ -84,6 +84,21 @@ using AfterDoneHook = std::function<void(int me, int writer, std::vector<Op>& op
 void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule,
                 const AfterDoneHook& afterDone = {});
 
+// CollectiveCall::peerScratchOnly (staged_exchange.cc): the same transfers, but every one between ranks goes through
+// the receiver's scratch in pipelined chunks and the receiver copies it into place on M, so no rank touches a peer's
+// call buffers. Transfers must not carry `then` (BuildOptions::ownBlockViaPeer is off for such calls). `afterDone(me,
+// writer, ops)` is called once everything `writer` sends to `me` has been copied into place. Uses the staged flags
+// below and sets scratchBytes (to at least what it needs) and algorithm.
+void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule,
+                const AfterDoneHook& afterDone = {});
+// emitStaged for calls with peerScratchOnly, emitDirect otherwise: what the movement builders call.
+void emitMovement(const CollectiveCall& call, const std::vector<std::vector<Transfer>>& transfers,
+                  const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone = {});
+// Flags of the staged exchange, after the join flags (`lanes` of them): receiver's "chunk in slot k from fromPeer"
+// and sender's "fromPeer freed slot k".
+int stagedDataSlot(int nranks, int fromPeer, int k, int depth, int lanes);
+int stagedCreditSlot(int nranks, int fromPeer, int k, int depth, int lanes);
+
 // The share of the reduction that one rank computes.
 struct ReduceShare {
   size_t elems = 0;

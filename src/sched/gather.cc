@@ -14,7 +14,7 @@ Schedule buildGather(const CollectiveCall& call, const BuildOptions& options) {
     if (src == dst) continue;  // root in place
     transfers[static_cast<size_t>(r)].push_back({src, dst, bytes});
   }
-  emitDirect(transfers, options, s);
+  emitMovement(call, transfers, options, s);
   return s;
 }
 

@@ -26,6 +26,7 @@ Schedule buildReduceScatter(const CollectiveCall& call, const BuildOptions& opti
     sh.output = recvLoc(call, r, 0);
   }
   // Inputs still being produced (concclReduceScatterChunked): only their owner can wait for them, so they are pushed.
+  // (peerScratchOnly calls come here with peerReads off already: buildSchedule.)
   BuildOptions pushed = options;
   if (call.pushInputs) pushed.peerReads = false;
   emitReducePipeline(call, pushed, shares, s);

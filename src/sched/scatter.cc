@@ -15,7 +15,7 @@ Schedule buildScatter(const CollectiveCall& call, const BuildOptions& options) {
     if (src == dst) continue;  // root in place
     transfers[static_cast<size_t>(root)].push_back({src, dst, bytes});
   }
-  emitDirect(transfers, options, s);
+  emitMovement(call, transfers, options, s);
   return s;
 }
 

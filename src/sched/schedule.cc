@@ -126,8 +126,8 @@ int inPlaceBuffer(CollKind kind) {
 }
 int maxSlots(int nranks, const BuildOptions& options) {
   // ready + done, then data and credit flags of the pipelined exchange (one per peer and pipeline slot),
-  // then one join flag per lane.
-  return firstFreeSlot(nranks) + 2 * nranks * std::max(1, options.pipelineDepth) + std::max(1, options.lanes);
+  // then one join flag per lane, then data and credit flags of the staged exchange (detail::emitStaged).
+  return firstFreeSlot(nranks) + 4 * nranks * std::max(1, options.pipelineDepth) + std::max(1, options.lanes);
 }
 
 bool isReduction(CollKind kind) {
@@ -201,6 +201,8 @@ void validateCall(const CollectiveCall& call) {
   }
   CONCCL_REQUIRE(!call.pushInputs || call.kind == CollKind::kReduceScatter,
                  what + "pushInputs is only defined for ReduceScatter");
+  CONCCL_REQUIRE(!call.peerScratchOnly || (call.kind != CollKind::kAllToAllv && call.kind != CollKind::kSendRecv),
+                 what + "peerScratchOnly is not defined for AllToAllv and SendRecv");
   if (isRooted(call.kind)) {
     CONCCL_REQUIRE(call.root >= 0 && call.root < call.nranks,
                    what + "root " + std::to_string(call.root) + " out of range [0, " + std::to_string(n) + ")");
@@ -383,37 +385,43 @@ Schedule buildSchedule(const CollectiveCall& call, const BuildOptions& options) 
   CONCCL_REQUIRE(options.lanes >= 1, "BuildOptions: lanes must be >= 1");
   CONCCL_REQUIRE(options.pipelineDepth >= 1, "BuildOptions: pipelineDepth must be >= 1");
   detail::validateCall(call);
+  BuildOptions effective = options;
+  if (call.peerScratchOnly) {
+    // Both would make a rank touch a peer's call buffer (a reduction reading it, an own block echoed off it).
+    effective.peerReads = false;
+    effective.ownBlockViaPeer = false;
+  }
   Schedule s;
   switch (call.kind) {
     case CollKind::kAllGather:
-      s = detail::buildAllGather(call, options);
+      s = detail::buildAllGather(call, effective);
       break;
     case CollKind::kReduceScatter:
-      s = detail::buildReduceScatter(call, options);
+      s = detail::buildReduceScatter(call, effective);
       break;
     case CollKind::kAllReduce:
-      s = detail::buildAllReduce(call, options);
+      s = detail::buildAllReduce(call, effective);
       break;
     case CollKind::kBroadcast:
-      s = detail::buildBroadcast(call, options);
+      s = detail::buildBroadcast(call, effective);
       break;
     case CollKind::kReduce:
-      s = detail::buildReduce(call, options);
+      s = detail::buildReduce(call, effective);
       break;
     case CollKind::kAllToAll:
-      s = detail::buildAllToAll(call, options);
+      s = detail::buildAllToAll(call, effective);
       break;
     case CollKind::kAllToAllv:
-      s = detail::buildAllToAllv(call, options);
+      s = detail::buildAllToAllv(call, effective);
       break;
     case CollKind::kGather:
-      s = detail::buildGather(call, options);
+      s = detail::buildGather(call, effective);
       break;
     case CollKind::kScatter:
-      s = detail::buildScatter(call, options);
+      s = detail::buildScatter(call, effective);
       break;
     case CollKind::kSendRecv:
-      s = detail::buildSendRecv(call, options);
+      s = detail::buildSendRecv(call, effective);
       break;
   }
   detail::finalizeSlots(s);

@@ -206,6 +206,12 @@ struct CollectiveCall {
   // so each rank must move its own input to the reducers (copies it issues, which its executor can order after its
   // producer) and no Reduce may read a peer's input in place (BuildOptions::peerReads is ignored).
   bool pushInputs = false;
+  // No rank's program touches another rank's call buffers: whatever crosses ranks lands in the receiver's scratch and
+  // the receiver moves (or reduces) it into place itself (detail::emitStaged). A rank's program then follows from its
+  // own arguments alone, so a rank of a process clique can launch without learning its peers' buffer addresses (no
+  // host rendezvous, core/process_clique_calls.cc). Costs one local copy of every received byte (SMs on our GPUs) and
+  // turns BuildOptions::peerReads and ownBlockViaPeer off. Not for AllToAllv and SendRecv.
+  bool peerScratchOnly = false;
 };
 
 struct BuildOptions {

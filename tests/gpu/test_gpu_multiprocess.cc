@@ -135,6 +135,30 @@ TEST_P(MultiProcess, EveryCollectiveMatchesTheReference) {
   for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
 }
 
+// The same cases on the regular path (CONCCL_STAGED_MAX_BYTES=0: every call waits for its peers' buffer addresses);
+// the test above stages them all (they are at most 4 MiB).
+TEST_P(MultiProcess, EveryCollectiveMatchesTheReferenceUnstaged) {
+  SKIP_WITHOUT_GPU();
+  auto results = runWorkers("collectives-unstaged", GetParam(), 60000, 240);
+  expectAllSucceeded(results);
+  for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
+}
+
+// Staged calls on ordinary buffers return before the peers call (no host rendezvous); scenario_staged.h.
+TEST_P(MultiProcess, StagedCallsDoNotWaitForPeers) {
+  SKIP_WITHOUT_GPU();
+  auto results = runWorkers("no-rendezvous", GetParam(), 60000, 180);
+  expectAllSucceeded(results);
+  for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
+}
+
+TEST(MultiProcessStaged, CountMismatchIsReportedOnEveryRank) {
+  SKIP_WITHOUT_GPU();
+  auto results = runWorkers("staged-mismatch", 3, 20000, 90);
+  expectAllSucceeded(results);
+  for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
+}
+
 TEST_P(MultiProcess, SendRecvAcrossProcesses) {
   SKIP_WITHOUT_GPU();
   auto results = runWorkers("sendrecv", GetParam(), 60000, 180);

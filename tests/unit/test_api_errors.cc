@@ -119,7 +119,7 @@ TEST(ApiErrors, AutoReduceCtasAndTuningVariables) {
   config.reduceCtas = CONCCL_CONFIG_UNDEF_INT;
   for (const char* name :
        {"CONCCL_PIPELINE_DEPTH", "CONCCL_PEER_REDUCE", "CONCCL_MIN_CHUNK_BYTES", "CONCCL_GRAPH_CACHE",
-        "CONCCL_GRAPH_CACHE_MAX_BYTES"}) {
+        "CONCCL_GRAPH_CACHE_MAX_BYTES", "CONCCL_STAGED_MAX_BYTES"}) {
     const std::string bad = name == std::string("CONCCL_MIN_CHUNK_BYTES") ? "12"
                             : name == std::string("CONCCL_GRAPH_CACHE")   ? "-1"
                                                                           : "0x";

@@ -4,6 +4,7 @@
 // tests cover every (dtype, op) of every collective at least once.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -82,6 +83,30 @@ TEST_P(SchedMatrix, OwnBlockViaPeer) {
   tiny.peerReads = n % 2 == 0;
   if (kCounts[countIdx] == (size_t{1} << 20)) tiny.scratchBudget = 1u << 20;  // keep the piece count affordable
   expectValid(matrixCall(kind, n, countIdx, inPlace), tiny, pair);
+}
+
+// CollectiveCall::peerScratchOnly (ranks of a process clique launching without their peers' buffer addresses): no
+// rank's program touches a peer's call buffers, whatever the options ask for; proven alone and back to back.
+TEST_P(SchedMatrix, PeerScratchOnly) {
+  const auto [kind, n, countIdx, inPlace] = GetParam();
+  CollectiveCall call = matrixCall(kind, n, countIdx, inPlace);
+  call.peerScratchOnly = true;
+  const bool pair = kCounts[countIdx] <= 4099;
+  BuildOptions wide;
+  wide.peerReads = true;
+  wide.ownBlockViaPeer = true;
+  BuildOptions tiny = tinyOptions(1 + n % 3, 1 + n % 4);
+  if (kCounts[countIdx] == (size_t{1} << 20)) tiny.scratchBudget = 1u << 20;  // keep the chunk count affordable
+  for (const BuildOptions& o : {BuildOptions{}, wide, tiny}) {
+    expectValid(call, o, pair);
+    const Schedule s = buildSchedule(call, o);
+    EXPECT_FALSE(s.peerReads);
+    for (int r = 0; r < n; ++r) {
+      forEachPeerLocation(s.programs[static_cast<size_t>(r)], r, [&](const Location& loc) {
+        EXPECT_EQ(loc.buffer, kScratch) << "rank " << r << " touches buffer " << loc.buffer << " of rank " << loc.rank;
+      });
+    }
+  }
 }
 
 std::string matrixName(const ::testing::TestParamInfo<MatrixParam>& info) {
@@ -352,6 +377,37 @@ TEST(PushInputs, ReduceScatterPushesEvenWithPeerReads) {
         }
       }
     }
+  }
+}
+
+TEST(PeerScratchOnly, NotForAllToAllvOrSendRecv) {
+  CollectiveCall v = makeAllToAllv(3, 7);
+  v.peerScratchOnly = true;
+  EXPECT_THROW(buildSchedule(v, BuildOptions{}), conccl::Error);
+  CollectiveCall p2p = makeCall(CollKind::kSendRecv, 2, 0);
+  p2p.inPlace.clear();
+  p2p.p2p = {{P2POp{true, 1, 16, 0}}, {P2POp{false, 0, 16, 0}}};
+  p2p.peerScratchOnly = true;
+  EXPECT_THROW(buildSchedule(p2p, BuildOptions{}), conccl::Error);
+}
+
+// A staged AllGather still marks each peer's block Ready (concclAllGatherChunked records its events there), after the
+// last chunk from that peer was copied into place.
+TEST(PeerScratchOnly, AllGatherMarksEveryPeerBlock) {
+  CollectiveCall call = makeCall(CollKind::kAllGather, 4, 4099, concclFloat32);
+  call.peerScratchOnly = true;
+  const Schedule s = buildSchedule(call, tinyOptions(2, 2));
+  for (int r = 0; r < 4; ++r) {
+    std::vector<int> tags;
+    for (const Op& op : s.programs[static_cast<size_t>(r)].ops) {
+      if (const auto* mark = std::get_if<Ready>(&op)) tags.push_back(mark->tag);
+    }
+    std::sort(tags.begin(), tags.end());
+    std::vector<int> peers;
+    for (int p = 0; p < 4; ++p) {
+      if (p != r) peers.push_back(p);
+    }
+    EXPECT_EQ(tags, peers) << "rank " << r;
   }
 }
 

@@ -6,7 +6,11 @@
 // Scenarios:
 //   collectives  every collective x dtypes x counts x in/out of place, fresh buffers per case (allocation churn:
 //                new IPC mappings, retired ones), then 300 calls on the same buffers (the cached fast path), then
-//                a CUDA graph of AllGather + AllReduce replayed 20 times with fresh inputs.
+//                a CUDA graph of AllGather + AllReduce replayed 20 times with fresh inputs. All of them are staged
+//                (at most 4 MiB); collectives-unstaged: the same on the regular path (CONCCL_STAGED_MAX_BYTES=0).
+//   no-rendezvous / staged-mismatch
+//                staged calls return while the peers sleep; a count mismatch is reported on every rank
+//                (scenario_staged.h).
 //   errors       mismatched counts and a host pointer on one rank: every rank gets the same error and the
 //                communicator stays usable; register/deregister.
 //   dead-peer    the last rank exits right after init; the others must fail promptly, abort, and leave nothing.
@@ -41,6 +45,7 @@
 #include "core/bootstrap.h"
 #include "exec/executor.h"
 #include "gpu/multiprocess/scenario_chunked.h"
+#include "gpu/multiprocess/scenario_staged.h"
 
 namespace {
 
@@ -660,7 +665,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s SCENARIO NRANKS RANK ID_HEX [TIMEOUT_MS]\n", argv[0]);
     return 2;
   }
-  const std::string scenario = argv[1];
+  std::string scenario = argv[1];
+  // Which path calls on ordinary buffers take is the scenario's choice, not the caller's environment: scenarios about
+  // the host rendezvous itself (its synchronous errors, a peer missing from it, windows beside it) run unstaged.
+  const bool unstaged = scenario == "collectives-unstaged" || scenario == "errors" || scenario == "dead-peer" ||
+                        scenario == "hung-peer" || scenario.rfind("symmetric", 0) == 0;
+  setenv("CONCCL_STAGED_MAX_BYTES", unstaged ? "0" : "8388608", 1);
+  if (scenario == "collectives-unstaged") scenario = "collectives";
   gNranks = std::atoi(argv[2]);
   gRank = std::atoi(argv[3]);
   const std::string hex = argv[4];
@@ -700,6 +711,14 @@ int main(int argc, char** argv) {
       return 0;
     } else if (scenario == "chunked") {
       conccl::mpworker::scenarioChunked(gComm, gRank, gNranks, stream);
+    } else if (scenario == "no-rendezvous") {
+      conccl::mpworker::scenarioNoRendezvous(gComm, gRank, gNranks, stream);
+    } else if (scenario == "staged-mismatch") {
+      conccl::mpworker::scenarioStagedMismatch(gComm, gRank, gNranks, stream, timeoutMs);
+      checkNoMappingsLeft("after abort");
+      checkNothingNamedLeft("after abort");
+      cudaStreamDestroy(stream);
+      return 0;
     } else if (scenario == "symmetric") {
       scenarioSymmetric(stream);
     } else if (scenario.rfind("symmetric-", 0) == 0) {

@@ -7,6 +7,7 @@
 #include "gpu/multiprocess/scenario_chunked.h"
 
 #include "gpu/host_gate.h"
+#include "gpu/multiprocess/worker_util.h"
 
 #include <atomic>
 #include <chrono>
@@ -21,35 +22,6 @@
 
 namespace conccl::mpworker {
 namespace {
-
-void cudaOk(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-void ok(concclResult_t r, concclComm_t comm, const char* what) {
-  if (r != concclSuccess) {
-    throw std::runtime_error(std::string(what) + " -> " + concclGetErrorString(r) + ": " + concclGetLastError(comm));
-  }
-}
-
-void syncBounded(cudaStream_t s, const char* what) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  cudaError_t e;
-  while ((e = cudaStreamQuery(s)) == cudaErrorNotReady) {
-    if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error(std::string(what) + ": stream hangs");
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  cudaOk(e, what);
-}
-
-struct Buf {
-  void* p = nullptr;
-  explicit Buf(size_t bytes) { cudaOk(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc"); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  char* c() const { return static_cast<char*>(p); }
-};
 
 // Rank p's input of call `call`: small integers, the same on every process.
 std::vector<float> inputOf(int p, int call, size_t elems) {
