@@ -147,7 +147,10 @@ void chunkedAllGather(concclComm_t comm, int rank, int n, cudaStream_t stream, s
 }
 
 void mixedCallsAreRefused(concclComm_t comm, int rank, int n, cudaStream_t stream) {
-  const size_t count = 4096;
+  // 8 MiB per block: above the worker's CONCCL_STAGED_MAX_BYTES, so the call takes the regular path, where the ranks'
+  // arguments meet before anything launches and the refusal is synchronous. (A staged call launches first and learns
+  // of a disagreement afterwards: concclInvalidUsage on every rank, like any mismatch there; scenario_staged.h.)
+  const size_t count = size_t{2} << 20;
   Buf send(count * 4 * static_cast<size_t>(n)), recv(count * 4);
   std::vector<cudaEvent_t> none(static_cast<size_t>(n), nullptr);
   const concclResult_t r =
