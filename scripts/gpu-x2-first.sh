@@ -6,7 +6,7 @@
 #   1. issue 12 item 1: test_gpu_no_sm (movement with engine = copy beside a kernel holding every SM);
 #   2. issue 15: the chunked all-gather / reduce-scatter tests and both fused ops, now across GPUs;
 #   3. issue 15 item 3: conccl-tp-bench, a short check + the 70B shapes (gpu-tp-bench.sh), if staged;
-#   4. every collective on distinct GPUs, three paths (MultiGpu.*);
+#   4. every collective on distinct GPUs, three paths (MultiGpu.*); staged calls with a GPU per process;
 #   5. issue 11 item 3: conccl-bench 128K-64M against NCCL with the graph cache off and on (gpu-graph-cache.sh);
 #   6. memcheck and racecheck of MultiGpu.* (issue 13 item 5), with what budget is left.
 # Env: OUT, BUDGET_S (default 420), SKIP_BENCH=1.
@@ -39,6 +39,11 @@ if [ -x "$bin/conccl-tp-bench" ]; then
   cp "$logs/tp/"*.txt "$OUT/" 2>/dev/null
 fi
 step multigpu 90 "$bin/test_gpu_collectives" --gtest_brief=1 --gtest_filter='MultiGpu.*'
+# Staged calls across processes (a GPU per process at 2 ranks): correctness both ways, no wait for late peers, and the
+# hot-path host time of staged AllReduce / AllGather against the regular path's (their logs print it).
+step mp-staged 120 "$bin/test_gpu_multiprocess" \
+  --gtest_filter='*StagedCalls*/0:*EveryCollectiveMatchesTheReference*/0:*Staged.*'
+grep -h "host time\|staged calls" "$logs/mp-staged.log" >"$OUT/mp-staged.txt" 2>/dev/null
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   step graph-cache-bench 150 env OUT="$logs/graph-cache" PHASES=bench bash scripts/gpu-graph-cache.sh
   cp "$logs/graph-cache/compare.txt" "$OUT/" 2>/dev/null
@@ -54,6 +59,6 @@ grep -h "^no-sm " "$logs/no-sm.log" >"$OUT/no-sm.txt" 2>/dev/null
 tar -czf "$OUT/logs.tgz" -C "$logs" . 2>/dev/null
 echo "== gpu-x2-first: $gpus GPU(s), $(($(date +%s) - start)) s"
 for line in "${summary[@]}"; do echo "$line"; done
-cat "$OUT/no-sm.txt" 2>/dev/null
+cat "$OUT/no-sm.txt" "$OUT/mp-staged.txt" 2>/dev/null
 [ -f "$OUT/compare.txt" ] && head -40 "$OUT/compare.txt"
 [ "${#failed[@]}" -eq 0 ]
