@@ -88,6 +88,8 @@ class CudaExecutor final : public Executor {
   bool takesSmallPath(const sched::Schedule& schedule, int rank) const;
   // Whether rank `rank`'s copy-engine program of an eager call may run as a cached graph (graph_cache.h).
   bool graphCacheable(const sched::Schedule& schedule, int rank) const;
+  // An eager call on another stream than the rank's previous eager call waits on the GPU for that call to end.
+  void orderAfterPreviousCall(RankState& s, cudaStream_t main);
   // How rank `rank`'s copy-engine program is enqueued on `main` (the same for an eager enqueue and a graph capture).
   CopyEngineSetup copyEngineSetup(const sched::Schedule& schedule, int rank, cudaStream_t main, bool eager) const;
   // prepareCall's parts: the first use of new caller streams (queue_claim.h); the graphs of repeated calls.
@@ -675,6 +677,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(main, &capture));
   const bool eager = capture == cudaStreamCaptureStatusNone;
+  if (eager) orderAfterPreviousCall(s, main);
   const LocationResolver resolve(ranks_, binding);
   const sched::RankProgram& program = schedule.programs[static_cast<size_t>(rank)];
 
@@ -715,6 +718,34 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
     if (makeCallShape(schedule.id, rank, binding, shape) && s.graphs->launch(s, shape, setup, resolve, program)) return;
   }
   CopyEngineProgram(s, setup, resolve).enqueue(program);
+}
+
+namespace {
+// CONCCL_CALL_ORDER=0 turns orderAfterPreviousCall off, only to reproduce what it prevents (test_gpu_call_order.cc).
+bool callOrderEnabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("CONCCL_CALL_ORDER");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return enabled;
+}
+}  // namespace
+
+void CudaExecutor::orderAfterPreviousCall(RankState& s, cudaStream_t main) {
+  // The calls of a rank run on the GPU in the order they were made, whatever streams they were made on (NCCL's rule,
+  // which PyTorch relies on: FSDP2 all-gathers on one stream and reduce-scatters on another). Every call of a rank
+  // uses the rank's one set of flags and its scratch, so two calls running at once would take each other's signals
+  // and overwrite each other's chunks: a GPU deadlock (FSDP2 through the NCCL drop-in, 2026-12-01) or wrong data.
+  // Calls on the same stream are ordered by the stream; a call on another stream waits for the done marker of the
+  // previous launch (GEQ is a wrap-safe comparison). One memory operation, only when the stream changes.
+  if (!callOrderEnabled()) return;
+  unsigned long long id = 0;
+  CUDA_CHECK(cudaStreamGetId(main, &id));
+  if (s.launches > 0 && id != s.lastStreamId) {
+    CU_CHECK(driverApi().streamWaitValue32(reinterpret_cast<CUstream>(main), s.doneCounterDevice, s.launches,
+                                           CU_STREAM_WAIT_VALUE_GEQ));
+  }
+  s.lastStreamId = id;
 }
 
 bool CudaExecutor::graphCacheable(const sched::Schedule& schedule, int rank) const {

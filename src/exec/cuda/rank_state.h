@@ -34,6 +34,9 @@ struct RankState {
   PinnedBuffer doneCounter;
   CUdeviceptr doneCounterDevice = 0;
   uint32_t launches = 0;  // eager launches so far (wraps; compared with wrap-safe arithmetic)
+  // cudaStreamGetId of the caller's stream of the last eager launch (meaningful once launches > 0): a call on another
+  // stream first waits for that launch's done marker (CudaExecutor::orderAfterPreviousCall).
+  unsigned long long lastStreamId = 0;
   // Written 1 by a small-message kernel whose wait timed out (see small_program_kernel.h); checked by launch and
   // synchronize, which report concclTimeout.
   PinnedBuffer smallKernelError;

@@ -1,0 +1,142 @@
+// The calls of a communicator run in the order they were made, whatever CUDA streams they were made on (NCCL's rule;
+// FSDP2 all-gathers on one stream and reduce-scatters on another). Every call of a rank shares the rank's flags and
+// scratch, so before CudaExecutor::orderAfterPreviousCall two calls on two streams could run at once on the GPU and
+// take each other's signals: FSDP2 through the NCCL drop-in hung in its first backward pass (2026-12-01, the GPU
+// watchdog named a reduce-scatter that never completed).
+//
+// The case: two ranks (on two GPUs when there are two, else sharing one), call 1 on stream A, call 2 on stream B,
+// and rank 0's stream A held back by a host gate until both calls are enqueued. Without the ordering, rank 0's call 2
+// starts while its call 1 waits at the gate and meets rank 1's call 1. Both results are checked against the closed
+// form; every wait is bounded (the GPU watchdog turns a hang into concclTimeout, then abort drains the streams).
+// CONCCL_CALL_ORDER=0 turns the ordering off, to show what it prevents.
+#include <conccl/conccl.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/gpu_test_util.h"
+#include "gpu/host_gate.h"
+
+namespace conccl::gputest {
+namespace {
+
+// Waits at most `limit` for the stream; false on timeout or error.
+bool syncBounded(cudaStream_t s, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  cudaError_t e;
+  while ((e = cudaStreamQuery(s)) == cudaErrorNotReady) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return e == cudaSuccess;
+}
+
+struct RankSide {
+  int device = 0;
+  cudaStream_t a = nullptr, b = nullptr;
+  float* x = nullptr;  // call 1 (stream A), in place
+  float* y = nullptr;  // call 2 (stream B), in place
+};
+
+// Runs the case with `count` floats per call (small-message kernel or copy engines, by size). Inputs: rank r's x
+// holds r + 1, its y holds 10 * (r + 1); the sums are 3 and 30 everywhere.
+void runCase(size_t count) {
+  const int n = 2;
+  std::vector<int> devices = {0, deviceCount() >= 2 ? 1 : 0};
+  concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
+  config.backend = concclBackendCuda;
+  config.timeoutMs = 5000;  // a hang becomes concclTimeout through the GPU watchdog
+  std::vector<concclComm_t> comms(n);
+  ASSERT_EQ(concclCommInitAll(comms.data(), n, devices.data(), &config), concclSuccess) << concclGetLastError(nullptr);
+  std::vector<RankSide> side(n);
+  for (int r = 0; r < n; ++r) {
+    RankSide& s = side[static_cast<size_t>(r)];
+    s.device = devices[static_cast<size_t>(r)];
+    ASSERT_EQ(cudaSetDevice(s.device), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s.a, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s.b, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&s.x), count * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&s.y), count * sizeof(float)), cudaSuccess);
+    std::vector<float> x(count, static_cast<float>(r + 1)), y(count, static_cast<float>(10 * (r + 1)));
+    ASSERT_EQ(cudaMemcpy(s.x, x.data(), count * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(s.y, y.data(), count * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  HostGates gates(std::chrono::seconds(20));
+  ASSERT_EQ(gates.enqueue(side[0].a, 1), cudaSuccess);
+  ASSERT_EQ(concclGroupStart(), concclSuccess);
+  for (int r = 0; r < n; ++r) {
+    const RankSide& s = side[static_cast<size_t>(r)];
+    ASSERT_EQ(concclAllReduce(s.x, s.x, count, concclFloat32, concclSum, comms[static_cast<size_t>(r)], s.a),
+              concclSuccess);
+  }
+  ASSERT_EQ(concclGroupEnd(), concclSuccess);
+  ASSERT_EQ(concclGroupStart(), concclSuccess);
+  for (int r = 0; r < n; ++r) {
+    const RankSide& s = side[static_cast<size_t>(r)];
+    ASSERT_EQ(concclAllReduce(s.y, s.y, count, concclFloat32, concclSum, comms[static_cast<size_t>(r)], s.b),
+              concclSuccess);
+  }
+  ASSERT_EQ(concclGroupEnd(), concclSuccess);
+  // Give call 2 time to run ahead if nothing holds it back, then release rank 0's call 1.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  gates.open(1);
+
+  bool drained = true;
+  for (const RankSide& s : side) {
+    drained = syncBounded(s.a, std::chrono::seconds(15)) && drained;
+    drained = syncBounded(s.b, std::chrono::seconds(15)) && drained;
+  }
+  concclResult_t async = concclSuccess;
+  for (concclComm_t c : comms) {
+    concclResult_t e = concclSuccess;
+    EXPECT_EQ(concclCommGetAsyncError(c, &e), concclSuccess);
+    if (e != concclSuccess) async = e;
+  }
+  EXPECT_TRUE(drained) << "a stream did not finish: the two calls ran into each other on the GPU";
+  EXPECT_EQ(async, concclSuccess) << concclGetErrorString(async) << ": " << concclGetLastError(comms[0]);
+  EXPECT_EQ(gates.timeouts(), 0);
+  if (drained && async == concclSuccess) {
+    for (int r = 0; r < n; ++r) {
+      const RankSide& s = side[static_cast<size_t>(r)];
+      std::vector<float> x(count), y(count);
+      ASSERT_EQ(cudaSetDevice(s.device), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(x.data(), s.x, count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(y.data(), s.y, count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) wrong += (x[i] != 3.0f) + (y[i] != 30.0f);
+      EXPECT_EQ(wrong, 0u) << "rank " << r << ", " << count << " floats per call";
+    }
+    for (concclComm_t c : comms) EXPECT_EQ(concclCommDestroy(c), concclSuccess);
+  } else {
+    for (concclComm_t c : comms) concclCommAbort(c);  // re-opens every flag: the streams drain
+    for (const RankSide& s : side) {
+      syncBounded(s.a, std::chrono::seconds(15));
+      syncBounded(s.b, std::chrono::seconds(15));
+    }
+  }
+  for (RankSide& s : side) {
+    cudaSetDevice(s.device);
+    cudaFree(s.x);
+    cudaFree(s.y);
+    cudaStreamDestroy(s.a);
+    cudaStreamDestroy(s.b);
+  }
+}
+
+TEST(CallOrder, CallsOnTwoStreamsRunInCallOrderCopyEngines) {
+  SKIP_WITHOUT_GPU();
+  runCase(size_t{1} << 20);  // 4 MiB per call: the copy-engine path
+}
+
+TEST(CallOrder, CallsOnTwoStreamsRunInCallOrderSmallKernel) {
+  SKIP_WITHOUT_GPU();
+  runCase(1024);  // 4 KiB per call: the small-message kernel where the ranks can use it
+}
+
+}  // namespace
+}  // namespace conccl::gputest
