@@ -120,7 +120,11 @@ def run_fsdp(args, device):
         if not hasattr(model, "set_gradient_divide_factor"):
             raise SystemExit(f"torch {torch.__version__}: FSDPModule has no set_gradient_divide_factor; "
                              "run without --divide-factor")
-        model.set_gradient_divide_factor(args.divide_factor)
+        # The setter changes only the module's own parameter group (torch's FSDPModule.set_gradient_divide_factor is
+        # not recursive): set it on every fully_shard'ed module, or the layers keep ReduceOp.AVG while the reference
+        # scales every gradient (the 2% loss gap of run 11, 2026-12-01, was this).
+        for module in [*model.layers, model]:
+            module.set_gradient_divide_factor(args.divide_factor)
     opt = make_optimizer(args, model.parameters())
     losses, times = [], []
     for step in range(args.steps):
