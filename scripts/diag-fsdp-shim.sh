@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
-# Diagnose the FSDP2-through-the-shim stall: two ranks started by hand (no torchrun), Python tracebacks on SIGABRT.
+# Diagnoses a stalled FSDP2 run through the NCCL drop-in (how the 2026-12-01 hang was found: docs/cuda-executor.md,
+# Hazard 6). Two ranks started by hand (no torchrun, so that signals reach them), stopped after LIMIT seconds if still
+# running: GPU utilisation, each thread's kernel wait channel, native backtraces of the running threads (with BT_LIB,
+# built here by `gcc -shared -fPIC -o gpu-stage/lib/libbt_on_signal.so scripts/bt_on_signal.c`), then SIGABRT for the
+# Python tracebacks (PYTHONFAULTHANDLER). Run THERE from the repo root with gpu-stage carried; logs under $OUT.
+# Env: NAME, LIMIT (s, default 40), STEPS (default 60), CONCCL_DEBUG (default INFO), EXTRA_ENV (e.g.
+# CONCCL_TIMEOUT_MS=10000: the GPU watchdog then names the call that does not complete), BT_LIB.
 source scripts/gpu-env.sh
 NCCL_LIB=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 PY=/opt/torch/.venv/bin/python
