@@ -13,7 +13,8 @@ attempt() {  # NAME LIMIT_S STEPS ENV...
   local name=$1 limit=$2 steps=$3; shift 3
   local pids=() port=$((29500 + RANDOM % 1000))
   for r in 0 1; do
-    env "$@" LD_PRELOAD=$PWD/gpu-stage/lib/libconccl_nccl.so${BT_LIB:+:$BT_LIB} CONCCL_NCCL_REAL_LIB=$NCCL_LIB/libnccl.so.2 \
+    env "$@" LD_PRELOAD=$PWD/gpu-stage/lib/libconccl_nccl.so${BT_LIB:+:$BT_LIB} \
+      CONCCL_NCCL_REAL_LIB=$NCCL_LIB/libnccl.so.2 \
       LD_LIBRARY_PATH=$NCCL_LIB:${LD_LIBRARY_PATH:-} PYTHONFAULTHANDLER=1 RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 \
       MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       $PY tests/torch/shim_fsdp2.py --steps $steps --out $OUT/$name.json > $OUT/$name-r$r.log 2>&1 &

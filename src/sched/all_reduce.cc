@@ -14,14 +14,16 @@ namespace {
 // peers' recvbuffs (their addresses are unknown); each rank then sends its reduced share to every peer through the
 // peer's scratch (emitStaged). The all-gather phase starts after the whole reduction, which costs overlap: these
 // calls are the mid-size ones, where the host rendezvous they avoid weighs more.
-Schedule buildStagedAllReduce(const CollectiveCall& call, const BuildOptions& options, std::vector<ReduceShare> shares) {
+Schedule buildStagedAllReduce(const CollectiveCall& call, const BuildOptions& options,
+                              std::vector<ReduceShare> shares) {
   const int n = call.nranks;
   const size_t es = typeSize(call.dtype);
   std::vector<std::vector<Transfer>> gather(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     ReduceShare& sh = shares[static_cast<size_t>(r)];
     for (int q = 0; q < n; ++q) {
-      if (q != r) gather[static_cast<size_t>(r)].push_back({sh.output, sh.gatherTo[static_cast<size_t>(q)], sh.elems * es});
+      if (q == r) continue;
+      gather[static_cast<size_t>(r)].push_back({sh.output, sh.gatherTo[static_cast<size_t>(q)], sh.elems * es});
     }
     sh.gatherTo.clear();
   }

@@ -87,7 +87,8 @@ void scenarioNoRendezvous(concclComm_t comm, int rank, int nranks, cudaStream_t 
   const std::vector<t::Bytes> send = inputsOf(t::Coll::kAllReduce, count, nranks, 0, seed);
   const std::vector<t::Bytes> want = t::reference(t::Coll::kAllReduce, send, count, concclFloat32, concclSum, 0);
   Buf a(count * 4), b(count * 4);
-  cudaOk(cudaMemcpyAsync(a.p, send[static_cast<size_t>(rank)].data(), count * 4, cudaMemcpyHostToDevice, stream), "h2d");
+  const t::Bytes& mine = send[static_cast<size_t>(rank)];
+  cudaOk(cudaMemcpyAsync(a.p, mine.data(), count * 4, cudaMemcpyHostToDevice, stream), "h2d");
   constexpr int kCalls = 300;
   double hostUs = 0;
   for (int i = 0; i < kCalls; ++i) {
@@ -127,7 +128,8 @@ void scenarioStagedMismatch(concclComm_t& comm, int rank, int nranks, cudaStream
   }
   const double ms = msSince(t0);
   if (async != concclInvalidUsage) {
-    throw std::runtime_error(std::string("async error ") + concclGetErrorString(async) + ", expected concclInvalidUsage");
+    throw std::runtime_error(std::string("async error ") + concclGetErrorString(async) +
+                             ", expected concclInvalidUsage");
   }
   const concclResult_t next = concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, comm, stream);
   const std::string message = concclGetLastError(comm);
