@@ -17,7 +17,10 @@
  *   after everything the caller enqueued earlier on `stream`, and anything enqueued on `stream`
  *   afterwards runs after the operation has completed on this rank (its output is written and its
  *   input may be overwritten). No rank's buffer is written before that rank's stream has reached the
- *   call. Calls are capturable into CUDA graphs; a captured graph may be replayed any number of times.
+ *   call. The calls of one rank run in the order they were made even on different streams (as NCCL's): a
+ *   call on another stream than the rank's previous call also starts after that call has completed on
+ *   this rank (eager calls; captured calls are ordered by their graph).
+ *   Calls are capturable into CUDA graphs; a captured graph may be replayed any number of times.
  *   When the ranks are driven by one thread per rank, a call may wait on the host (bounded by
  *   config.timeoutMs) until every rank has *called* it, because rank r needs rank p's buffer address
  *   for this call; it never waits for GPU work.
@@ -242,7 +245,9 @@ CONCCL_API concclResult_t concclGetUniqueId(concclUniqueId* uniqueId);
  * be freed and reallocated freely (a new allocation at the same address is a new id, never confused with
  * the old one); a mapping of freed memory is dropped when its address is reused or at destroy; use
  * concclCommDeregister to drop it earlier. Memory from cudaMallocAsync pools or the VMM API cannot be
- * shared this way and is refused with concclInvalidArgument. Send/Recv across processes: each Send meets the
+ * shared this way and is refused with concclInvalidArgument, except by staged calls (every collective but
+ * AllToAllv whose largest buffer is at most CONCCL_STAGED_MAX_BYTES, default 8 MiB): they move data through the
+ * peers' scratch, map no peer buffer and do not wait on the host for the peers. Send/Recv across processes: each Send meets the
  * peer's next Recv from this rank (in order per pair); the call waits on the host until the partners have
  * posted their side, and any failure of a Send/Recv (size mismatch, bad buffer) puts the communicator out of
  * service, since a partner may already have launched its part. */

@@ -76,10 +76,17 @@ ProcessClique::OwnPart ProcessClique::checkOwnPart(const RankArgs& mine) const {
     soloBinding.buffers.assign(static_cast<size_t>(n), {});
     soloBinding.buffers[static_cast<size_t>(rank_)] = {const_cast<void*>(mine.sendbuff), mine.recvbuff};
     // exportBuffer checks each buffer as checkBuffer does, with the same driver query it exports from. A buffer
-    // inside a registered window needs neither: the window was checked and mapped by the peers.
+    // inside a registered window needs neither: the window was checked and mapped by the peers. A staged call's
+    // peers never touch this rank's buffers: they are checked and not exported, so such calls also take memory that
+    // CUDA IPC cannot share (cudaMallocAsync pools, the VMM API: PyTorch's expandable segments).
+    const bool staged = stagesThroughScratch(mine);
     forEachUsedBuffer(solo, soloBinding, rank_, [&](int b, void* ptr, size_t bytes, const std::string& what) {
       CONCCL_ASSERT(b >= 0 && b < 2);
       if (findWindow(ptr, bytes).id != 0) return;
+      if (staged) {
+        executor_->checkBuffer(rank_, ptr, bytes, what.c_str());
+        return;
+      }
       own.exports[b] = executor_->exportBuffer(rank_, ptr, bytes, what.c_str());
     });
   } catch (const Error& e) {
