@@ -535,7 +535,8 @@ BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes,
                  std::string(what) + " (" + describePointer(ptr) +
                      ") cannot be shared with the other processes: it is not a cudaMalloc allocation (CUDA IPC "
                      "needs one; memory from cudaMallocAsync pools, the VMM API, managed or host memory is not "
-                     "exportable). Allocate it with cudaMalloc or concclMemAlloc");
+                     "exportable). Allocate it with cudaMalloc or concclMemAlloc, or stage the call "
+                     "(CONCCL_STAGED_MAX_BYTES)");
   }
   std::lock_guard<std::mutex> lock(exportMutex_);
   auto it = exports_.find(info.bufferId);
@@ -549,9 +550,11 @@ BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes,
     cudaError_t err = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(info.base));
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      CONCCL_THROW(concclInvalidArgument, std::string("cudaIpcGetMemHandle refused the allocation of a buffer (") +
-                                              cudaGetErrorString(err) +
-                                              "): only cudaMalloc memory can be shared with other processes");
+      CONCCL_THROW(concclInvalidArgument, std::string(what) + " (" + describePointer(ptr) +
+                                              ") cannot be shared with the other processes: cudaIpcGetMemHandle "
+                                              "refused its allocation (" + cudaGetErrorString(err) +
+                                              "); only cudaMalloc memory can be shared (or stage the call: "
+                                              "CONCCL_STAGED_MAX_BYTES)");
     }
     std::memcpy(e.handle, &handle, sizeof(handle));
     // A new allocation: sweep the cache for allocations that were freed since (their address no longer carries
