@@ -66,6 +66,17 @@ int creditSlot(int nranks, int fromPeer, int k, int depth) {
 }
 int joinSlot(int nranks, int depth, int lane) { return firstFreeSlot(nranks) + 2 * nranks * depth + lane; }
 
+PipelineChunking pipelineChunking(const BuildOptions& options, size_t peers, size_t longestBytes) {
+  PipelineChunking c;
+  c.depth = std::max(1, options.pipelineDepth);
+  auto slotFor = [&](int d) { return options.scratchBudget / (peers * static_cast<size_t>(d)) / kAlign * kAlign; };
+  while (c.depth > 1 && slotFor(c.depth) < options.minChunkBytes) --c.depth;
+  c.slotBytes = slotFor(c.depth);
+  c.pieceBytes = std::max(options.minChunkBytes,
+                          roundUp(ceilDiv(longestBytes, static_cast<size_t>(std::max(options.targetChunks, 1))), kAlign));
+  return c;
+}
+
 Schedule newSchedule(const CollectiveCall& call, const BuildOptions& options) {
   Schedule s;
   s.nranks = call.nranks;
@@ -174,20 +185,13 @@ void emitReducePipeline(const CollectiveCall& call, const BuildOptions& options,
     schedule.algorithm = "direct-reduce(empty)";
     return;
   }
-  // Chunk size: the scratch budget split over peers x depth slots, 256-byte aligned (es divides 256). The
-  // budget is a hard bound; minChunkBytes is honoured by giving up pipeline depth first.
-  int depth = layoutDepth;
-  auto chunkFor = [&](int d) { return options.scratchBudget / (peers * static_cast<size_t>(d)) / kAlign * kAlign; };
-  while (depth > 1 && chunkFor(depth) < options.minChunkBytes) --depth;
-  const size_t chunkBytes = chunkFor(depth);
-  CONCCL_REQUIRE(chunkBytes >= kAlign, std::string(collKindName(call.kind)) + ": scratch budget of " +
-                                           std::to_string(options.scratchBudget) + " bytes is too small for " +
-                                           std::to_string(n) + " ranks");
-  // A share that fits one scratch chunk is still cut into about targetChunks pieces (none below minChunkBytes), so
-  // that the transfer of piece i+1 overlaps the reduction of piece i at mid sizes too.
-  const size_t pieceBytes =
-      std::max(options.minChunkBytes, roundUp(ceilDiv(maxElems * es, static_cast<size_t>(std::max(options.targetChunks, 1))), kAlign));
-  const size_t chunkElems = std::min(std::min(chunkBytes, pieceBytes) / es, maxElems);
+  // Chunks in elements (es divides the 256-byte alignment of the slots).
+  const PipelineChunking chunking = pipelineChunking(options, peers, maxElems * es);
+  const int depth = chunking.depth;
+  CONCCL_REQUIRE(chunking.slotBytes >= kAlign, std::string(collKindName(call.kind)) + ": scratch budget of " +
+                                                   std::to_string(options.scratchBudget) + " bytes is too small for " +
+                                                   std::to_string(n) + " ranks");
+  const size_t chunkElems = std::min(std::min(chunking.slotBytes, chunking.pieceBytes) / es, maxElems);
   std::vector<size_t> nchunks(static_cast<size_t>(n));
   size_t maxN = 0;
   for (int r = 0; r < n; ++r) {

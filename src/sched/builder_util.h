@@ -99,6 +99,20 @@ void emitMovement(const CollectiveCall& call, const std::vector<std::vector<Tran
 int stagedDataSlot(int nranks, int fromPeer, int k, int depth, int lanes);
 int stagedCreditSlot(int nranks, int fromPeer, int k, int depth, int lanes);
 
+// The chunking of a pipelined exchange through scratch (emitReducePipeline, emitStaged), for `peers` senders per
+// receiver and a longest stream of `longestBytes`:
+//   slotBytes  - the scratch budget split over peers x depth slots, 256-byte aligned: a hard bound. minChunkBytes is
+//                honoured by giving up pipeline depth first. May be below kAlign: the caller refuses the budget then.
+//   pieceBytes - about 1/targetChunks of the longest stream (none below minChunkBytes), so that a stream that fits
+//                one slot still pipelines (piece i+1 in flight while piece i is reduced or copied out).
+// A chunk is min(slotBytes, pieceBytes).
+struct PipelineChunking {
+  int depth = 1;
+  size_t slotBytes = 0;
+  size_t pieceBytes = 0;
+};
+PipelineChunking pipelineChunking(const BuildOptions& options, size_t peers, size_t longestBytes);
+
 // The share of the reduction that one rank computes.
 struct ReduceShare {
   size_t elems = 0;

@@ -64,20 +64,15 @@ void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const Build
       maxPair = std::max(maxPair, b);
     }
   }
-  // Chunk size as in emitReducePipeline: the scratch budget over peers x depth slots (depth given up first when the
-  // chunks would fall below minChunkBytes), and a stream that fits one chunk still cut into about targetChunks pieces.
+  // Chunks in bytes, as emitReducePipeline's (pipelineChunking), 256-byte aligned since they cut transfers.
   const size_t peers = un > 1 ? un - 1 : 1;
-  int depth = layoutDepth;
-  auto chunkFor = [&](int d) { return options.scratchBudget / (peers * static_cast<size_t>(d)) / kAlign * kAlign; };
-  while (depth > 1 && chunkFor(depth) < options.minChunkBytes) --depth;
-  size_t chunkBytes = chunkFor(depth);
+  const PipelineChunking chunking = pipelineChunking(options, peers, maxPair);
+  const int depth = chunking.depth;
+  size_t chunkBytes = chunking.slotBytes;
   if (maxPair > 0) {
     CONCCL_REQUIRE(chunkBytes >= kAlign, "scratch budget of " + std::to_string(options.scratchBudget) +
                                              " bytes is too small for " + std::to_string(n) + " ranks");
-    const size_t pieceBytes = std::max(roundUp(options.minChunkBytes, kAlign),
-                                       roundUp(ceilDiv(maxPair, static_cast<size_t>(std::max(options.targetChunks, 1))),
-                                               kAlign));
-    chunkBytes = std::min(chunkBytes, pieceBytes);
+    chunkBytes = std::min(chunkBytes, roundUp(chunking.pieceBytes, kAlign));
   }
   // chunks[r][q]: r's stream to q, transfer by transfer, in chunks of at most chunkBytes.
   std::vector<std::vector<std::vector<Chunk>>> chunks(un, std::vector<std::vector<Chunk>>(un));
