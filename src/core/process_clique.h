@@ -136,6 +136,7 @@ class ProcessClique final : public Clique {
     WindowRef windows[2];            // sendbuff, recvbuff in a registered window (id 0: in none)
     exec::BufferExport exports[2];   // buffers outside windows, exported for the peers
     std::optional<Error> error;      // published instead of the exports
+    bool staged = false;             // stagesThroughScratch: decided once per call
   };
   // What the peers published for a regular call.
   struct PeerParts {
@@ -161,7 +162,8 @@ class ProcessClique final : public Clique {
   // Throws the first error a rank published, or a diverged call sequence.
   PeerParts readPeers(PendingCall& pending, const CallTicket& ticket);
   // Validates and builds the call like every other process, and maps the peer buffers this rank's program touches.
-  void bindPeers(PendingCall& pending, const CallTicket& ticket, const PeerParts& peers);
+  // `staged`: OwnPart::staged.
+  void bindPeers(PendingCall& pending, const CallTicket& ticket, const PeerParts& peers, bool staged);
   // Any error of a call some peer launched early ends the communicator (fail() opens the flags its GPU may wait on).
   void failIfPeerLaunched(const Error& e, bool peerLaunchedEarly);
   // Launches this rank's program; a failure fails the communicator (the peers may be waiting for it).

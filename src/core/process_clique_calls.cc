@@ -43,7 +43,7 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   }
   // 4. Wait for every peer's entry and read them; 5. validate, build and map, as every process does; 6. launch.
   const PeerParts peers = readPeers(pending, ticket);
-  bindPeers(pending, ticket, peers);
+  bindPeers(pending, ticket, peers, own.staged);
   launchProgram(pending, ticket);
 }
 
@@ -52,6 +52,7 @@ ProcessClique::OwnPart ProcessClique::checkOwnPart(const RankArgs& mine) const {
   OwnPart own;
   own.windows[0] = findWindow(mine.sendbuff, 0);
   own.windows[1] = findWindow(mine.recvbuff, 0);
+  own.staged = stagesThroughScratch(mine);
   try {
     sched::CollectiveCall solo;
     solo.nranks = n;
@@ -79,11 +80,10 @@ ProcessClique::OwnPart ProcessClique::checkOwnPart(const RankArgs& mine) const {
     // inside a registered window needs neither: the window was checked and mapped by the peers. A staged call's
     // peers never touch this rank's buffers: they are checked and not exported, so such calls also take memory that
     // CUDA IPC cannot share (cudaMallocAsync pools, the VMM API: PyTorch's expandable segments).
-    const bool staged = stagesThroughScratch(mine);
     forEachUsedBuffer(solo, soloBinding, rank_, [&](int b, void* ptr, size_t bytes, const std::string& what) {
       CONCCL_ASSERT(b >= 0 && b < 2);
       if (findWindow(ptr, bytes).id != 0) return;
-      if (staged) {
+      if (own.staged) {
         executor_->checkBuffer(rank_, ptr, bytes, what.c_str());
         return;
       }
@@ -120,7 +120,7 @@ bool ProcessClique::trySymmetric(PendingCall& pending, const OwnPart& own, std::
   // the watchdog checks that they did.
   const int n = nranks_;
   const RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
-  const bool staged = stagesThroughScratch(mine);
+  const bool staged = own.staged;
   // An in-place Gather or Scatter root keeps its own block inside the big buffer (at root * count), so its
   // pointers differ from the peers' by construction: it cannot speak for them, and takes the regular path (unless
   // staged: then no peer pointer is needed).
@@ -266,12 +266,13 @@ ProcessClique::PeerParts ProcessClique::readPeers(PendingCall& pending, const Ca
   return peers;
 }
 
-void ProcessClique::bindPeers(PendingCall& pending, const CallTicket& ticket, const PeerParts& peers) {
+void ProcessClique::bindPeers(PendingCall& pending, const CallTicket& ticket, const PeerParts& peers, bool staged) {
   const int n = nranks_;
   try {
     assembleCall(pending, n);
-    // Decided exactly as the peers that launched early decided it (trySymmetric), from the agreed arguments.
-    pending.call.peerScratchOnly = stagesThroughScratch(*pending.args[static_cast<size_t>(rank_)]);
+    // Decided as the peers that launched early decided it (trySymmetric): from this rank's arguments, which
+    // assembleCall has just found equal to every peer's where the decision depends on them.
+    pending.call.peerScratchOnly = staged;
     pending.schedule = schedules_->get(pending.call);
     // Map only the peer buffers this rank's program touches. A peer whose buffer this program does not touch
     // does not wait for this rank either, so it may already have finished the call and freed that buffer.
