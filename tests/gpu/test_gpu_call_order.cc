@@ -16,6 +16,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
@@ -23,17 +24,6 @@
 
 namespace conccl::gputest {
 namespace {
-
-// Waits at most `limit` for the stream; false on timeout or error.
-bool syncBounded(cudaStream_t s, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  cudaError_t e;
-  while ((e = cudaStreamQuery(s)) == cudaErrorNotReady) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return e == cudaSuccess;
-}
 
 struct RankSide {
   int device = 0;
@@ -68,57 +58,53 @@ void runCase(size_t count) {
   }
   HostGates gates(std::chrono::seconds(20));
   ASSERT_EQ(gates.enqueue(side[0].a, 1), cudaSuccess);
-  ASSERT_EQ(concclGroupStart(), concclSuccess);
-  for (int r = 0; r < n; ++r) {
-    const RankSide& s = side[static_cast<size_t>(r)];
-    ASSERT_EQ(concclAllReduce(s.x, s.x, count, concclFloat32, concclSum, comms[static_cast<size_t>(r)], s.a),
-              concclSuccess);
+  // Call 1 (x on stream A), then call 2 (y on stream B), each in one group over the ranks.
+  for (auto [buf, stream] : {std::pair{&RankSide::x, &RankSide::a}, std::pair{&RankSide::y, &RankSide::b}}) {
+    ASSERT_EQ(concclGroupStart(), concclSuccess);
+    for (int r = 0; r < n; ++r) {
+      const RankSide& s = side[static_cast<size_t>(r)];
+      ASSERT_EQ(concclAllReduce(s.*buf, s.*buf, count, concclFloat32, concclSum, comms[static_cast<size_t>(r)],
+                                s.*stream),
+                concclSuccess);
+    }
+    ASSERT_EQ(concclGroupEnd(), concclSuccess);
   }
-  ASSERT_EQ(concclGroupEnd(), concclSuccess);
-  ASSERT_EQ(concclGroupStart(), concclSuccess);
-  for (int r = 0; r < n; ++r) {
-    const RankSide& s = side[static_cast<size_t>(r)];
-    ASSERT_EQ(concclAllReduce(s.y, s.y, count, concclFloat32, concclSum, comms[static_cast<size_t>(r)], s.b),
-              concclSuccess);
-  }
-  ASSERT_EQ(concclGroupEnd(), concclSuccess);
   // Give call 2 time to run ahead if nothing holds it back, then release rank 0's call 1.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   gates.open(1);
 
-  bool drained = true;
-  for (const RankSide& s : side) {
-    drained = syncBounded(s.a, std::chrono::seconds(15)) && drained;
-    drained = syncBounded(s.b, std::chrono::seconds(15)) && drained;
-  }
-  concclResult_t async = concclSuccess;
-  for (concclComm_t c : comms) {
-    concclResult_t e = concclSuccess;
-    EXPECT_EQ(concclCommGetAsyncError(c, &e), concclSuccess);
-    if (e != concclSuccess) async = e;
-  }
-  EXPECT_TRUE(drained) << "a stream did not finish: the two calls ran into each other on the GPU";
-  EXPECT_EQ(async, concclSuccess) << concclGetErrorString(async) << ": " << concclGetLastError(comms[0]);
-  EXPECT_EQ(gates.timeouts(), 0);
-  if (drained && async == concclSuccess) {
-    for (int r = 0; r < n; ++r) {
-      const RankSide& s = side[static_cast<size_t>(r)];
-      std::vector<float> x(count), y(count);
-      ASSERT_EQ(cudaSetDevice(s.device), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(x.data(), s.x, count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(y.data(), s.y, count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-      size_t wrong = 0;
-      for (size_t i = 0; i < count; ++i) wrong += (x[i] != 3.0f) + (y[i] != 30.0f);
-      EXPECT_EQ(wrong, 0u) << "rank " << r << ", " << count << " floats per call";
-    }
-    for (concclComm_t c : comms) EXPECT_EQ(concclCommDestroy(c), concclSuccess);
+  std::vector<cudaStream_t> streams;
+  for (const RankSide& s : side) streams.insert(streams.end(), {s.a, s.b});
+  // A stream that does not finish fails the test (the two calls ran into each other on the GPU), and syncStreams then
+  // aborts the communicators, which re-opens every flag so that the GPU drains before the buffers are freed.
+  if (!syncStreams(streams, comms)) {
+    syncStreams(streams, {});
   } else {
-    for (concclComm_t c : comms) concclCommAbort(c);  // re-opens every flag: the streams drain
-    for (const RankSide& s : side) {
-      syncBounded(s.a, std::chrono::seconds(15));
-      syncBounded(s.b, std::chrono::seconds(15));
+    concclResult_t async = concclSuccess;
+    for (concclComm_t c : comms) {
+      concclResult_t e = concclSuccess;
+      EXPECT_EQ(concclCommGetAsyncError(c, &e), concclSuccess);
+      if (e != concclSuccess) async = e;
+    }
+    EXPECT_EQ(async, concclSuccess) << concclGetErrorString(async) << ": " << concclGetLastError(comms[0]);
+    if (async == concclSuccess) {
+      for (int r = 0; r < n; ++r) {
+        const RankSide& s = side[static_cast<size_t>(r)];
+        std::vector<float> x(count), y(count);
+        ASSERT_EQ(cudaSetDevice(s.device), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(x.data(), s.x, count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(y.data(), s.y, count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; ++i) wrong += (x[i] != 3.0f) + (y[i] != 30.0f);
+        EXPECT_EQ(wrong, 0u) << "rank " << r << ", " << count << " floats per call";
+      }
+      for (concclComm_t c : comms) EXPECT_EQ(concclCommDestroy(c), concclSuccess);
+    } else {
+      for (concclComm_t c : comms) concclCommAbort(c);  // re-opens every flag: the streams drain
+      syncStreams(streams, {});
     }
   }
+  EXPECT_EQ(gates.timeouts(), 0);
   for (RankSide& s : side) {
     cudaSetDevice(s.device);
     cudaFree(s.x);

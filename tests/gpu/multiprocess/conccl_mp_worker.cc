@@ -46,6 +46,7 @@
 #include "exec/executor.h"
 #include "gpu/multiprocess/scenario_chunked.h"
 #include "gpu/multiprocess/scenario_staged.h"
+#include "gpu/multiprocess/worker_util.h"
 
 namespace {
 
@@ -67,9 +68,6 @@ concclComm_t gComm = nullptr;
     if (!(cond)) throw Failure(std::string(msg) + " [" #cond "] line " + std::to_string(__LINE__)); \
   } while (0)
 
-void cudaOk(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Failure(std::string(what) + ": " + cudaGetErrorString(e));
-}
 void ok(concclResult_t r, const char* what) {
   if (r != concclSuccess) {
     throw Failure(std::string(what) + " -> " + concclGetErrorString(r) + ": " + concclGetLastError(gComm));
@@ -80,26 +78,11 @@ void expectError(concclResult_t got, concclResult_t want, const char* what, cons
 void checkNoMappingsLeft(const char* when);
 void checkNothingNamedLeft(const char* when);
 
-// Bounded wait for the stream (a hang must fail the test, not stall it).
-void syncStream(cudaStream_t s, int seconds = 60) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  for (;;) {
-    cudaError_t e = cudaStreamQuery(s);
-    if (e == cudaSuccess) return;
-    if (e != cudaErrorNotReady) cudaOk(e, "cudaStreamQuery");
-    if (std::chrono::steady_clock::now() > deadline) throw Failure("stream did not finish within the bound");
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
-
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) { cudaOk(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc"); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  char* c() const { return static_cast<char*>(p); }
-};
+// The scenario files' helpers (worker_util.h): a CUDA error or a stream that does not finish within the bound
+// throws, and main reports it.
+using conccl::mpworker::cudaOk;
+using DevBuf = conccl::mpworker::Buf;
+void syncStream(cudaStream_t s, int seconds = 60) { conccl::mpworker::syncBounded(s, "stream", seconds); }
 
 std::vector<Bytes> inputsFor(Coll c, size_t count, concclDataType_t dt, int root, uint64_t seed) {
   std::vector<Bytes> send(static_cast<size_t>(gNranks));
