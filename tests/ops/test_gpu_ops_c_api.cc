@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -125,6 +126,23 @@ TEST(GpuOpsCApi, BuffersMustBeDeviceMemoryOfTheRank) {
 }
 
 // Both ops for `n` ranks, from one thread (group variants) or a thread per rank, checked on the host.
+// Thread per rank: rank r's call on its own thread (its device current), every result expected concclSuccess.
+void expectEveryThreadSucceeds(const std::vector<int>& devices, const std::function<concclResult_t(size_t)>& call) {
+  const size_t nz = devices.size();
+  std::vector<concclResult_t> res(nz, concclInternalError);
+  std::vector<std::string> why(nz);
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < nz; ++r) {
+    threads.emplace_back([&, r] {
+      cudaSetDevice(devices[r]);
+      res[r] = call(r);
+      why[r] = concclOpsGetLastError();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t r = 0; r < nz; ++r) EXPECT_EQ(res[r], concclSuccess) << "rank " << r << ": " << why[r];
+}
+
 void runBoth(int n, bool threadPerRank) {
   SCOPED_TRACE(std::to_string(n) + " ranks, " + (threadPerRank ? "thread per rank" : "one thread, groups"));
   const std::vector<int> devices = devicesFor(n);
@@ -149,19 +167,10 @@ void runBoth(int n, bool threadPerRank) {
     }
     syncAllDevices();
     if (threadPerRank) {
-      std::vector<concclResult_t> res(nz, concclInternalError);
-      std::vector<std::string> why(nz);
-      std::vector<std::thread> threads;
-      for (size_t r = 0; r < nz; ++r) {
-        threads.emplace_back([&, r] {
-          cudaSetDevice(devices[r]);
-          res[r] = concclOpsAllGatherMatmul(clique->comms[r], shard[r].get(), full[r].get(), b[r].get(), c[r].get(),
-                                            mShard, cols, k, concclBfloat16, clique->streams[r]);
-          why[r] = concclOpsGetLastError();
-        });
-      }
-      for (auto& t : threads) t.join();
-      for (size_t r = 0; r < nz; ++r) EXPECT_EQ(res[r], concclSuccess) << "rank " << r << ": " << why[r];
+      expectEveryThreadSucceeds(devices, [&](size_t r) {
+        return concclOpsAllGatherMatmul(clique->comms[r], shard[r].get(), full[r].get(), b[r].get(), c[r].get(),
+                                        mShard, cols, k, concclBfloat16, clique->streams[r]);
+      });
     } else {
       std::vector<const void*> shardPtr, bPtr;
       std::vector<void*> fullPtr, cPtr;
@@ -200,19 +209,10 @@ void runBoth(int n, bool threadPerRank) {
     }
     syncAllDevices();
     if (threadPerRank) {
-      std::vector<concclResult_t> res(nz, concclInternalError);
-      std::vector<std::string> why(nz);
-      std::vector<std::thread> threads;
-      for (size_t r = 0; r < nz; ++r) {
-        threads.emplace_back([&, r] {
-          cudaSetDevice(devices[r]);
-          res[r] = concclOpsMatmulReduceScatter(clique->comms[r], a[r].get(), b[r].get(), partial[r].get(), c[r].get(),
-                                                mShard, cols, kShard, concclBfloat16, clique->streams[r]);
-          why[r] = concclOpsGetLastError();
-        });
-      }
-      for (auto& t : threads) t.join();
-      for (size_t r = 0; r < nz; ++r) EXPECT_EQ(res[r], concclSuccess) << "rank " << r << ": " << why[r];
+      expectEveryThreadSucceeds(devices, [&](size_t r) {
+        return concclOpsMatmulReduceScatter(clique->comms[r], a[r].get(), b[r].get(), partial[r].get(), c[r].get(),
+                                            mShard, cols, kShard, concclBfloat16, clique->streams[r]);
+      });
     } else {
       std::vector<const void*> aPtr, bPtr;
       std::vector<void*> partialPtr, cPtr;
