@@ -72,8 +72,8 @@ PipelineChunking pipelineChunking(const BuildOptions& options, size_t peers, siz
   auto slotFor = [&](int d) { return options.scratchBudget / (peers * static_cast<size_t>(d)) / kAlign * kAlign; };
   while (c.depth > 1 && slotFor(c.depth) < options.minChunkBytes) --c.depth;
   c.slotBytes = slotFor(c.depth);
-  c.pieceBytes = std::max(options.minChunkBytes,
-                          roundUp(ceilDiv(longestBytes, static_cast<size_t>(std::max(options.targetChunks, 1))), kAlign));
+  const auto targets = static_cast<size_t>(std::max(options.targetChunks, 1));
+  c.pieceBytes = std::max(options.minChunkBytes, roundUp(ceilDiv(longestBytes, targets), kAlign));
   return c;
 }
 

@@ -18,6 +18,27 @@ Workload::Workload(TpWorld& world, const TpShape& shape, bool check)
   }
 }
 
+std::function<void()> Workload::strategy(Strategy s) {
+  switch (s) {
+    case Strategy::kGemm:
+      return [this] { gemm(); };
+    case Strategy::kColl:
+      return [this] { collective(); };
+    case Strategy::kSerialNccl:
+      return [this] {
+        if (collectiveFirst()) collective();
+        gemm();
+        if (!collectiveFirst()) collective();
+      };
+    case Strategy::kNcclSplit:
+      return [this] { split(); };
+    case Strategy::kConcclFused:
+      prepareFused();
+      return [this] { fused(); };
+  }
+  return {};
+}
+
 void Workload::fillRandom(int r, void* data, size_t elems, unsigned seed) {
   exec::DeviceGuard guard(world_.rank(r).device);
   // launchFillRandom (conccl-c3's kernels.cu): kind 0 = bf16, values from a hash of the index and the seed.

@@ -21,8 +21,9 @@ class Workload {
   Workload(const Workload&) = delete;
   Workload& operator=(const Workload&) = delete;
 
-  // The launch function of strategy s. Throws conccl::Error for a strategy this build cannot run.
-  virtual std::function<void()> strategy(Strategy s) = 0;
+  // The launch function of strategy s, made of the workload's steps below (the same for both workloads). Throws
+  // conccl::Error for a strategy this build cannot run.
+  std::function<void()> strategy(Strategy s);
   // Fills the outputs, and the inputs a strategy must produce itself (AG: the peers' shards of the gathered A),
   // with NaN on the main streams, so that a result the strategy did not write fails --check.
   virtual void poison() = 0;
@@ -34,6 +35,17 @@ class Workload {
 
  protected:
   Workload(TpWorld& world, const TpShape& shape, bool check);
+
+  // The steps of the strategies, on every rank (tp_report.h, Strategy): the whole GEMM; the whole collective alone;
+  // serial NCCL runs the two in data order (collectiveFirst: AG->GEMM; else GEMM->RS); the GEMM split by hand
+  // around NCCL; conccl's fused op, made once by prepareFused before its first launch.
+  virtual void gemm() = 0;
+  virtual void collective() = 0;
+  virtual bool collectiveFirst() const = 0;
+  virtual void split() = 0;
+  virtual void prepareFused() = 0;
+  virtual void fused() = 0;
+
   // Random bf16 in [-1, 1) on rank r's main stream (seeded by rank and buffer).
   void fillRandom(int r, void* data, size_t elems, unsigned seed);
   // The output each rank's strategies write (AG: C, RS: C_shard), `outputElems` bf16 values.

@@ -24,26 +24,6 @@ class AllGatherGemm final : public Workload {
     world.synchronize();
   }
 
-  std::function<void()> strategy(Strategy s) override {
-    switch (s) {
-      case Strategy::kGemm:
-        return [this] { gemm(); };
-      case Strategy::kColl:
-        return [this] { allGather(); };
-      case Strategy::kSerialNccl:
-        return [this] {
-          allGather();
-          gemm();
-        };
-      case Strategy::kNcclSplit:
-        return [this] { split(); };
-      case Strategy::kConcclFused:
-        makeOps();
-        return [this] { fused(); };
-    }
-    return {};
-  }
-
   void poison() override {
     const size_t shardBytes = shardElems() * 2, total = shardBytes * size_t(world_.size());
     for (int r = 0; r < world_.size(); ++r) {
@@ -66,7 +46,7 @@ class AllGatherGemm final : public Workload {
   size_t shardElems() const { return size_t(shape_.mShard()) * size_t(shape_.k); }
   char* shard(int r, int q) { return ranks_[size_t(r)].a.as<char>() + size_t(q) * shardElems() * 2; }
 
-  void gemm() {
+  void gemm() override {
     for (int r = 0; r < world_.size(); ++r) {
       RankResources& rr = world_.rank(r);
       exec::DeviceGuard guard(rr.device);
@@ -75,7 +55,9 @@ class AllGatherGemm final : public Workload {
     }
   }
 
-  void allGather() {
+  bool collectiveFirst() const override { return true; }
+
+  void collective() override {
     ncclGroup([&] {
       for (int r = 0; r < world_.size(); ++r) {
         RankResources& rr = world_.rank(r);
@@ -91,7 +73,7 @@ class AllGatherGemm final : public Workload {
   // shard q's event is recorded after its broadcast. The compute stream multiplies the rank's own shard at once
   // (it is in place) and every other shard after its event, in arrival order. NCCL's kernels and the GEMMs
   // share the SMs, as they would in a framework.
-  void split() {
+  void split() override {
     const int tp = world_.size();
     for (int r = 0; r < tp; ++r) {
       RankResources& rr = world_.rank(r);
@@ -135,7 +117,7 @@ class AllGatherGemm final : public Workload {
     enqueueGemm(rr, shard(r, q), ranks_[size_t(r)].b.get(), c, shape_.mShard(), shape_.n, shape_.k, rr.compute.get());
   }
 
-  void makeOps() {
+  void prepareFused() override {
     for (int r = 0; r < world_.size(); ++r) {
       if (ranks_[size_t(r)].op) continue;
       exec::DeviceGuard guard(world_.rank(r).device);
@@ -158,7 +140,7 @@ class AllGatherGemm final : public Workload {
 
   // One thread driving every rank: gather() for all ranks in one group (the shard events are recorded at its
   // end), then multiply() for each (all_gather_matmul.hpp).
-  void fused() {
+  void fused() override {
     std::string why;
     concclGroup([&] {
       for (int r = 0; r < world_.size(); ++r) {

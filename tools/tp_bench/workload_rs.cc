@@ -21,31 +21,11 @@ class GemmReduceScatter final : public Workload {
       rank.c = exec::DeviceBuffer::allocate(shape.outputElems() * 2);
       fillRandom(r, rank.a.get(), m * k, 3);
       fillRandom(r, rank.b.get(), k * n, 4);
-      fillRandom(r, rank.partial.get(), m * n, 5);  // `coll` alone reduces it without a GEMM before it
+      fillRandom(r, rank.partial.get(), m * n, 5);  // the collective alone reduces it without a GEMM before it
       setOutput(r, rank.c.get());
       ranks_.push_back(std::move(rank));
     }
     world.synchronize();
-  }
-
-  std::function<void()> strategy(Strategy s) override {
-    switch (s) {
-      case Strategy::kGemm:
-        return [this] { gemm(); };
-      case Strategy::kColl:
-        return [this] { reduceScatter(); };
-      case Strategy::kSerialNccl:
-        return [this] {
-          gemm();
-          reduceScatter();
-        };
-      case Strategy::kNcclSplit:
-        return [this] { split(); };
-      case Strategy::kConcclFused:
-        makeOps();
-        return [this] { fused(); };
-    }
-    return {};
   }
 
   void poison() override {
@@ -68,7 +48,7 @@ class GemmReduceScatter final : public Workload {
   size_t blockElems() const { return size_t(shape_.mShard()) * size_t(shape_.n); }
   char* block(int r, int q) { return ranks_[size_t(r)].partial.as<char>() + size_t(q) * blockElems() * 2; }
 
-  void gemm() {
+  void gemm() override {
     for (int r = 0; r < world_.size(); ++r) {
       RankResources& rr = world_.rank(r);
       exec::DeviceGuard guard(rr.device);
@@ -77,7 +57,9 @@ class GemmReduceScatter final : public Workload {
     }
   }
 
-  void reduceScatter() {
+  bool collectiveFirst() const override { return false; }
+
+  void collective() override {
     ncclGroup([&] {
       for (int r = 0; r < world_.size(); ++r) {
         RankResources& rr = world_.rank(r);
@@ -95,7 +77,7 @@ class GemmReduceScatter final : public Workload {
   // one order, so the blocks go in the same order (0..tp-1) on every rank; a per-rank order (own block last, as in
   // a ring reduce-scatter) would make the first Reduce wait for the last GEMM block of its root. The last block's
   // Reduce is what the GEMM cannot hide.
-  void split() {
+  void split() override {
     const int tp = world_.size();
     for (int r = 0; r < tp; ++r) {
       RankResources& rr = world_.rank(r);
@@ -131,7 +113,7 @@ class GemmReduceScatter final : public Workload {
     }
   }
 
-  void makeOps() {
+  void prepareFused() override {
     for (int r = 0; r < world_.size(); ++r) {
       if (ranks_[size_t(r)].op) continue;
       exec::DeviceGuard guard(world_.rank(r).device);
@@ -154,7 +136,7 @@ class GemmReduceScatter final : public Workload {
 
   // One thread driving every rank: multiply() for every rank (the GEMM pieces, one event each), then
   // reduceScatter() for every rank in one group (matmul_reduce_scatter.hpp).
-  void fused() {
+  void fused() override {
     std::string why;
     for (int r = 0; r < world_.size(); ++r) {
       exec::DeviceGuard guard(world_.rank(r).device);
