@@ -17,7 +17,9 @@ namespace conccl::gputest {
 // Set by endStall(); the stall also ends by itself after a minute, so a failing test cannot hang the binary.
 inline std::atomic<int> gStallRelease{0};
 
-// Queues on `stream` a host function that waits until endStall(): everything enqueued after it waits too.
+// Queues on `stream` a host function that waits until endStall(): everything enqueued after it waits too. Until then
+// nothing may wait for the device (cudaDeviceSynchronize, CollCase::prepare's syncAllDevices): it would wait for the
+// stall itself, a minute.
 inline cudaError_t stallStream(cudaStream_t stream) {
   gStallRelease = 0;
   return cudaLaunchHostFunc(

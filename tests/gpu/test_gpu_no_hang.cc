@@ -151,11 +151,13 @@ TEST(Watchdog, StalledRankBecomesTimeoutOnEveryRank) {
   std::vector<cudaStream_t> streams(kN, nullptr);
   for (auto& s : streams) CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
-  CUDA_OK(stallStream(streams[1]));
-
+  // Inputs first: prepare() waits for every device (syncAllDevices), so after the stall it would wait for the stall
+  // itself to end (a minute) and the call would then find nothing stalled.
   CaseSpec spec = bigSpec(Coll::kAllReduce, kN, 0);
   CollCase c(spec, kN);
   c.prepare(freshSeed());
+
+  CUDA_OK(stallStream(streams[1]));
   ASSERT_EQ(concclGroupStart(), concclSuccess);
   for (int r = 0; r < kN; ++r) ASSERT_EQ(c.call(r, comms[static_cast<size_t>(r)], streams[static_cast<size_t>(r)]), concclSuccess);
   ASSERT_EQ(concclGroupEnd(), concclSuccess) << concclGetLastError(comms[0]);

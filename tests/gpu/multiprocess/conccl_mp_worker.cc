@@ -26,9 +26,11 @@
 //                calls return at once, the watchdog reports the failure on every rank, the streams drain.
 #include <conccl/conccl.h>
 #include <cuda_runtime_api.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -648,6 +650,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s SCENARIO NRANKS RANK ID_HEX [TIMEOUT_MS]\n", argv[0]);
     return 2;
   }
+  // A worker dies with the test that started it. A test binary killed by its time limit (gpu-check.sh's `timeout`)
+  // otherwise leaves its workers running for up to their own limits, on the GPU the next test uses (most likely why
+  // a 4-process test missed its time limit right after such a kill on 2026-12-01; it passed alone and in a clean run).
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+
   std::string scenario = argv[1];
   // Which path calls on ordinary buffers take is the scenario's choice, not the caller's environment: scenarios about
   // the host rendezvous itself (its synchronous errors, a peer missing from it, windows beside it) run unstaged.
