@@ -5,9 +5,10 @@
 #   1. conccl-kernel-bench: the reduction kernel (fan-in 2..8, fp32/bf16/fp16, 1/4/8 CTAs) and the read probe;
 #   2. the GPU correctness tests of the executor and the collectives (both paths);
 #   3. conccl-bench across the GPUs, conccl vs NCCL: reductions 1 MB..1 GB, every collective 8 B..64 MB;
-#   4. tuning sweeps: CONCCL_SINGLE_STREAM_BYTES, CONCCL_MIN_CHUNK_BYTES, the copy-engine exchange into scratch
-#      (CONCCL_PEER_REDUCE=0) against reading the peers in place, reduction CTAs.
-# Env: PHASES (default "kernel tests bench tune"), TUNE (default "ss mc push ctas"), KERNEL_ARGS.
+#   4. tuning sweeps across every GPU of the machine: CONCCL_SINGLE_STREAM_BYTES, CONCCL_MIN_CHUNK_BYTES, CONCCL_LANES,
+#      CONCCL_SMALL_MESSAGE_BYTES (the per-GPU-count defaults: tune-row.txt is that table's row, docs/tuning.md), the
+#      copy-engine exchange into scratch (CONCCL_PEER_REDUCE=0) against reading the peers in place, reduction CTAs.
+# Env: PHASES (default "kernel tests bench tune"), TUNE (default "ss mc lanes small push ctas"), KERNEL_ARGS.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"
 export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
@@ -64,31 +65,42 @@ if [[ " $phases " == *" bench "* ]] && [ "$ngpus" -ge 2 ]; then
   grep -E "Avg bus bandwidth|rror" "$logs/bench-reductions.log" "$logs/bench-all.log" | head
 fi
 
+# The sweeps behind the per-GPU-count defaults (src/core/tuned_defaults.cc, docs/tuning.md), across every GPU here:
+# `tools/bench/pick_defaults.py` turns tune.jsonl into that table's row for this GPU count (printed last).
 if [[ " $phases " == *" tune "* ]] && [ "$ngpus" -ge 2 ]; then
   mkdir -p "$OUT/tune"
-  tune="${TUNE:-ss mc push ctas}"
+  tune="${TUNE:-ss mc lanes small push ctas}"
+  sweep=("$bin/conccl-bench" --backend conccl -g "$ngpus" -n 20 -w 5 -c 0)
   [[ " $tune " == *" ss "* ]] && for ss in 262144 4194304 67108864; do
-    CONCCL_SINGLE_STREAM_BYTES=$ss run_step "tune-ss$ss" 60 \
-      "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 128K -e 32M -f 4 -c 0 \
+    CONCCL_SINGLE_STREAM_BYTES=$ss run_step "tune-ss$ss" 60 "${sweep[@]}" -b 128K -e 32M -f 4 \
       --coll all_gather,reduce_scatter,all_reduce,all_to_all --json "$logs/tune-ss$ss.jsonl"
   done
   [[ " $tune " == *" mc "* ]] && for mc in 524288 2097152 8388608 33554432; do
-    CONCCL_MIN_CHUNK_BYTES=$mc run_step "tune-mc$mc" 60 \
-      "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 1M -e 256M -f 4 -c 0 \
+    CONCCL_MIN_CHUNK_BYTES=$mc run_step "tune-mc$mc" 60 "${sweep[@]}" -b 1M -e 256M -f 4 \
       --coll reduce_scatter,all_reduce --json "$logs/tune-mc$mc.jsonl"
   done
-  [[ " $tune " == *" push "* ]] && CONCCL_PEER_REDUCE=0 run_step "tune-push" 90 "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 1M -e 1G -f 4 \
-    -c 0 --coll reduce_scatter,all_reduce,reduce --json "$logs/tune-push.jsonl"
+  [[ " $tune " == *" lanes "* ]] && for lanes in 1 2; do  # a row never raises lanes above the default 2
+    CONCCL_LANES=$lanes run_step "tune-lanes$lanes" 60 "${sweep[@]}" -b 1M -e 256M -f 4 \
+      --coll all_gather,reduce_scatter,all_reduce,all_to_all,broadcast --json "$logs/tune-lanes$lanes.jsonl"
+  done
+  [[ " $tune " == *" small "* ]] && for small in 16384 65536 262144; do
+    CONCCL_SMALL_MESSAGE_BYTES=$small run_step "tune-small$small" 60 "${sweep[@]}" -b 4K -e 1M -f 2 \
+      --coll all_gather,reduce_scatter,all_reduce,all_to_all,broadcast --json "$logs/tune-small$small.jsonl"
+  done
+  [[ " $tune " == *" push "* ]] && CONCCL_PEER_REDUCE=0 run_step "tune-push" 90 "${sweep[@]}" -b 1M -e 1G -f 4 \
+    --coll reduce_scatter,all_reduce,reduce --json "$logs/tune-push.jsonl"
   [[ " $tune " == *" ctas "* ]] && for ctas in 4 8 16; do
-    run_step "tune-ctas$ctas" 60 "$bin/conccl-bench" --backend conccl -g 2 -n 20 -w 5 -b 16M -e 1G -f 4 -c 0 \
+    run_step "tune-ctas$ctas" 60 "${sweep[@]}" -b 16M -e 1G -f 4 \
       --reduce-ctas "$ctas" --coll reduce_scatter,all_reduce --json "$logs/tune-ctas$ctas.jsonl"
   done
   for f in "$logs"/tune-*.jsonl; do  # one file, each row tagged with its step
     tag="$(basename "$f" .jsonl)"
     sed "s/^{/{\"tune\":\"$tag\",/" "$f"
   done >"$OUT/tune.jsonl"
+  python3 tools/bench/pick_defaults.py --gpus "$ngpus" "$OUT/tune.jsonl" >"$OUT/tune-row.txt" 2>&1
 fi
 
 tar -czf "$OUT/logs.tgz" -C "$logs" . 2>/dev/null
 echo "== gpu-datapath: $ngpus GPU(s)"
 for line in "${summary[@]}"; do echo "$line"; done
+[ -s "$OUT/tune-row.txt" ] && { echo "== per-GPU-count defaults from the sweep (tools/bench/pick_defaults.py)"; cat "$OUT/tune-row.txt"; }

@@ -142,6 +142,8 @@ typedef enum { concclEngineAuto = 0, concclEngineCopy = 1, concclEngineSm = 2 } 
  *   reduceCtas    CONCCL_REDUCE_CTAS   0      CTAs of each reduction kernel (1..1024); 0 = auto: one CTA per
  *                 256 KiB of input the reduction reads, at most 8 (8 SMs keep pace with NVLink at fan-in 2)
  *   lanes         CONCCL_LANES         2      parallel copy queues per rank (1..16)
+ *   (lanes, smallMessageBytes and two environment-only tuning knobs default per GPU count: the values shown are
+ *   the 2-GPU row of conccl's table, docs/tuning.md; a field or variable the caller sets is always kept)
  *   scratchBytes  CONCCL_SCRATCH_BYTES 64 MiB bound on the scratch memory of one rank (>= 64 KiB)
  *   timeoutMs     CONCCL_TIMEOUT_MS    300000 how long a rank waits for its peers, and its GPU work may go
  *                                             without progress (>= 1)

@@ -7,6 +7,7 @@
 #include "core/local_clique.h"
 #include "core/logging.h"
 #include "core/process_clique.h"
+#include "core/tuned_defaults.h"
 
 namespace conccl {
 namespace {
@@ -61,6 +62,8 @@ std::vector<concclComm*> createClique(int ndev, const int* devlist, const conccl
       CONCCL_THROW(concclNotSupported, "engine = sm (SM copy kernels) is not implemented in this version of conccl; "
                                        "use auto or copy");
     }
+    // Knobs the caller left alone follow the GPU count (core/tuned_defaults.h), before the executor sizes anything.
+    CONCCL_INFO(-1, -1, applyTunedDefaults(config, distinctGpuCount(devices)));
     executor = exec::makeCudaExecutor(devices, config);
   } else {
     executor = exec::makeHostExecutor(ndev, config);

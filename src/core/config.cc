@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "core/error.h"
+#include "core/tuned_defaults.h"
 #include "exec/kernel_limits.h"
 
 namespace conccl {
@@ -85,14 +86,26 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
                           &config.engine);
   long long v = 0;
   if (envInt("CONCCL_REDUCE_CTAS", 0, kMaxReduceCtas, &v)) config.reduceCtas = static_cast<int>(v);
-  if (envInt("CONCCL_LANES", 1, kMaxLanes, &v)) config.lanes = static_cast<int>(v);
+  if (envInt("CONCCL_LANES", 1, kMaxLanes, &v)) {
+    config.lanes = static_cast<int>(v);
+    config.explicitKnobs |= kKnobLanes;
+  }
   if (envInt("CONCCL_SCRATCH_BYTES", static_cast<long long>(kMinScratchBytes), LLONG_MAX, &v)) {
     config.scratchBytes = static_cast<size_t>(v);
   }
   if (envInt("CONCCL_TIMEOUT_MS", 1, INT_MAX, &v)) config.timeoutMs = static_cast<int>(v);
-  if (envInt("CONCCL_SMALL_MESSAGE_BYTES", 0, LLONG_MAX, &v)) config.smallMessageBytes = static_cast<size_t>(v);
-  if (envInt("CONCCL_SINGLE_STREAM_BYTES", 0, LLONG_MAX, &v)) config.singleStreamBytes = static_cast<size_t>(v);
-  if (envInt("CONCCL_MIN_CHUNK_BYTES", 4096, LLONG_MAX, &v)) config.minChunkBytes = static_cast<size_t>(v);
+  if (envInt("CONCCL_SMALL_MESSAGE_BYTES", 0, LLONG_MAX, &v)) {
+    config.smallMessageBytes = static_cast<size_t>(v);
+    config.explicitKnobs |= kKnobSmallMessageBytes;
+  }
+  if (envInt("CONCCL_SINGLE_STREAM_BYTES", 0, LLONG_MAX, &v)) {
+    config.singleStreamBytes = static_cast<size_t>(v);
+    config.explicitKnobs |= kKnobSingleStreamBytes;
+  }
+  if (envInt("CONCCL_MIN_CHUNK_BYTES", 4096, LLONG_MAX, &v)) {
+    config.minChunkBytes = static_cast<size_t>(v);
+    config.explicitKnobs |= kKnobMinChunkBytes;
+  }
   if (envInt("CONCCL_PIPELINE_DEPTH", 1, 16, &v)) config.pipelineDepth = static_cast<int>(v);
   if (envInt("CONCCL_PEER_REDUCE", 0, 1, &v)) config.peerReduce = v != 0;
   if (envInt("CONCCL_RENDEZVOUS_SPIN_US", 0, 10000, &v)) config.rendezvousSpinUs = static_cast<int>(v);
@@ -146,6 +159,7 @@ void applyUserFields(const concclConfig_t& userConfig, Config& config, int* smBu
   if (user->lanes != CONCCL_CONFIG_UNDEF_INT) {
     requireRange("lanes", user->lanes, 1, kMaxLanes);
     config.lanes = user->lanes;
+    config.explicitKnobs |= kKnobLanes;
   }
   if (user->scratchBytes != CONCCL_CONFIG_UNDEF_SIZE) {
     CONCCL_REQUIRE(user->scratchBytes >= kMinScratchBytes,
@@ -161,6 +175,7 @@ void applyUserFields(const concclConfig_t& userConfig, Config& config, int* smBu
   if (user->size >= offsetof(concclConfig_t, smallMessageBytes) + sizeof(size_t) &&
       user->smallMessageBytes != CONCCL_CONFIG_UNDEF_SIZE) {
     config.smallMessageBytes = user->smallMessageBytes;
+    config.explicitKnobs |= kKnobSmallMessageBytes;
   }
   if (user->size >= offsetof(concclConfig_t, highPriority) + sizeof(int) &&
       user->highPriority != CONCCL_CONFIG_UNDEF_INT) {

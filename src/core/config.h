@@ -21,8 +21,8 @@ struct Config {
   // The most SMs (CTAs) any kernel of a call may use; resolved, never 0 (default: reduceCtas if set, else the auto
   // reduction's maximum, exec/kernel_limits.h).
   int smBudget = 8;
-  // Tuning knobs without a config field (environment only; README table), defaults from the 2-GPU sweep of
-  // 2026-11-30 (docs/results/2026-11-30-h200-x2/): programs that copy at most singleStreamBytes run every op on the
+  // Tuning knobs without a config field (environment only; README table), defaults per GPU count from
+  // core/tuned_defaults.h (these are its 2-GPU row, from the sweep of 2026-11-30, docs/results/2026-11-30-h200-x2/): programs that copy at most singleStreamBytes run every op on the
   // caller's stream (lanes cost fork/join calls that small programs do not win back); reduction pipelines cut a
   // share into pieces of at least minChunkBytes (each piece costs ~3-6 CUDA calls per rank, which 512 KiB - 2 MiB
   // pieces did not win back below 16 MiB), at most what the scratch allows at pipelineDepth slots per peer.
@@ -47,6 +47,10 @@ struct Config {
   // (whose buffer addresses it no longer needs), at the price of one local copy of what a rank receives; 0 = never
   // (CONCCL_STAGED_MAX_BYTES). Must agree across the processes of a communicator (checked at init).
   size_t stagedMaxBytes = size_t{8} << 20;
+  // The knobs of core/tuned_defaults.h (lanes, singleStreamBytes, minChunkBytes, smallMessageBytes) that the caller's
+  // struct or the environment set (TunedKnob bits); the others take the row for the communicator's GPU count once its
+  // devices are known (applyTunedDefaults). The values above are that table's 2-GPU row until then.
+  unsigned explicitKnobs = 0;
 };
 
 // Merges `user` (may be null), the CONCCL_* environment variables and the defaults. `cudaAvailable`

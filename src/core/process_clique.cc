@@ -17,6 +17,7 @@
 #include <variant>
 
 #include "core/logging.h"
+#include "core/tuned_defaults.h"
 #include "core/types.h"
 
 namespace conccl {
@@ -78,6 +79,10 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
   }
   layout_->rank(rank).pid.store(static_cast<int64_t>(::getpid()), std::memory_order_release);
 
+  // Every process knows every rank's device now, so all pick the same row of the per-GPU-count defaults. The flag
+  // area above was sized with the lanes before this; a row never raises them (core/tuned_defaults.h).
+  CONCCL_INFO(rank, device, applyTunedDefaults(config_, distinctGpuCount(devices)));
+
   exec::ProcessTopology topo;
   topo.localRank = rank;
   topo.devices = devices;
@@ -86,7 +91,7 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
   topo.sharedFlagsBytes = layout_->flagsBytes;
   topo.flagStrideBytes = layout_->flagStride;
   topo.allGather = [&boot](const std::string& mine) { return boot->allGather(mine); };
-  executor_ = exec::makeCudaProcessExecutor(topo, config);
+  executor_ = exec::makeCudaProcessExecutor(topo, config_);
   schedules_ = std::make_unique<ScheduleCache>(executor_->buildOptions());
   gpuWatchdog_ = std::make_unique<GpuWatchdog>(
       nranks, timeout,
