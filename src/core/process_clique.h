@@ -168,6 +168,22 @@ class ProcessClique final : public Clique {
   void failIfPeerLaunched(const Error& e, bool peerLaunchedEarly);
   // Launches this rank's program; a failure fails the communicator (the peers may be waiting for it).
   void launchProgram(PendingCall& pending, const CallTicket& ticket);
+  // launchSendRecv's steps (process_clique_p2p.cc). This rank's side of each op: the window it lies in, else its
+  // checked buffer (a Send's, or a Recv from itself) or its export (a Recv from another process); an error is kept.
+  struct OwnP2P {
+    std::vector<WindowRef> windows;           // [op]
+    std::vector<exec::BufferExport> exports;  // [op]
+    std::optional<Error> error;
+  };
+  OwnP2P checkOwnP2P(const RankArgs& mine) const;
+  // Publishes a record per op with another process in the pair's ring; returns each op's index in its ring.
+  std::vector<uint64_t> publishP2P(const CallTicket& ticket, const RankArgs& mine, const OwnP2P& own);
+  // Reads the partners' records in the same order into their mirrors ([peer]: the ops it shares with this rank, and
+  // the address this rank writes for each of its Sends). Fails the communicator on the first error of either side.
+  std::vector<RankArgs> readP2PPartners(const CallTicket& ticket, const RankArgs& mine,
+                                        const std::vector<uint64_t>& pairIndex, const std::optional<Error>& ownError);
+  // The call of this rank's ops and the partners' mirrors, and its schedule (copy-engine path on every rank).
+  void buildP2PCall(PendingCall& pending, const CallTicket& ticket, std::vector<RankArgs> mirrors);
   // Drops the mapping of a peer allocation the peer has retired, unless a window still holds it.
   void closePeerImport(int peer, uint64_t allocId);
   // The retirements the watchdog read from the peers' entries (it does not touch the windows itself).

@@ -29,14 +29,22 @@ namespace conccl {
 // Any failure here ends the communicator: a partner that already launched its part would wait on its flags.
 void ProcessClique::launchSendRecv(CallTicket& ticket) {
   PendingCall& pending = *ticket.call;
-  RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
-  const int n = nranks_;
+  const RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
+  const OwnP2P own = checkOwnP2P(mine);
+  // 1. Publish this rank's side (an error travels in every record); 2. read the partners' side, in the same order.
+  const std::vector<uint64_t> pairIndex = publishP2P(ticket, mine, own);
+  std::vector<RankArgs> mirrors = readP2PPartners(ticket, mine, pairIndex, own.error);
+  // 3. Build from this rank's ops and the partners' mirrors, then launch.
+  buildP2PCall(pending, ticket, std::move(mirrors));
+  launchProgram(pending, ticket);
+}
+
+ProcessClique::OwnP2P ProcessClique::checkOwnP2P(const RankArgs& mine) const {
   const size_t ops = mine.p2p.size();
-  std::vector<uint64_t> pairIndex(ops, 0);
-  std::optional<Error> ownError;
-  std::vector<WindowRef> refs(ops);
-  std::vector<exec::BufferExport> exports(ops);
-  for (size_t i = 0; i < ops && !ownError; ++i) {
+  OwnP2P own;
+  own.windows.resize(ops);
+  own.exports.resize(ops);
+  for (size_t i = 0; i < ops && !own.error; ++i) {
     const sched::P2POp& op = mine.p2p[i];
     if (op.count == 0) continue;
     void* ptr = mine.p2pBuffers[static_cast<size_t>(op.buffer)];
@@ -45,20 +53,24 @@ void ProcessClique::launchSendRecv(CallTicket& ticket) {
         std::to_string(op.peer);
     try {
       CONCCL_REQUIRE(ptr != nullptr, what + " is NULL");
-      refs[i] = findWindow(ptr, op.count);
-      if (refs[i].id != 0) continue;
+      own.windows[i] = findWindow(ptr, op.count);
+      if (own.windows[i].id != 0) continue;
       if (op.peer == rank_ || op.isSend) {
         executor_->checkBuffer(rank_, ptr, op.count, what.c_str());
       } else {
-        exports[i] = executor_->exportBuffer(rank_, ptr, op.count, what.c_str());
+        own.exports[i] = executor_->exportBuffer(rank_, ptr, op.count, what.c_str());
       }
     } catch (const Error& e) {
-      ownError = e;
+      own.error = e;
     }
   }
+  return own;
+}
 
-  // 1. Publish this rank's side: a record per op with another process (an error travels in every record).
-  for (size_t i = 0; i < ops; ++i) {
+std::vector<uint64_t> ProcessClique::publishP2P(const CallTicket& ticket, const RankArgs& mine, const OwnP2P& own) {
+  std::vector<uint64_t> pairIndex(mine.p2p.size(), 0);
+  const std::string message = own.error ? own.error->message() : std::string();
+  for (size_t i = 0; i < mine.p2p.size(); ++i) {
     const sched::P2POp& op = mine.p2p[i];
     if (op.peer == rank_) continue;
     std::vector<uint64_t>& posted = op.isSend ? sendsPosted_ : recvsPosted_;
@@ -71,21 +83,24 @@ void ProcessClique::launchSendRecv(CallTicket& ticket) {
     }
     P2PRecord& rec = layout_->p2pRecord(rank_, op.peer, op.isSend, k);
     rec.bytes = op.count;
-    rec.errorCode = ownError ? static_cast<int32_t>(ownError->code()) : 0;
-    const std::string message = ownError ? ownError->message() : std::string();
+    rec.errorCode = own.error ? static_cast<int32_t>(own.error->code()) : 0;
     const size_t len = std::min(message.size(), sizeof(rec.error) - 1);
     std::memcpy(rec.error, message.data(), len);
     rec.error[len] = '\0';
-    rec.buffer = exports[i];
-    rec.windowId = refs[i].id;
-    rec.windowOffset = refs[i].offset;
+    rec.buffer = own.exports[i];
+    rec.windowId = own.windows[i].id;
+    rec.windowOffset = own.windows[i].offset;
     rec.published.store(k + 1, std::memory_order_release);
   }
+  return pairIndex;
+}
 
-  // 2. Read the partners' side, in the same order.
+std::vector<RankArgs> ProcessClique::readP2PPartners(const CallTicket& ticket, const RankArgs& mine,
+                                                     const std::vector<uint64_t>& pairIndex,
+                                                     const std::optional<Error>& ownError) {
   std::optional<Error> firstError = ownError;
-  std::vector<RankArgs> mirrors(static_cast<size_t>(n));
-  for (size_t i = 0; i < ops; ++i) {
+  std::vector<RankArgs> mirrors(static_cast<size_t>(nranks_));
+  for (size_t i = 0; i < mine.p2p.size(); ++i) {
     const sched::P2POp& op = mine.p2p[i];
     if (op.peer == rank_) continue;
     const uint64_t k = pairIndex[i];
@@ -119,6 +134,7 @@ void ProcessClique::launchSendRecv(CallTicket& ticket) {
     }
     mirror.p2p.push_back(sched::P2POp{!op.isSend, rank_, op.count, buffer});
     mirror.p2pBuffers.push_back(address);
+    // Consumed even after an error: the partner's ring must not stay blocked on a record this rank has read.
     layout_->p2pRing(op.peer, rank_, !op.isSend).consumed.store(k + 1, std::memory_order_release);
   }
   if (firstError) {
@@ -126,10 +142,13 @@ void ProcessClique::launchSendRecv(CallTicket& ticket) {
     fail(e.code(), e.message());
     throw e;
   }
+  return mirrors;
+}
 
-  // 3. Build from this rank's ops and the partners' mirrors, then launch.
+void ProcessClique::buildP2PCall(PendingCall& pending, const CallTicket& ticket, std::vector<RankArgs> mirrors) {
+  const RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
   try {
-    for (int p = 0; p < n; ++p) {
+    for (int p = 0; p < nranks_; ++p) {
       if (p == rank_ || mirrors[static_cast<size_t>(p)].p2p.empty()) continue;
       RankArgs& a = mirrors[static_cast<size_t>(p)];
       a.kind = sched::CollKind::kSendRecv;
@@ -137,7 +156,7 @@ void ProcessClique::launchSendRecv(CallTicket& ticket) {
       a.apiName = mine.apiName;
       pending.args[static_cast<size_t>(p)] = std::move(a);
     }
-    assembleCall(pending, n);
+    assembleCall(pending, nranks_);
     auto schedule = std::make_shared<sched::Schedule>(*schedules_->get(pending.call));
     // The partners' programs here are only their share with this rank, so their copy volume is unknown: take the
     // copy-engine path, as every rank of a Send/Recv group across processes does, so partners never mix paths.
@@ -150,7 +169,6 @@ void ProcessClique::launchSendRecv(CallTicket& ticket) {
     fail(e.code(), e.message());
     throw;
   }
-  launchProgram(pending, ticket);
 }
 
 }  // namespace conccl

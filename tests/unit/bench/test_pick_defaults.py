@@ -1,5 +1,5 @@
-"""tools/bench/pick_defaults.py on synthetic sweeps: which value wins, ties keep the table's value, only the points every
-value measured count, steps that are not knobs are listed, and the printed row.
+"""tools/bench/pick_defaults.py on synthetic sweeps: which value wins, ties keep the table's value, only the points
+every value measured count, steps that are not knobs are listed, and the printed row.
 Run: python3 -m unittest discover -s tests/unit/bench -p 'test_*.py'"""
 
 import io
@@ -50,8 +50,8 @@ class PickDefaultsTest(unittest.TestCase):
         out = pd.report(times, others, date, 4, dict(pd.CURRENT), 0.02)
         self.assertIn("minChunkBytes: 1048576 over 2 points", "\n".join(out))
         self.assertIn("lanes: not swept, keeps 2", out)
-        self.assertEqual(out[-1], '  {4, 2, 4 * kMiB, 1 * kMiB, 64 * kKiB, "4 GPUs, 2026-12-03: scripts/gpu-datapath.sh '
-                                  'tune sweep (docs/results/...)"},')
+        self.assertEqual(out[-1], '  {4, 2, 4 * kMiB, 1 * kMiB, 64 * kKiB, "4 GPUs, 2026-12-03: '
+                                  'scripts/gpu-datapath.sh tune sweep (docs/results/...)"},')
 
     def test_a_tie_keeps_the_current_value(self):
         lines = [row("tune-lanes1", "all_gather", 1 << 20, 99.0), row("tune-lanes2", "all_gather", 1 << 20, 100.0)]
