@@ -186,6 +186,93 @@ Location recvLoc(const CollectiveCall& call, int rank, size_t offset) {
   return {rank, 1, offset};
 }
 
+namespace {
+
+// AllToAllv: the four count / displacement tables are nranks x nranks, every receive matches its sender's send, the
+// extents are representable, and no two peers' data land on the same bytes (a write race with an undefined result).
+void validateAllToAllvTables(const CollectiveCall& call, const std::string& what, size_t es) {
+  const auto n = static_cast<size_t>(call.nranks);
+  auto sized = [&](const std::vector<std::vector<size_t>>& a, const char* name) {
+    CONCCL_REQUIRE(a.size() == n, what + name + " must have nranks rows");
+    for (size_t r = 0; r < n; ++r) {
+      CONCCL_REQUIRE(a[r].size() == n, what + name + "[" + std::to_string(r) + "] must have nranks entries");
+    }
+  };
+  sized(call.sendCounts, "sendCounts");
+  sized(call.sendDispls, "sendDispls");
+  sized(call.recvCounts, "recvCounts");
+  sized(call.recvDispls, "recvDispls");
+  for (size_t r = 0; r < n; ++r) {
+    for (size_t p = 0; p < n; ++p) {
+      CONCCL_REQUIRE(call.recvCounts[r][p] == call.sendCounts[p][r],
+                     what + "rank " + std::to_string(r) + " expects " + std::to_string(call.recvCounts[r][p]) +
+                         " elements from rank " + std::to_string(p) + ", which sends " +
+                         std::to_string(call.sendCounts[p][r]));
+    }
+    mulOrThrow(vEnd(call.sendCounts[r], call.sendDispls[r]), es, "AllToAllv send extent");
+    mulOrThrow(vEnd(call.recvCounts[r], call.recvDispls[r]), es, "AllToAllv recv extent");
+    std::vector<std::pair<size_t, size_t>> regions;
+    for (size_t p = 0; p < n; ++p) {
+      if (call.recvCounts[r][p] > 0) regions.emplace_back(call.recvDispls[r][p], call.recvCounts[r][p]);
+    }
+    std::sort(regions.begin(), regions.end());
+    for (size_t i = 1; i < regions.size(); ++i) {
+      CONCCL_REQUIRE(regions[i - 1].first + regions[i - 1].second <= regions[i].first,
+                     what + "rank " + std::to_string(r) + ": receive regions overlap");
+    }
+  }
+}
+
+// Send/Recv: every op names a valid peer and its own buffer, and between each ordered pair of ranks the sends and the
+// receives match one to one, in order, with equal counts.
+void validateP2POps(const CollectiveCall& call, const std::string& what, size_t es) {
+  const auto n = static_cast<size_t>(call.nranks);
+  CONCCL_REQUIRE(call.p2p.size() == n, what + "p2p must have nranks entries");
+  // (src, dst) -> counts of the sends posted by src / receives posted by dst, in order.
+  std::map<std::pair<int, int>, std::vector<size_t>> sends, recvs;
+  for (size_t r = 0; r < n; ++r) {
+    const auto& ops = call.p2p[r];
+    std::vector<bool> used(ops.size(), false);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const P2POp& op = ops[i];
+      const std::string where = what + "rank " + std::to_string(r) + " op " + std::to_string(i) + ": ";
+      CONCCL_REQUIRE(op.peer >= 0 && op.peer < call.nranks,
+                     where + "peer " + std::to_string(op.peer) + " out of range");
+      CONCCL_REQUIRE(
+          op.buffer >= 0 && static_cast<size_t>(op.buffer) < ops.size() && !used[static_cast<size_t>(op.buffer)],
+          where + "buffer index " + std::to_string(op.buffer) + " invalid or used twice");
+      used[static_cast<size_t>(op.buffer)] = true;
+      mulOrThrow(op.count, es, "count * element size");
+      const int me = static_cast<int>(r);
+      if (op.isSend) {
+        sends[{me, op.peer}].push_back(op.count);
+      } else {
+        recvs[{op.peer, me}].push_back(op.count);
+      }
+    }
+  }
+  auto describe = [](std::pair<int, int> k) {
+    return "from rank " + std::to_string(k.first) + " to rank " + std::to_string(k.second);
+  };
+  for (const auto& [key, counts] : sends) {
+    auto it = recvs.find(key);
+    const size_t nrecv = it == recvs.end() ? 0 : it->second.size();
+    CONCCL_REQUIRE(nrecv == counts.size(), what + std::to_string(counts.size()) + " send(s) " + describe(key) +
+                                               " but " + std::to_string(nrecv) + " matching receive(s)");
+    for (size_t i = 0; i < counts.size(); ++i) {
+      CONCCL_REQUIRE(counts[i] == it->second[i], what + "send #" + std::to_string(i) + " " + describe(key) + " has " +
+                                                     std::to_string(counts[i]) + " elements but the receive has " +
+                                                     std::to_string(it->second[i]));
+    }
+  }
+  for (const auto& [key, counts] : recvs) {
+    CONCCL_REQUIRE(sends.count(key) != 0, what + std::to_string(counts.size()) + " receive(s) " + describe(key) +
+                                              " without a matching send");
+  }
+}
+
+}  // namespace
+
 void validateCall(const CollectiveCall& call) {
   const std::string what = std::string(collKindName(call.kind)) + ": ";
   CONCCL_REQUIRE(call.nranks >= 1, what + "nranks must be >= 1, got " + std::to_string(call.nranks));
@@ -217,96 +304,14 @@ void validateCall(const CollectiveCall& call) {
   }
   // Every buffer size must be representable.
   mulOrThrow(mulOrThrow(call.count, es, "count * element size"), n, "nranks * count * element size");
-
-  switch (call.kind) {
-    case CollKind::kAllToAll:
-    case CollKind::kAllToAllv:
-      for (size_t r = 0; r < n; ++r) {
-        CONCCL_REQUIRE(!call.inPlace[r],
-                       what + "rank " + std::to_string(r) + " called in place, which is not supported");
-      }
-      break;
-    default:
-      break;
-  }
-
-  if (call.kind == CollKind::kAllToAllv) {
-    auto sized = [&](const std::vector<std::vector<size_t>>& a, const char* name) {
-      CONCCL_REQUIRE(a.size() == n, what + name + " must have nranks rows");
-      for (size_t r = 0; r < n; ++r) {
-        CONCCL_REQUIRE(a[r].size() == n, what + name + "[" + std::to_string(r) + "] must have nranks entries");
-      }
-    };
-    sized(call.sendCounts, "sendCounts");
-    sized(call.sendDispls, "sendDispls");
-    sized(call.recvCounts, "recvCounts");
-    sized(call.recvDispls, "recvDispls");
+  if (call.kind == CollKind::kAllToAll || call.kind == CollKind::kAllToAllv) {
     for (size_t r = 0; r < n; ++r) {
-      for (size_t p = 0; p < n; ++p) {
-        CONCCL_REQUIRE(call.recvCounts[r][p] == call.sendCounts[p][r],
-                       what + "rank " + std::to_string(r) + " expects " + std::to_string(call.recvCounts[r][p]) +
-                           " elements from rank " + std::to_string(p) + ", which sends " +
-                           std::to_string(call.sendCounts[p][r]));
-      }
-      mulOrThrow(vEnd(call.sendCounts[r], call.sendDispls[r]), es, "AllToAllv send extent");
-      mulOrThrow(vEnd(call.recvCounts[r], call.recvDispls[r]), es, "AllToAllv recv extent");
-      // Two peers' data landing on the same bytes would be a write race with an undefined result.
-      std::vector<std::pair<size_t, size_t>> regions;
-      for (size_t p = 0; p < n; ++p) {
-        if (call.recvCounts[r][p] > 0) regions.emplace_back(call.recvDispls[r][p], call.recvCounts[r][p]);
-      }
-      std::sort(regions.begin(), regions.end());
-      for (size_t i = 1; i < regions.size(); ++i) {
-        CONCCL_REQUIRE(regions[i - 1].first + regions[i - 1].second <= regions[i].first,
-                       what + "rank " + std::to_string(r) + ": receive regions overlap");
-      }
+      CONCCL_REQUIRE(!call.inPlace[r], what + "rank " + std::to_string(r) + " called in place, which is not supported");
     }
   }
 
-  if (call.kind == CollKind::kSendRecv) {
-    CONCCL_REQUIRE(call.p2p.size() == n, what + "p2p must have nranks entries");
-    // (src, dst) -> counts of the sends posted by src / receives posted by dst, in order.
-    std::map<std::pair<int, int>, std::vector<size_t>> sends, recvs;
-    for (size_t r = 0; r < n; ++r) {
-      const auto& ops = call.p2p[r];
-      std::vector<bool> used(ops.size(), false);
-      for (size_t i = 0; i < ops.size(); ++i) {
-        const P2POp& op = ops[i];
-        const std::string where = what + "rank " + std::to_string(r) + " op " + std::to_string(i) + ": ";
-        CONCCL_REQUIRE(op.peer >= 0 && op.peer < call.nranks,
-                       where + "peer " + std::to_string(op.peer) + " out of range");
-        CONCCL_REQUIRE(
-            op.buffer >= 0 && static_cast<size_t>(op.buffer) < ops.size() && !used[static_cast<size_t>(op.buffer)],
-            where + "buffer index " + std::to_string(op.buffer) + " invalid or used twice");
-        used[static_cast<size_t>(op.buffer)] = true;
-        mulOrThrow(op.count, es, "count * element size");
-        const int me = static_cast<int>(r);
-        if (op.isSend) {
-          sends[{me, op.peer}].push_back(op.count);
-        } else {
-          recvs[{op.peer, me}].push_back(op.count);
-        }
-      }
-    }
-    auto describe = [](std::pair<int, int> k) {
-      return "from rank " + std::to_string(k.first) + " to rank " + std::to_string(k.second);
-    };
-    for (const auto& [key, counts] : sends) {
-      auto it = recvs.find(key);
-      const size_t nrecv = it == recvs.end() ? 0 : it->second.size();
-      CONCCL_REQUIRE(nrecv == counts.size(), what + std::to_string(counts.size()) + " send(s) " + describe(key) +
-                                                 " but " + std::to_string(nrecv) + " matching receive(s)");
-      for (size_t i = 0; i < counts.size(); ++i) {
-        CONCCL_REQUIRE(counts[i] == it->second[i], what + "send #" + std::to_string(i) + " " + describe(key) + " has " +
-                                                       std::to_string(counts[i]) + " elements but the receive has " +
-                                                       std::to_string(it->second[i]));
-      }
-    }
-    for (const auto& [key, counts] : recvs) {
-      CONCCL_REQUIRE(sends.count(key) != 0, what + std::to_string(counts.size()) + " receive(s) " + describe(key) +
-                                                " without a matching send");
-    }
-  }
+  if (call.kind == CollKind::kAllToAllv) validateAllToAllvTables(call, what, es);
+  if (call.kind == CollKind::kSendRecv) validateP2POps(call, what, es);
 }
 
 std::vector<std::vector<P2PMatch>> matchP2P(const CollectiveCall& call) {
