@@ -676,108 +676,114 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
                                           "operation failed)");
   }
   const auto deadline = Clock::now() + timeout_;
-  const std::string ms = std::to_string(timeout_.count());
-  const uint64_t gatheredLimit = static_cast<uint64_t>(nranks_) * (8 + kMaxBlob);
-  std::vector<std::string> out(nranks_);
   // After a failure the streams are in an unknown state (a message may be half sent): close everything, so a
   // later call reports that instead of misreading bytes.
   try {
-    int err = 0;
-    if (rank_ != 0) {
-      // Everything here waits on rank 0, whose verdict may come a little after our own deadline.
-      const auto peerDeadline = deadline + verdictGrace(timeout_);
-      const int fd = peerFds_[0];
-      Io st = sendMessage(fd, kGather, rank_, nranks_, mine, peerDeadline, &err);
-      if (st == Io::kClosed) throwRootClosed(fd, rank_, "during a bootstrap all-gather");
-      if (st == Io::kTimeout) {
-        CONCCL_THROW(concclTimeout, me + " timed out after " + ms + " ms sending its all-gather blob to rank 0");
-      }
-      if (st == Io::kFailed) CONCCL_THROW(concclSystemError, me + ": bootstrap send failed: " + errnoText(err));
-      Incoming in;
-      st = recvMessage(fd, gatheredLimit, peerDeadline, &in, &err);
-      if (st == Io::kClosed) throwRootClosed(fd, rank_, "during a bootstrap all-gather");
-      if (st == Io::kTimeout) {
-        CONCCL_THROW(concclTimeout,
-                     me + " timed out after " + ms + " ms waiting for rank 0 to complete a bootstrap all-gather");
-      }
-      if (st != Io::kOk) {
-        CONCCL_THROW(concclSystemError, me + ": bootstrap receive from rank 0 failed: " +
-                                            (in.why.empty() ? errnoText(err) : in.why));
-      }
-      if (in.hdr.type == kError) throwReported(in.body);
-      if (in.hdr.type != kGathered) {
-        CONCCL_THROW(concclSystemError, me + ": rank 0 sent an unexpected bootstrap message (type " +
-                                            std::to_string(in.hdr.type) + ") during an all-gather");
-      }
-      BodyReader rd(in.body);
-      for (int r = 0; r < nranks_; ++r) {
-        uint64_t len = 0;
-        if (!rd.u64(&len) || len > kMaxBlob || !rd.bytes(len, &out[r])) {
-          CONCCL_THROW(concclSystemError, me + ": rank 0 sent a malformed all-gather result");
-        }
-      }
-      if (!rd.atEnd()) CONCCL_THROW(concclSystemError, me + ": rank 0 sent a malformed all-gather result");
-      return out;
-    }
-
-    // Rank 0: read every rank's blob as it comes (any order), then send everyone the whole vector.
-    auto fail = [&](concclResult_t code, const std::string& text) {
-      broadcastError(peerFds_, code, text);
-      CONCCL_THROW(code, text);
-    };
-    out[0] = mine;
-    std::vector<Incoming> in(nranks_);
-    int pending = nranks_ - 1;
-    while (pending > 0) {
-      std::vector<pollfd> pfds;
-      std::vector<int> who;
-      for (int r = 1; r < nranks_; ++r) {
-        if (in[r].complete) continue;
-        pfds.push_back({peerFds_[r], POLLIN, 0});
-        who.push_back(r);
-      }
-      if (Clock::now() >= deadline) {
-        fail(concclTimeout, "rank 0 timed out after " + ms + " ms in a bootstrap all-gather waiting for rank(s) " +
-                                rankList(who));
-      }
-      int k = ::poll(pfds.data(), pfds.size(), pollTimeoutMs(deadline));
-      if (k < 0) {
-        if (errno == EINTR) continue;
-        fail(concclSystemError, "rank 0: poll on the bootstrap sockets failed: " + errnoText(errno));
-      }
-      for (size_t i = 0; i < pfds.size(); ++i) {
-        if (pfds[i].revents == 0) continue;
-        const int r = who[i];
-        Io st = in[r].pump(peerFds_[r], kMaxBlob);
-        if (st == Io::kPending) continue;
-        if (st == Io::kClosed) {
-          fail(concclSystemError,
-               "rank " + std::to_string(r) + " closed its bootstrap connection (did its process exit?)");
-        }
-        if (st != Io::kOk) {
-          fail(concclSystemError, "rank 0: bootstrap receive from rank " + std::to_string(r) + " failed: " + in[r].why);
-        }
-        if (in[r].hdr.type != kGather || in[r].hdr.rank != r) {
-          fail(concclSystemError, "rank " + std::to_string(r) + " sent an unexpected bootstrap message (type " +
-                                      std::to_string(in[r].hdr.type) + ") during an all-gather");
-        }
-        out[r] = std::move(in[r].body);
-        --pending;
-      }
-    }
-    std::string body;
-    for (const std::string& blob : out) {
-      appendU64(body, blob.size());
-      body += blob;
-    }
-    // The ranks wait for the result until their deadline plus the verdict grace; so may this send.
-    sendToEveryRank(peerFds_, kGathered, nranks_, body, deadline + verdictGrace(timeout_),
-                    "the bootstrap all-gather result", ms);
-    return out;
+    return rank_ == 0 ? allGatherAsRoot(mine, deadline) : allGatherFromRoot(mine, deadline);
   } catch (...) {
     close();
     throw;
   }
+}
+
+std::vector<std::string> Bootstrap::allGatherFromRoot(const std::string& mine, Clock::time_point deadline) {
+  const std::string me = "rank " + std::to_string(rank_);
+  const std::string ms = std::to_string(timeout_.count());
+  const uint64_t gatheredLimit = static_cast<uint64_t>(nranks_) * (8 + kMaxBlob);
+  // Everything here waits on rank 0, whose verdict may come a little after our own deadline.
+  const auto peerDeadline = deadline + verdictGrace(timeout_);
+  const int fd = peerFds_[0];
+  int err = 0;
+  Io st = sendMessage(fd, kGather, rank_, nranks_, mine, peerDeadline, &err);
+  if (st == Io::kClosed) throwRootClosed(fd, rank_, "during a bootstrap all-gather");
+  if (st == Io::kTimeout) {
+    CONCCL_THROW(concclTimeout, me + " timed out after " + ms + " ms sending its all-gather blob to rank 0");
+  }
+  if (st == Io::kFailed) CONCCL_THROW(concclSystemError, me + ": bootstrap send failed: " + errnoText(err));
+  Incoming in;
+  st = recvMessage(fd, gatheredLimit, peerDeadline, &in, &err);
+  if (st == Io::kClosed) throwRootClosed(fd, rank_, "during a bootstrap all-gather");
+  if (st == Io::kTimeout) {
+    CONCCL_THROW(concclTimeout,
+                 me + " timed out after " + ms + " ms waiting for rank 0 to complete a bootstrap all-gather");
+  }
+  if (st != Io::kOk) {
+    CONCCL_THROW(concclSystemError, me + ": bootstrap receive from rank 0 failed: " +
+                                        (in.why.empty() ? errnoText(err) : in.why));
+  }
+  if (in.hdr.type == kError) throwReported(in.body);
+  if (in.hdr.type != kGathered) {
+    CONCCL_THROW(concclSystemError, me + ": rank 0 sent an unexpected bootstrap message (type " +
+                                        std::to_string(in.hdr.type) + ") during an all-gather");
+  }
+  std::vector<std::string> out(nranks_);
+  BodyReader rd(in.body);
+  for (int r = 0; r < nranks_; ++r) {
+    uint64_t len = 0;
+    if (!rd.u64(&len) || len > kMaxBlob || !rd.bytes(len, &out[r])) {
+      CONCCL_THROW(concclSystemError, me + ": rank 0 sent a malformed all-gather result");
+    }
+  }
+  if (!rd.atEnd()) CONCCL_THROW(concclSystemError, me + ": rank 0 sent a malformed all-gather result");
+  return out;
+}
+
+std::vector<std::string> Bootstrap::allGatherAsRoot(const std::string& mine, Clock::time_point deadline) {
+  const std::string ms = std::to_string(timeout_.count());
+  auto fail = [&](concclResult_t code, const std::string& text) {
+    broadcastError(peerFds_, code, text);
+    CONCCL_THROW(code, text);
+  };
+  std::vector<std::string> out(nranks_);
+  out[0] = mine;
+  std::vector<Incoming> in(nranks_);
+  int pending = nranks_ - 1;
+  while (pending > 0) {
+    std::vector<pollfd> pfds;
+    std::vector<int> who;
+    for (int r = 1; r < nranks_; ++r) {
+      if (in[r].complete) continue;
+      pfds.push_back({peerFds_[r], POLLIN, 0});
+      who.push_back(r);
+    }
+    if (Clock::now() >= deadline) {
+      fail(concclTimeout, "rank 0 timed out after " + ms + " ms in a bootstrap all-gather waiting for rank(s) " +
+                              rankList(who));
+    }
+    int k = ::poll(pfds.data(), pfds.size(), pollTimeoutMs(deadline));
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      fail(concclSystemError, "rank 0: poll on the bootstrap sockets failed: " + errnoText(errno));
+    }
+    for (size_t i = 0; i < pfds.size(); ++i) {
+      if (pfds[i].revents == 0) continue;
+      const int r = who[i];
+      Io st = in[r].pump(peerFds_[r], kMaxBlob);
+      if (st == Io::kPending) continue;
+      if (st == Io::kClosed) {
+        fail(concclSystemError,
+             "rank " + std::to_string(r) + " closed its bootstrap connection (did its process exit?)");
+      }
+      if (st != Io::kOk) {
+        fail(concclSystemError, "rank 0: bootstrap receive from rank " + std::to_string(r) + " failed: " + in[r].why);
+      }
+      if (in[r].hdr.type != kGather || in[r].hdr.rank != r) {
+        fail(concclSystemError, "rank " + std::to_string(r) + " sent an unexpected bootstrap message (type " +
+                                    std::to_string(in[r].hdr.type) + ") during an all-gather");
+      }
+      out[r] = std::move(in[r].body);
+      --pending;
+    }
+  }
+  std::string body;
+  for (const std::string& blob : out) {
+    appendU64(body, blob.size());
+    body += blob;
+  }
+  // The ranks wait for the result until their deadline plus the verdict grace; so may this send.
+  sendToEveryRank(peerFds_, kGathered, nranks_, body, deadline + verdictGrace(timeout_),
+                  "the bootstrap all-gather result", ms);
+  return out;
 }
 
 }  // namespace conccl

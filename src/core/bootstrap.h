@@ -74,6 +74,10 @@ class Bootstrap {
 
  private:
   Bootstrap() = default;
+  // allGather's two sides (bootstrap.cc), both bounded by `deadline`: a rank other than 0 sends its blob to rank 0 and
+  // reads the whole vector back; rank 0 reads every rank's blob as it comes, then sends everyone the vector.
+  std::vector<std::string> allGatherFromRoot(const std::string& mine, std::chrono::steady_clock::time_point deadline);
+  std::vector<std::string> allGatherAsRoot(const std::string& mine, std::chrono::steady_clock::time_point deadline);
   int rank_ = 0;
   int nranks_ = 0;
   std::chrono::milliseconds timeout_{0};
