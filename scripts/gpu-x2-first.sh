@@ -8,7 +8,8 @@
 #   3. issue 15 item 3: conccl-tp-bench, a short check + the 70B shapes (gpu-tp-bench.sh), if staged;
 #   4. every collective on distinct GPUs, three paths (MultiGpu.*); staged calls with a GPU per process;
 #   5. issue 11 item 3: conccl-bench 128K-64M against NCCL with the graph cache off and on (gpu-graph-cache.sh);
-#   6. memcheck and racecheck of MultiGpu.* (issue 13 item 5), with what budget is left.
+#   6. the handshake probe across GPUs (conccl-kernel-bench --flag-probe), if staged;
+#   7. memcheck and racecheck of MultiGpu.* (issue 13 item 5), with what budget is left.
 # Env: OUT, BUDGET_S (default 420), SKIP_BENCH=1.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"
@@ -44,6 +45,11 @@ step multigpu 90 "$bin/test_gpu_collectives" --gtest_brief=1 --gtest_filter='Mul
 step mp-staged 120 "$bin/test_gpu_multiprocess" \
   --gtest_filter='*StagedCalls*/0:*EveryCollectiveMatchesTheReference*/0:*Staged.*'
 grep -h "host time\|staged calls" "$logs/mp-staged.log" >"$OUT/mp-staged.txt" 2>/dev/null
+# One handshake across the GPUs, flags in host vs device memory (a few seconds; docs/next-steps.md, "Open levers").
+if [ -x "$bin/conccl-kernel-bench" ]; then
+  step flag-probe 30 "$bin/conccl-kernel-bench" --no-reduce --no-latency --flag-probe --runs 5
+  grep -h "^flag-probe" "$logs/flag-probe.log" >"$OUT/flag-probe.txt" 2>/dev/null
+fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   step graph-cache-bench 150 env OUT="$logs/graph-cache" PHASES=bench bash scripts/gpu-graph-cache.sh
   cp "$logs/graph-cache/compare.txt" "$OUT/" 2>/dev/null

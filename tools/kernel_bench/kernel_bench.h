@@ -47,6 +47,8 @@ void runReadProbe(int runs);
 void runWriteProbe(int runs);
 // Reductions reading a peer GPU's memory, and a reduction beside a peer copy (peer_probe.cu; needs 2 GPUs).
 void runPeerProbe(int runs);
+// One handshake (stream write + stream wait) with the flags in host memory and in device memory (flag_probe.cu).
+void runFlagProbe(int runs);
 // Per-call latency and host enqueue cost of the collectives through the public API (latency_bench.cu).
 void runLatencyBench(int nranks, int iters, int lanes, size_t maxBytes);
 

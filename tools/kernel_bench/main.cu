@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   int ranks = 2, iters = 200, runs = 7, lanes = 0;
   size_t inputMiB = 128, maxBytes = size_t{1} << 20;
   bool skipReduce = false, skipLatency = false, readProbe = false, writeProbe = false, peerProbe = false;
+  bool flagProbe = false;
   app.add_option("-g,--ranks", ranks, "ranks for the latency sweep (distinct GPUs if available, else GPU 0 repeated)");
   app.add_option("-n,--iters", iters, "calls per size in the latency sweep");
   app.add_option("--runs", runs, "timed runs per kernel configuration (median reported)");
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   app.add_flag("--read-probe", readProbe, "also run the per-SM read probe");
   app.add_flag("--write-probe", writeProbe, "also run the per-SM write probe (registers vs TMA bulk stores)");
   app.add_flag("--peer-probe", peerProbe, "also run the peer-read and contention probe (2 GPUs)");
+  app.add_flag("--flag-probe", flagProbe, "also time one handshake, flags in host vs device memory (GPU 0-1 or 0-0)");
   CLI11_PARSE(app, argc, argv);
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
     if (readProbe) conccl::kbench::runReadProbe(runs);
     if (writeProbe) conccl::kbench::runWriteProbe(runs);
     if (peerProbe) conccl::kbench::runPeerProbe(runs);
+    if (flagProbe) conccl::kbench::runFlagProbe(runs);
     if (!skipLatency) conccl::kbench::runLatencyBench(ranks, iters, lanes, maxBytes);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "conccl-kernel-bench: %s\n", e.what());
