@@ -23,7 +23,10 @@
  *   Calls are capturable into CUDA graphs; a captured graph may be replayed any number of times.
  *   When the ranks are driven by one thread per rank, a call may wait on the host (bounded by
  *   config.timeoutMs) until every rank has *called* it, because rank r needs rank p's buffer address
- *   for this call; it never waits for GPU work.
+ *   for this call; it never waits for GPU work. With CONCCL_THREAD_STAGED=1 (every rank on a GPU of
+ *   its own) calls up to CONCCL_STAGED_MAX_BYTES go through the peers' scratch instead and return at
+ *   once; ranks that disagree on such a call then put the communicator out of service
+ *   (concclInvalidUsage) instead of failing the call with concclInvalidArgument.
  *
  * Stream semantics (host backend)
  *   `stream` is ignored and must be NULL. A call returns when the operation is complete on this rank.

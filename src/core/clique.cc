@@ -1,6 +1,7 @@
 // What both clique implementations share: assembling a call from its ranks' arguments and validating it.
 #include "core/clique.h"
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 
@@ -95,6 +96,39 @@ void assembleCall(PendingCall& pending, int n) {
       call.recvCounts.push_back(ar.recvCounts);
       call.recvDispls.push_back(ar.recvDispls);
     }
+  }
+}
+
+bool fitsStaging(const RankArgs& args, int nranks, size_t maxBytes) {
+  if (nranks < 2 || maxBytes == 0) return false;
+  if (args.kind == sched::CollKind::kAllToAllv || args.kind == sched::CollKind::kSendRecv) return false;
+  sched::CollectiveCall shape;
+  shape.kind = args.kind;
+  shape.nranks = nranks;
+  shape.dtype = args.dtype;
+  shape.count = args.count;
+  shape.root = args.root;
+  size_t largest = 0;
+  try {
+    for (size_t bytes : sched::bufferBytes(shape, args.root)) largest = std::max(largest, bytes);
+  } catch (const Error&) {
+    return false;  // sizes that overflow: the regular path reports them on every rank
+  }
+  return largest <= maxBytes;
+}
+
+void assembleSoloCall(PendingCall& pending, const RankArgs& mine, int rank, int nranks) {
+  pending.args.assign(static_cast<size_t>(nranks), std::nullopt);
+  for (int p = 0; p < nranks; ++p) {
+    RankArgs mirror = mine;
+    if (p != rank) mirror.stream = nullptr;
+    pending.args[static_cast<size_t>(p)] = std::move(mirror);
+  }
+  assembleCall(pending, nranks);
+  for (int p = 0; p < nranks; ++p) {
+    if (p == rank) continue;
+    pending.binding.buffers[static_cast<size_t>(p)].assign(2, nullptr);
+    pending.binding.streams[static_cast<size_t>(p)] = nullptr;
   }
 }
 

@@ -50,6 +50,9 @@ struct RankArgs {
   // concclReduceScatterChunked: this rank's input is produced while the call runs (sched::CollectiveCall::pushInputs).
   // Unlike the events it travels to peer processes: every rank's schedule depends on it.
   bool pushInputs = false;
+  // Set by concclGroupEnd: this call's group posts no other rank of the communicator (one thread per rank). Such a
+  // rank would wait on the host for its peers' threads; a local clique stages it instead (LocalClique::post).
+  bool soleRankInGroup = false;
   const char* apiName = "";  // for messages, e.g. "concclAllGather"
 };
 
@@ -66,6 +69,11 @@ struct PendingCall {
   std::shared_ptr<const sched::Schedule> schedule;  // shared with the schedule cache
   exec::CallBinding binding;
   int launched = 0;  // ranks that have taken their program (the call is forgotten when all have)
+  // LocalClique, one thread per rank: the call goes through the peers' scratch (decided by the first rank to post,
+  // for every rank), and which ranks launched it from their own arguments without waiting for the others, with the
+  // programs they assumed (checked against the real call by the last rank to post).
+  bool staged = false;
+  std::vector<std::shared_ptr<const sched::Schedule>> earlySchedules;  // [rank], null: waits for `ready`
 };
 
 // A rank's handle on a call it posted.
@@ -73,6 +81,9 @@ struct CallTicket {
   std::shared_ptr<PendingCall> call;  // set when posted (collectives) or when the p2p group closes
   bool collective = false;            // `call` was set at post time and is not written by other threads
   int rank = 0;
+  // LocalClique: this rank launches a staged call on its own arguments at once (PendingCall::earlySchedules).
+  std::shared_ptr<const sched::Schedule> earlySchedule;
+  exec::CallBinding earlyBinding;
   std::string what;  // "concclAllGather #12" for messages
 };
 
@@ -121,6 +132,16 @@ std::string disagreement(const RankArgs& a, int ra, const RankArgs& b, int rb);
 // collective, or for the members of a Send/Recv group) and checks that the ranks agree (collective, count,
 // type, op, root). Throws concclInvalidArgument naming the first disagreeing rank.
 void assembleCall(PendingCall& pending, int nranks);
+
+// Whether a call with these arguments is small enough to go through the peers' scratch
+// (sched::CollectiveCall::peerScratchOnly): every collective but AllToAllv and Send/Recv whose largest buffer (the
+// root's of a rooted call, anyone's otherwise) is at most `maxBytes`. A function of arguments every rank agrees on.
+bool fitsStaging(const RankArgs& args, int nranks, size_t maxBytes);
+
+// Rank `rank`'s call as it would be if every peer called exactly like it (what a rank that launches without waiting
+// for its peers assumes): `pending.call` and `pending.binding` filled from `mine` alone, the peers' buffers and
+// streams left null. Throws as assembleCall does.
+void assembleSoloCall(PendingCall& pending, const RankArgs& mine, int rank, int nranks);
 
 // Schedules by call shape. A training loop repeats the same few calls (same collective, count, type, in-place
 // flags) thousands of times; building the schedule is ~1 us per rank, a visible share of the enqueue cost.

@@ -48,6 +48,13 @@ struct Config {
   // (whose buffer addresses it no longer needs), at the price of one local copy of what a rank receives; 0 = never
   // (CONCCL_STAGED_MAX_BYTES). Must agree across the processes of a communicator (checked at init).
   size_t stagedMaxBytes = size_t{8} << 20;
+  // Ranks of one process called from a thread each (a group per call posting only that rank) may stage such calls
+  // too and launch them at once instead of waiting for the peers' threads (LocalClique::post). CONCCL_THREAD_STAGED:
+  // 0 (default, until it is measured across GPUs: docs/cuda-executor.md, "Thread-per-rank staged calls") = never;
+  // 1 = when every rank has a GPU of its own; 2 = also when ranks share a GPU, for tests only: there the ranks'
+  // streams must first have been used by a grouped call (their hardware queues claimed together, Hazard 4), and
+  // such calls never use the graph cache (exec::CallBinding::eagerOnly).
+  int threadStaged = 0;
   // The knobs of core/tuned_defaults.h (lanes, singleStreamBytes, minChunkBytes, smallMessageBytes) that the caller's
   // struct or the environment set (TunedKnob bits); the others take the row for the communicator's GPU count once its
   // devices are known (applyTunedDefaults). The values above are that table's 2-GPU row until then.

@@ -94,6 +94,13 @@ void runCalls(std::vector<RecordedCall> recorded) {
     if (!firstError) firstError = e;
   };
 
+  // The ranks of each clique that this group posts: a rank posted alone is driven by a thread of its own
+  // (RankArgs::soleRankInGroup).
+  std::map<const Clique*, std::set<int>> groupRanks;
+  for (const auto& c : calls) {
+    if (isLiveComm(c.comm)) groupRanks[c.comm->clique.get()].insert(c.comm->rank);
+  }
+
   std::set<concclComm*> failed;
   std::set<concclComm*> dead;  // never dereferenced below
   for (auto& c : calls) {
@@ -111,6 +118,7 @@ void runCalls(std::vector<RecordedCall> recorded) {
       }
       continue;
     }
+    c.args.soleRankInGroup = groupRanks[c.comm->clique.get()].size() == 1;
     try {
       tickets.push_back(c.comm->clique->post(c.comm->rank, std::move(c.args)));
     } catch (...) {

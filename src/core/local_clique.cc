@@ -30,6 +30,13 @@ LocalClique::LocalClique(Config config, std::vector<int> devices, std::unique_pt
   pendingP2P_.resize(devices_.size());
   pendingP2PArgs_.resize(devices_.size());
   departed_.assign(devices_.size(), false);
+  const bool ownGpus = std::set<int>(devices_.begin(), devices_.end()).size() == devices_.size();
+  sharedGpus_ = !ownGpus;
+  // The host backend (ranks are threads, programs run in launch()) stages only when asked to (2): how the CPU tests
+  // exercise this path.
+  const bool cuda = config_.backend == concclBackendCuda;
+  threadStaged_ = nranks() >= 2 && config_.stagedMaxBytes > 0 &&
+                  (config_.threadStaged == 2 || (config_.threadStaged == 1 && cuda && ownGpus));
   if (config_.backend == concclBackendCuda) {
     exec::Executor* ex = executor_.get();
     watchdog_ = std::make_unique<GpuWatchdog>(
@@ -88,21 +95,115 @@ std::shared_ptr<CallTicket> LocalClique::post(int rank, RankArgs args) {
     return ticket;
   }
 
+  // A rank posted alone plans its early launch before taking the lock (schedule lookups, its buffer checks); whether
+  // it is used depends on the call's first poster.
+  const bool staging = stagesCall(args);
+  bool planned = false;
+  if (staging) {
+    lock.unlock();
+    planned = planEarlyLaunch(args, rank, *ticket);
+    lock.lock();
+    checkHealthyLocked();
+  }
+
   uint64_t seq = nextSeq_[rank]++;
   auto& slot = collectives_[seq];
   if (!slot) {
     slot = std::make_shared<PendingCall>();
     slot->seq = seq;
     slot->args.resize(devices_.size());
+    // The first rank to post decides for every rank of the call: the ranks' groups are alike (one thread per rank,
+    // or one group posting them all), and a rank whose arguments differ is caught by finalizeLocked, not by deciding
+    // again.
+    slot->staged = staging;
+    slot->earlySchedules.resize(devices_.size());
   }
   ticket->call = slot;
   ticket->collective = true;
   ticket->what = std::string(args.apiName) + " #" + std::to_string(seq);
+  if (slot->staged && planned) {
+    slot->earlySchedules[static_cast<size_t>(rank)] = ticket->earlySchedule;
+  } else {
+    ticket->earlySchedule.reset();  // waits for the real call (finalizeLocked)
+  }
   slot->args[rank] = std::move(args);
-  if (++slot->posted == nranks()) finalizeLocked(*slot);
+  std::optional<Error> failClique;
+  if (++slot->posted == nranks()) failClique = finalizeLocked(*slot);
   lock.unlock();
+  if (failClique) fail(failClique->code(), failClique->message());
   cv_.notify_all();
   return ticket;
+}
+
+bool LocalClique::stagesCall(const RankArgs& args) const {
+  // Chunked calls record or wait for events between their program's ops: they keep the regular path.
+  return threadStaged_ && args.soleRankInGroup && args.chunkEvents.empty() && args.inputEvents.empty() &&
+         !args.pushInputs && fitsStaging(args, nranks(), config_.stagedMaxBytes);
+}
+
+bool LocalClique::planEarlyLaunch(const RankArgs& mine, int rank, CallTicket& ticket) {
+  const int n = nranks();
+  try {
+    PendingCall solo;
+    assembleSoloCall(solo, mine, rank, n);
+    solo.call.peerScratchOnly = true;
+    std::shared_ptr<const sched::Schedule> schedule = schedules_.get(solo.call);
+    if (!independentOfPeersInPlace(*schedule, solo.call, rank)) return false;
+    const auto r = static_cast<size_t>(rank);
+    solo.binding.eagerOnly = sharedGpus_;
+    solo.binding.bufferIds.assign(static_cast<size_t>(n), {});
+    std::vector<uint64_t>& ids = solo.binding.bufferIds[r];
+    ids.assign(solo.binding.buffers[r].size(), exec::kBufferNotUsed);
+    forEachUsedBuffer(solo.call, solo.binding, rank, [&](int b, void* ptr, size_t bytes, const std::string& what) {
+      const uint64_t id = executor_->checkBuffer(rank, ptr, bytes, what.c_str());
+      if (static_cast<size_t>(b) < ids.size()) ids[static_cast<size_t>(b)] = id;
+    });
+    ticket.earlySchedule = std::move(schedule);
+    ticket.earlyBinding = std::move(solo.binding);
+    return true;
+  } catch (const Error&) {
+    return false;  // the real call finds the same problem and reports it on every rank
+  }
+}
+
+bool LocalClique::independentOfPeersInPlace(const sched::Schedule& schedule, const sched::CollectiveCall& call,
+                                            int rank) {
+  if (call.kind == sched::CollKind::kAllToAll) return true;  // no in-place form
+  const auto key = std::make_pair(schedule.id, rank);  // schedule ids are never reused
+  {
+    std::lock_guard<std::mutex> lock(independentMutex_);
+    auto it = independent_.find(key);
+    if (it != independent_.end()) return it->second;
+  }
+  // A peer's in-place flag changes its own program, but the path (small-message kernel or copy engines) follows from
+  // every rank's work: this rank may launch early only if its program and path are the same whichever way the peers
+  // run (both extremes; a mix lies between them).
+  sched::CollectiveCall flipped = call;
+  for (int p = 0; p < call.nranks; ++p) {
+    if (p != rank) flipped.inPlace[static_cast<size_t>(p)] = !flipped.inPlace[static_cast<size_t>(p)];
+  }
+  const std::shared_ptr<const sched::Schedule> other = schedules_.get(flipped);
+  const auto r = static_cast<size_t>(rank);
+  const bool same = other->programs[r] == schedule.programs[r] &&
+                    executor_->callResources(*other, rank).path == executor_->callResources(schedule, rank).path;
+  std::lock_guard<std::mutex> lock(independentMutex_);
+  if (independent_.size() >= 1024) independent_.clear();  // bounded like the schedule cache
+  independent_[key] = same;
+  return same;
+}
+
+void LocalClique::checkEarlyAssumptions(const PendingCall& pending, const exec::Executor& executor) {
+  const sched::Schedule& real = *pending.schedule;
+  for (size_t r = 0; r < pending.earlySchedules.size(); ++r) {
+    const std::shared_ptr<const sched::Schedule>& assumed = pending.earlySchedules[r];
+    if (!assumed) continue;
+    const int rank = static_cast<int>(r);
+    if (!(assumed->programs[r] == real.programs[r]) ||
+        executor.callResources(*assumed, rank).path != executor.callResources(real, rank).path) {
+      CONCCL_THROW(concclInternalError, "rank " + std::to_string(rank) +
+                                            " launched a staged call with a program the real call does not give it");
+    }
+  }
 }
 
 // A Send/Recv group closes when every rank named by an op of the groups collected so far has posted a group.
@@ -129,20 +230,24 @@ void LocalClique::tryCloseP2PLocked(int rank) {
     pendingP2P_[m].reset();
     ++call->posted;
   }
-  finalizeLocked(*call);
+  finalizeLocked(*call);  // never staged: no early rank to stop
 }
 
 // All participants posted: validate agreement, build the schedule and the binding. Errors are stored in the
 // call so that every participating rank reports the same one.
-void LocalClique::finalizeLocked(PendingCall& pending) {
+std::optional<Error> LocalClique::finalizeLocked(PendingCall& pending) {
   const int n = nranks();
+  auto launchedEarly = [&](int r) {
+    return static_cast<size_t>(r) < pending.earlySchedules.size() && pending.earlySchedules[static_cast<size_t>(r)];
+  };
   try {
     assembleCall(pending, n);
+    pending.call.peerScratchOnly = pending.staged;
     // Every buffer the schedule will touch must be usable by the backend and large enough. What the check learns of
     // each buffer's allocation goes into the binding (CallBinding::bufferIds: the key of the executor's graph cache).
     pending.binding.bufferIds.assign(static_cast<size_t>(n), {});
     for (int r = 0; r < n; ++r) {
-      if (!pending.args[r]) continue;
+      if (!pending.args[r] || launchedEarly(r)) continue;  // an early rank checked its own
       std::vector<uint64_t>& ids = pending.binding.bufferIds[static_cast<size_t>(r)];
       ids.assign(pending.binding.buffers[static_cast<size_t>(r)].size(), exec::kBufferNotUsed);
       forEachUsedBuffer(pending.call, pending.binding, r, [&](int b, void* ptr, size_t bytes, const std::string& what) {
@@ -151,12 +256,14 @@ void LocalClique::finalizeLocked(PendingCall& pending) {
       });
     }
     pending.schedule = schedules_.get(pending.call);
-    // Before any rank launches (they wait for `ready`): first use of new streams, see Executor::prepareCall.
+    checkEarlyAssumptions(pending, *executor_);
+    // Before any waiting rank launches: first use of new streams, see Executor::prepareCall. (Early ranks prepared
+    // their own part.)
     std::vector<int> taking;
     for (int r = 0; r < n; ++r) {
-      if (pending.args[r]) taking.push_back(r);
+      if (pending.args[r] && !launchedEarly(r)) taking.push_back(r);
     }
-    executor_->prepareCall(*pending.schedule, pending.binding, taking);
+    if (!taking.empty()) executor_->prepareCall(*pending.schedule, pending.binding, taking);
     CONCCL_TRACE(-1, -1,
                  std::string(sched::collKindName(pending.call.kind)) + " seq " + std::to_string(pending.seq) + ": " +
                      pending.schedule->algorithm);
@@ -167,6 +274,14 @@ void LocalClique::finalizeLocked(PendingCall& pending) {
   }
   pending.ready = true;
   pending.readyPublished.store(true, std::memory_order_release);
+  bool anyEarly = false;
+  for (int r = 0; r < n; ++r) anyEarly = anyEarly || launchedEarly(r);
+  if (!pending.error || !anyEarly) return std::nullopt;
+  // Ranks already run their part and wait on the GPU for peers that will not come: only taking the clique out of
+  // service (which re-opens their waits) ends them.
+  return Error(concclInvalidUsage, pending.error->message() +
+                                       " (found after ranks had launched this staged thread-per-rank call; the "
+                                       "communicator is out of service)");
 }
 
 int LocalClique::departedPeerLocked(const CallTicket& ticket) const {
@@ -210,9 +325,27 @@ void LocalClique::spinUntilReady(const CallTicket& ticket) const {
 }
 
 void LocalClique::waitAndLaunch(CallTicket& ticket) {
+  if (ticket.earlySchedule) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (error_) {
+        countLaunchLocked(*ticket.call);
+        checkHealthyLocked();
+      }
+    }
+    launchRank(*ticket.earlySchedule, ticket.earlyBinding, ticket, /*prepare=*/true);
+    std::lock_guard<std::mutex> lock(mutex_);
+    countLaunchLocked(*ticket.call);
+    return;
+  }
   spinUntilReady(ticket);
   std::shared_ptr<PendingCall> call = waitUntilReady(ticket);
-  launchReady(*call, ticket);
+  launchRank(*call->schedule, call->binding, ticket, /*prepare=*/false);
+}
+
+void LocalClique::countLaunchLocked(PendingCall& call) {
+  // A collective is done with when every rank has taken its part; an early rank may take it before the others post.
+  if (++call.launched == nranks()) collectives_.erase(call.seq);
 }
 
 std::shared_ptr<PendingCall> LocalClique::waitUntilReady(CallTicket& ticket) {
@@ -250,7 +383,11 @@ std::shared_ptr<PendingCall> LocalClique::waitUntilReady(CallTicket& ticket) {
                                          " was destroyed or aborted before it made this call");
   }
   std::shared_ptr<PendingCall> call = ticket.call;
-  if (++call->launched == call->posted && call->call.kind != sched::CollKind::kSendRecv) collectives_.erase(call->seq);
+  if (ticket.collective) {
+    countLaunchLocked(*call);
+  } else {
+    ++call->launched;
+  }
   if (call->error) throw Error(*call->error).addContext(ticket.what);
   checkHealthyLocked();
   return call;
@@ -270,9 +407,11 @@ std::string LocalClique::timeoutReasonLocked(const CallTicket& ticket) const {
          ticket.what + " for rank(s) " + missing + " to call it";
 }
 
-void LocalClique::launchReady(PendingCall& call, const CallTicket& ticket) {
+void LocalClique::launchRank(const sched::Schedule& schedule, const exec::CallBinding& binding,
+                             const CallTicket& ticket, bool prepare) {
   try {
-    executor_->launch(*call.schedule, call.binding, ticket.rank);
+    if (prepare) executor_->prepareCall(schedule, binding, {ticket.rank});
+    executor_->launch(schedule, binding, ticket.rank);
     if (watchdog_) watchdog_->launched(ticket.rank, ticket.what);
   } catch (Error& e) {
     e.addContext(ticket.what + " on rank " + std::to_string(ticket.rank));
@@ -303,9 +442,7 @@ void LocalClique::abandon(CallTicket& ticket) {
     return;
   }
   PendingCall& call = *ticket.call;
-  if (call.ready && ++call.launched == call.posted && call.call.kind != sched::CollKind::kSendRecv) {
-    collectives_.erase(call.seq);
-  }
+  if (ticket.collective && (call.ready || ticket.earlySchedule)) countLaunchLocked(call);
 }
 
 void LocalClique::releaseRank(int rank, bool graceful) {

@@ -3,8 +3,11 @@
 //
 // Ranks post their arguments into a PendingCall matched by a per-rank sequence number; when the last rank has
 // posted, the call is validated, its schedule is built once, and each rank launches its own program on the
-// shared executor. Point-to-point calls are matched differently: each rank posts its group of Send/Recv ops,
-// and a call closes when every rank one of its ops names has posted its group too.
+// shared executor. A rank driven by a thread of its own would wait there for its peers' threads: calls small enough
+// to go through the peers' scratch (Config::threadStaged, stagedMaxBytes) are staged instead, each rank launching its
+// program at once from its own arguments, and the last rank to post checks that every rank agreed.
+// Point-to-point calls are matched differently: each rank posts its group of Send/Recv ops, and a call closes when
+// every rank one of its ops names has posted its group too.
 #pragma once
 
 #include <atomic>
@@ -14,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/clique.h"
@@ -43,7 +47,23 @@ class LocalClique final : public Clique {
   // Spins (bounded) until the ticket's collective is ready, before waitAndLaunch takes the lock.
   void spinUntilReady(const CallTicket& ticket) const;
   void checkHealthyLocked() const;
-  void finalizeLocked(PendingCall& call);
+  // The last rank has posted: validate, build the schedule, prepare the ranks that wait for it. For a staged call
+  // that some ranks launched early, also check what they assumed (checkEarlyAssumptions); an error then must take the
+  // clique out of service: returned, for the caller to raise (fail) once it has released the mutex.
+  std::optional<Error> finalizeLocked(PendingCall& call);
+  // Whether the first rank to post a call with these arguments stages it, for every rank of the call.
+  bool stagesCall(const RankArgs& args) const;
+  // A staged call's program for `rank` as if every peer called like it, with its own buffers checked, into the
+  // ticket (earlySchedule, earlyBinding); false (nothing set) when that program or its path would depend on how
+  // the peers call, or a check fails: the rank then waits for the real call, which reports any error to all.
+  bool planEarlyLaunch(const RankArgs& mine, int rank, CallTicket& ticket);
+  // Whether rank `rank`'s program and path in `schedule` (of `call`, every rank calling alike) stay the same when
+  // the peers' in-place flags differ from its own; remembered per schedule.
+  bool independentOfPeersInPlace(const sched::Schedule& schedule, const sched::CollectiveCall& call, int rank);
+  // Throws unless every early rank's assumed program and path are the real call's.
+  static void checkEarlyAssumptions(const PendingCall& call, const exec::Executor& executor);
+  // A collective is forgotten once every rank has launched its part (or abandoned it).
+  void countLaunchLocked(PendingCall& call);
   void tryCloseP2PLocked(int rank);
   // The first released rank that the ticket's unfinished call still waits for, or -1.
   int departedPeerLocked(const CallTicket& ticket) const;
@@ -51,7 +71,10 @@ class LocalClique final : public Clique {
   // failure or a departed peer into the error this rank reports; then launch the rank's program, failing the clique
   // if that fails (the peers would otherwise wait for this rank's signals).
   std::shared_ptr<PendingCall> waitUntilReady(CallTicket& ticket);
-  void launchReady(PendingCall& call, const CallTicket& ticket);
+  // Launches the rank's part of `schedule`; `prepare`: first prepare it (early launches; the others were prepared by
+  // finalizeLocked).
+  void launchRank(const sched::Schedule& schedule, const exec::CallBinding& binding, const CallTicket& ticket,
+                  bool prepare);
   // The timeout message: which ranks never arrived. Needs mutex_.
   std::string timeoutReasonLocked(const CallTicket& ticket) const;
 
@@ -70,6 +93,10 @@ class LocalClique final : public Clique {
   std::optional<Error> error_;
   std::vector<bool> departed_;  // per rank: destroyed or aborted (its handle is gone, it will never post again)
   std::atomic<uint64_t> nextWindowId_{1};
+  bool threadStaged_ = false;  // Config::threadStaged applies to this clique (backend, ranks, devices)
+  bool sharedGpus_ = false;    // some ranks share a device: early launches run eagerly (CallBinding::eagerOnly)
+  std::mutex independentMutex_;
+  std::map<std::pair<uint64_t, int>, bool> independent_;  // independentOfPeersInPlace, by (schedule id, rank)
   // GPU progress of every rank (CUDA backend only): GPU work that does not complete within timeoutMs becomes
   // concclTimeout on every rank (gpu_watchdog.h). Stopped first in the destructor, before the executor goes.
   std::unique_ptr<GpuWatchdog> watchdog_;

@@ -96,22 +96,7 @@ ProcessClique::OwnPart ProcessClique::checkOwnPart(const RankArgs& mine) const {
 }
 
 bool ProcessClique::stagesThroughScratch(const RankArgs& args) const {
-  if (nranks_ < 2 || config_.stagedMaxBytes == 0) return false;
-  if (args.kind == sched::CollKind::kAllToAllv || args.kind == sched::CollKind::kSendRecv) return false;
-  // The call's largest buffer: the root's of a rooted call, anyone's otherwise; the same figure on every rank.
-  sched::CollectiveCall shape;
-  shape.kind = args.kind;
-  shape.nranks = nranks_;
-  shape.dtype = args.dtype;
-  shape.count = args.count;
-  shape.root = args.root;
-  size_t largest = 0;
-  try {
-    for (size_t bytes : sched::bufferBytes(shape, args.root)) largest = std::max(largest, bytes);
-  } catch (const Error&) {
-    return false;  // sizes that overflow: the regular path reports them on every rank
-  }
-  return largest <= config_.stagedMaxBytes;
+  return fitsStaging(args, nranks_, config_.stagedMaxBytes);
 }
 
 bool ProcessClique::trySymmetric(PendingCall& pending, const OwnPart& own, std::vector<Assumption>& assumed) {

@@ -44,6 +44,11 @@ struct CallBinding {
   // [rank] -> concclReduceScatterChunked's input pieces (InputPieces::events empty: the rank's sendbuff is ready at
   // the call); empty for every other call. The executor makes every op that reads a piece wait for its event.
   std::vector<InputPieces> inputPieces;
+  // Run eagerly: neither prepare nor replay a cached graph for this call. Set for a rank that launches without
+  // waiting for its peers on a GPU it shares with them (LocalClique, Config::threadStaged 2): capturing and
+  // instantiating there can wait for the device, whose queues then hold a peer's Wait for this very rank (seen on one
+  // H200, 2026-12-01).
+  bool eagerOnly = false;
 };
 
 // CallBinding::bufferIds values that are not allocation ids.

@@ -248,7 +248,7 @@ void CudaExecutor::prepareGraphs(const sched::Schedule& schedule, const CallBind
   // The graph of a repeated call is captured here rather than in launch(): no rank of this call has launched yet,
   // so nothing of it waits on the GPU while the driver instantiates (graph_cache.h, prepare). A rank's earlier calls
   // are either launched (their GPU work needs nothing more from the host) or, in the same group, not enqueued yet.
-  if (config_.graphCacheEntries == 0) return;
+  if (config_.graphCacheEntries == 0 || binding.eagerOnly) return;
   for (int rank : ranks) {
     if (rank < 0 || rank >= static_cast<int>(ranks_.size())) continue;
     RankState& s = *ranks_[static_cast<size_t>(rank)];
@@ -715,7 +715,8 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   // Captured calls are left alone: they become part of the caller's graph, whose replays are the caller's.
   // Calls with chunk events record them between the program's ops, and calls with input pieces wait for them there:
   // they run eagerly, never from a cached graph.
-  if (eager && chunks == nullptr && inputs == nullptr && s.graphs && graphCacheable(schedule, rank)) {
+  if (eager && !binding.eagerOnly && chunks == nullptr && inputs == nullptr && s.graphs &&
+      graphCacheable(schedule, rank)) {
     s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
     CallShape& shape = s.graphs->scratchShape();
     if (makeCallShape(schedule.id, rank, binding, shape) && s.graphs->launch(s, shape, setup, resolve, program)) return;
