@@ -8,7 +8,8 @@
 #   3. issue 15 item 3: conccl-tp-bench, a short check + the 70B shapes (gpu-tp-bench.sh), if staged;
 #   4. every collective on distinct GPUs, three paths (MultiGpu.*); staged calls with a GPU per process;
 #   5. issue 11 item 3: conccl-bench 128K-64M against NCCL with the graph cache off and on (gpu-graph-cache.sh);
-#   6. the handshake probe across GPUs (conccl-kernel-bench --flag-probe), if staged;
+#   6. thread-per-rank staged calls (test + conccl-bench -t 2 on and off); the handshake probe across GPUs
+#      (conccl-kernel-bench --flag-probe), if staged;
 #   7. memcheck and racecheck of MultiGpu.* (issue 13 item 5), with what budget is left.
 # Env: OUT, BUDGET_S (default 420), SKIP_BENCH=1.
 set -u
@@ -45,6 +46,17 @@ step multigpu 90 "$bin/test_gpu_collectives" --gtest_brief=1 --gtest_filter='Mul
 step mp-staged 120 "$bin/test_gpu_multiprocess" \
   --gtest_filter='*StagedCalls*/0:*EveryCollectiveMatchesTheReference*/0:*Staged.*'
 grep -h "host time\|staged calls" "$logs/mp-staged.log" >"$OUT/mp-staged.txt" 2>/dev/null
+# Thread-per-rank staged calls in one process (off by default until this measures them, docs/multiprocess.md): the test
+# with a GPU per rank, then conccl-bench -t 2 with CONCCL_THREAD_STAGED=0 and 1 (host time and time per call).
+if [ -x "$bin/test_gpu_thread_staged" ]; then
+  step thread-staged 90 "$bin/test_gpu_thread_staged" --gtest_brief=1
+  if [ "${SKIP_BENCH:-0}" != 1 ]; then
+    for ts in 0 1; do
+      step "thread-staged-bench-$ts" 60 env CONCCL_THREAD_STAGED=$ts "$bin/conccl-bench" --backend conccl -t 2 -g 1 \
+        --devices 0,1 -b 8 -e 8M -f 4 --coll all -n 30 -w 5 -c 1 --json "$logs/thread-staged-$ts.jsonl"
+    done
+  fi
+fi
 # One handshake across the GPUs, flags in host vs device memory (a few seconds; docs/next-steps.md, "Open levers").
 if [ -x "$bin/conccl-kernel-bench" ]; then
   step flag-probe 30 "$bin/conccl-kernel-bench" --no-reduce --no-latency --flag-probe --runs 5
