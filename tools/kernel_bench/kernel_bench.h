@@ -47,6 +47,9 @@ void runReadProbe(int runs);
 void runWriteProbe(int runs);
 // Reductions reading a peer GPU's memory, and a reduction beside a peer copy (peer_probe.cu; needs 2 GPUs).
 void runPeerProbe(int runs);
+// A fan-in-2 reduction through the TMA (bulk loads into shared memory, bulk reductions into the output that already
+// holds the other input), and its parts alone (tma_reduce_probe.cu). False when its result check failed.
+bool runTmaReduceProbe(int runs);
 // One handshake (stream write + stream wait) with the flags in host memory and in device memory (flag_probe.cu).
 void runFlagProbe(int runs);
 // Per-call latency and host enqueue cost of the collectives through the public API (latency_bench.cu).
