@@ -175,6 +175,9 @@ size_t ipcImportCount();
 // Eager calls this process ran as a replay of a cached CUDA graph (all communicators; exec/cuda/graph_cache.h):
 // tests check that the cache was used, or not.
 size_t graphCacheReplays();
+// Of those, replays of programs that use lanes (parallel graph branches): never where ranks share a GPU
+// (CudaExecutor::graphCacheable).
+size_t graphCacheLaneReplays();
 
 // Number of flags (uint32) per rank a CUDA executor needs for an n-rank clique with this config.
 int cudaFlagSlots(int nranks, const Config& config);

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -127,6 +128,8 @@ class CudaExecutor final : public Executor {
   PinnedBuffer abortWord_;  // set by cancel(): small-message kernels stop waiting
   const uint32_t* abortWordDevice_ = nullptr;
 
+  // Some local ranks share a device (graphCacheable: their lane programs are not cached).
+  bool sharedDevices_ = false;
   // First use of every stream, one at a time (queue_claim.h; null when CONCCL_QUEUE_CLAIM=0). Local cliques only.
   std::unique_ptr<QueueClaimer> claimer_;
   std::atomic<bool> leakedRank_{false};  // a rank could not drain: nothing may be freed with a device-synchronising call
@@ -179,6 +182,7 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
   initOptions(static_cast<int>(devices.size()));
   const int n = static_cast<int>(devices.size());
   refuseSharedHardwareQueues();
+  sharedDevices_ = std::set<int>(devices.begin(), devices.end()).size() < devices.size();
   // Peer access between every pair of distinct devices that supports it. Copies between devices without it
   // still work (the runtime stages them), only slower.
   std::vector<int> unique;
@@ -754,7 +758,14 @@ void CudaExecutor::orderAfterPreviousCall(RankState& s, cudaStream_t main) {
 
 bool CudaExecutor::graphCacheable(const sched::Schedule& schedule, int rank) const {
   if (schedule.programs[static_cast<size_t>(rank)].ops.empty()) return false;  // nothing to replay
-  return config_.graphCacheMaxBytes == 0 || rankWorkBytes(schedule, rank) <= config_.graphCacheMaxBytes;
+  const size_t work = rankWorkBytes(schedule, rank);
+  // A replayed graph runs its parallel branches (the lanes) on streams the driver picks, which the queue claim
+  // (Hazard 4) cannot claim: where ranks share a GPU, one of them can land behind a peer's Wait for this very rank.
+  // Seen on one H200 (2026-12-01, fifth session, GraphCache.ThreadPerRankOnOneGpu: AllGather of 6 MB on 3 ranks,
+  // thread per rank, stuck at its first replay). There only single-stream programs (one chain on the caller's
+  // stream) are cached; ranks sharing a GPU are a correctness setup, not a performance one (FACTS.md).
+  if (sharedDevices_ && work > config_.singleStreamBytes) return false;
+  return config_.graphCacheMaxBytes == 0 || work <= config_.graphCacheMaxBytes;
 }
 
 CopyEngineSetup CudaExecutor::copyEngineSetup(const sched::Schedule& schedule, int rank, cudaStream_t main,

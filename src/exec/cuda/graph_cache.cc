@@ -38,10 +38,12 @@ class RelaxedCaptureMode {
 
 // Replays by every communicator of the process (graphCacheReplays() in exec/executor.h, for tests).
 std::atomic<size_t> graphCacheReplayCount{0};
+std::atomic<size_t> graphCacheLaneReplayCount{0};  // of which programs with lanes (graphCacheLaneReplays())
 
 }  // namespace
 
 size_t graphCacheReplays() { return graphCacheReplayCount.load(std::memory_order_relaxed); }
+size_t graphCacheLaneReplays() { return graphCacheLaneReplayCount.load(std::memory_order_relaxed); }
 
 RankGraphCache::RankGraphCache(size_t capacity) : captureStream_(Stream::createNonBlocking()), cache_(capacity) {}
 
@@ -85,6 +87,7 @@ bool RankGraphCache::launch(RankState& s, const CallShape& shape, const CopyEngi
                                           CU_STREAM_WRITE_VALUE_DEFAULT));
   ++s.launches;
   graphCacheReplayCount.fetch_add(1, std::memory_order_relaxed);
+  if (!setup.singleStream) graphCacheLaneReplayCount.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
