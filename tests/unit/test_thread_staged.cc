@@ -186,6 +186,57 @@ TEST(ThreadStaged, MixedInPlaceRanksBothLaunchEarly) {
   EXPECT_FALSE(f.clique->asyncError());
 }
 
+TEST(ThreadStaged, FitsStagingByTheCallsLargestBuffer) {
+  RankArgs a;
+  a.kind = sched::CollKind::kAllGather;
+  a.dtype = concclFloat32;
+  a.count = 1024;  // recvbuff 4 ranks x 4 KiB = 16 KiB: the largest buffer
+  EXPECT_TRUE(fitsStaging(a, 4, 16 << 10));
+  EXPECT_FALSE(fitsStaging(a, 4, (16 << 10) - 1));
+  EXPECT_FALSE(fitsStaging(a, 1, 16 << 10)) << "one rank has nothing to stage";
+  EXPECT_FALSE(fitsStaging(a, 4, 0)) << "0 turns staging off";
+  a.kind = sched::CollKind::kGather;  // the root's recvbuff counts, on every rank alike
+  a.root = 3;
+  EXPECT_TRUE(fitsStaging(a, 4, 16 << 10));
+  EXPECT_FALSE(fitsStaging(a, 4, 8 << 10));
+  a.kind = sched::CollKind::kAllToAllv;
+  EXPECT_FALSE(fitsStaging(a, 4, size_t{1} << 40)) << "a rank does not know its peers' counts";
+  a.kind = sched::CollKind::kSendRecv;
+  EXPECT_FALSE(fitsStaging(a, 4, size_t{1} << 40));
+  a.kind = sched::CollKind::kAllGather;
+  a.count = ~size_t{0} / 2;  // sizes that overflow: the regular path reports them
+  EXPECT_FALSE(fitsStaging(a, 4, ~size_t{0}));
+}
+
+TEST(ThreadStaged, SoloCallMirrorsTheRankWithoutPeerBuffers) {
+  float own[2][8] = {};
+  RankArgs mine;
+  mine.kind = sched::CollKind::kReduceScatter;
+  mine.count = 2;
+  mine.sendbuff = own[0];
+  mine.recvbuff = own[1];
+  mine.stream = reinterpret_cast<cudaStream_t>(0x1234);
+  PendingCall solo;
+  assembleSoloCall(solo, mine, 1, 3);
+  EXPECT_EQ(solo.call.kind, sched::CollKind::kReduceScatter);
+  EXPECT_EQ(solo.call.count, 2u);
+  ASSERT_EQ(solo.binding.buffers.size(), 3u);
+  for (int p = 0; p < 3; ++p) {
+    const auto& bufs = solo.binding.buffers[static_cast<size_t>(p)];
+    ASSERT_EQ(bufs.size(), 2u);
+    if (p == 1) {
+      EXPECT_EQ(bufs[0], static_cast<void*>(own[0]));
+      EXPECT_EQ(bufs[1], static_cast<void*>(own[1]));
+      EXPECT_EQ(solo.binding.streams[1], mine.stream);
+    } else {
+      EXPECT_EQ(bufs[0], nullptr) << "peer " << p;
+      EXPECT_EQ(bufs[1], nullptr) << "peer " << p;
+      EXPECT_EQ(solo.binding.streams[static_cast<size_t>(p)], nullptr);
+    }
+  }
+  for (bool inPlace : solo.call.inPlace) EXPECT_FALSE(inPlace);
+}
+
 // End to end on the host backend: one thread per rank, every collective with a staged form, ranks in and out of
 // place, results against the reference.
 TEST(ThreadStaged, EveryCollectiveMatchesTheReferenceThreadPerRank) {
