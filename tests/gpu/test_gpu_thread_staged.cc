@@ -24,8 +24,7 @@ namespace {
 
 // Ranks and their devices: a GPU each where there are enough, else all on GPU 0 (with the switch set).
 std::vector<int> rankDevices(int n) {
-  int gpus = 0;
-  EXPECT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
+  const int gpus = deviceCount();
   std::vector<int> devices(static_cast<size_t>(n), 0);
   if (gpus >= n) {
     for (int r = 0; r < n; ++r) devices[static_cast<size_t>(r)] = r;
@@ -46,6 +45,7 @@ bool warmUp(Clique& clique, const std::vector<int>& devices) {
 }
 
 TEST(ThreadStaged, EveryCollectiveBothPathsThreadPerRank) {
+  SKIP_WITHOUT_GPU();
   const Coll colls[] = {Coll::kAllGather, Coll::kReduceScatter, Coll::kAllReduce, Coll::kBroadcast,
                         Coll::kReduce,    Coll::kAllToAll,      Coll::kGather,    Coll::kScatter};
   for (int n : {2, 3}) {
@@ -84,6 +84,7 @@ TEST(ThreadStaged, EveryCollectiveBothPathsThreadPerRank) {
 }
 
 TEST(ThreadStaged, CallReturnsBeforeItsPeerCalls) {
+  SKIP_WITHOUT_GPU();
   const std::vector<int> devices = rankDevices(2);
   auto clique = Clique::create(2, CONCCL_CONFIG_UNDEF_INT, devices);
   ASSERT_TRUE(clique);
