@@ -75,6 +75,11 @@ const void* offsetBy(const void* p, size_t bytes) {
   return p == nullptr ? nullptr : static_cast<const char*>(p) + bytes;
 }
 
+// p - bytes: where sendbuff starts when recvbuff = p is its block at `bytes` (ReduceScatter, Scatter in place).
+const void* backBy(const void* p, size_t bytes) {
+  return p == nullptr ? nullptr : static_cast<const char*>(p) - static_cast<ptrdiff_t>(bytes);
+}
+
 RankArgs makeArgs(CollKind kind, const char* api, concclDataType_t dtype, size_t count, const void* send, void* recv,
                   cudaStream_t stream) {
   RankArgs a;
@@ -85,6 +90,28 @@ RankArgs makeArgs(CollKind kind, const char* api, concclDataType_t dtype, size_t
   a.sendbuff = send;
   a.recvbuff = recv;
   a.stream = stream;
+  return a;
+}
+
+// An AllGather's arguments (plain or chunked), sizes checked and in place detected.
+RankArgs allGatherArgs(const char* api, const Local& l, const void* sendbuff, void* recvbuff, size_t sendcount,
+                       concclDataType_t datatype, cudaStream_t stream) {
+  size_t sendBytes = bytesFor(sendcount, l.elemSize, 1, "sendcount");
+  size_t recvBytes = bytesFor(sendcount, l.elemSize, l.nranks, "sendcount");
+  RankArgs a = makeArgs(CollKind::kAllGather, api, datatype, sendcount, sendbuff, recvbuff, stream);
+  a.inPlace = detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, offsetBy(recvbuff, l.rank * sendBytes));
+  return a;
+}
+
+// A ReduceScatter's arguments (plain or chunked; the op already checked), sizes checked and in place detected:
+// in place, recvbuff == sendbuff + rank*recvcount.
+RankArgs reduceScatterArgs(const char* api, const Local& l, const void* sendbuff, void* recvbuff, size_t recvcount,
+                           concclDataType_t datatype, concclRedOp_t op, cudaStream_t stream) {
+  size_t recvBytes = bytesFor(recvcount, l.elemSize, 1, "recvcount");
+  size_t sendBytes = bytesFor(recvcount, l.elemSize, l.nranks, "recvcount");
+  RankArgs a = makeArgs(CollKind::kReduceScatter, api, datatype, recvcount, sendbuff, recvbuff, stream);
+  a.op = op;
+  a.inPlace = detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, backBy(recvbuff, l.rank * recvBytes));
   return a;
 }
 
@@ -132,11 +159,7 @@ concclResult_t concclAllGather(const void* sendbuff, void* recvbuff, size_t send
   constexpr const char* kApi = "concclAllGather";
   return apiCall(comm, kApi, [&] {
     Local l = begin(comm, datatype, stream);
-    size_t sendBytes = bytesFor(sendcount, l.elemSize, 1, "sendcount");
-    size_t recvBytes = bytesFor(sendcount, l.elemSize, l.nranks, "sendcount");
-    RankArgs a = makeArgs(CollKind::kAllGather, kApi, datatype, sendcount, sendbuff, recvbuff, stream);
-    a.inPlace = detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, offsetBy(recvbuff, l.rank * sendBytes));
-    enqueueCall(comm, std::move(a));
+    enqueueCall(comm, allGatherArgs(kApi, l, sendbuff, recvbuff, sendcount, datatype, stream));
   });
 }
 
@@ -149,10 +172,7 @@ concclResult_t concclAllGatherChunked(const void* sendbuff, void* recvbuff, size
     if (comm->clique->config().backend == concclBackendHost) {
       CONCCL_THROW(concclNotSupported, "the host backend has no CUDA events: use concclAllGather");
     }
-    size_t sendBytes = bytesFor(sendcount, l.elemSize, 1, "sendcount");
-    size_t recvBytes = bytesFor(sendcount, l.elemSize, l.nranks, "sendcount");
-    RankArgs a = makeArgs(CollKind::kAllGather, kApi, datatype, sendcount, sendbuff, recvbuff, stream);
-    a.inPlace = detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, offsetBy(recvbuff, l.rank * sendBytes));
+    RankArgs a = allGatherArgs(kApi, l, sendbuff, recvbuff, sendcount, datatype, stream);
     a.chunkEvents.assign(chunkReady, chunkReady + l.nranks);
     enqueueCall(comm, std::move(a));
   });
@@ -164,15 +184,7 @@ concclResult_t concclReduceScatter(const void* sendbuff, void* recvbuff, size_t 
   return apiCall(comm, kApi, [&] {
     Local l = begin(comm, datatype, stream);
     requireOp(op, datatype);
-    size_t recvBytes = bytesFor(recvcount, l.elemSize, 1, "recvcount");
-    size_t sendBytes = bytesFor(recvcount, l.elemSize, l.nranks, "recvcount");
-    RankArgs a = makeArgs(CollKind::kReduceScatter, kApi, datatype, recvcount, sendbuff, recvbuff, stream);
-    a.op = op;
-    // In place: recvbuff == sendbuff + rank*recvcount, i.e. sendbuff == recvbuff - rank*recvBytes.
-    const void* inPlaceSend =
-        recvbuff == nullptr ? nullptr : static_cast<const char*>(recvbuff) - static_cast<ptrdiff_t>(l.rank * recvBytes);
-    a.inPlace = detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, inPlaceSend);
-    enqueueCall(comm, std::move(a));
+    enqueueCall(comm, reduceScatterArgs(kApi, l, sendbuff, recvbuff, recvcount, datatype, op, stream));
   });
 }
 
@@ -192,13 +204,7 @@ concclResult_t concclReduceScatterChunked(const void* sendbuff, void* recvbuff, 
     if (comm->clique->config().backend == concclBackendHost) {
       CONCCL_THROW(concclNotSupported, "the host backend has no CUDA events: use concclReduceScatter");
     }
-    size_t recvBytes = bytesFor(recvcount, l.elemSize, 1, "recvcount");
-    size_t sendBytes = bytesFor(recvcount, l.elemSize, l.nranks, "recvcount");
-    RankArgs a = makeArgs(CollKind::kReduceScatter, kApi, datatype, recvcount, sendbuff, recvbuff, stream);
-    a.op = op;
-    const void* inPlaceSend =
-        recvbuff == nullptr ? nullptr : static_cast<const char*>(recvbuff) - static_cast<ptrdiff_t>(l.rank * recvBytes);
-    a.inPlace = detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, inPlaceSend);
+    RankArgs a = reduceScatterArgs(kApi, l, sendbuff, recvbuff, recvcount, datatype, op, stream);
     a.inputEvents.assign(pieceReady, pieceReady + static_cast<size_t>(l.nranks) * static_cast<size_t>(piecesPerBlock));
     a.piecesPerBlock = piecesPerBlock;
     a.pushInputs = true;
@@ -318,10 +324,7 @@ concclResult_t concclScatter(const void* sendbuff, void* recvbuff, size_t recvco
     RankArgs a = makeArgs(CollKind::kScatter, kApi, datatype, recvcount, sendbuff, recvbuff, stream);
     a.root = root;
     if (l.rank == root) {
-      const void* inPlaceSend = recvbuff == nullptr ? nullptr
-                                                    : static_cast<const char*>(recvbuff) -
-                                                          static_cast<ptrdiff_t>(root * recvBytes);
-      a.inPlace = detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, inPlaceSend);
+      a.inPlace = detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, backBy(recvbuff, root * recvBytes));
     }
     enqueueCall(comm, std::move(a));
   });
