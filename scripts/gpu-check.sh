@@ -109,7 +109,7 @@ for log in "$out"/test_gpu_*.log; do
 done
 if [ -f "$out/conccl-kernel-bench.log" ]; then
   grep -E '^(bf16|fp32) +(1|4|8|132) ' "$out/conccl-kernel-bench.log"
-  grep -E '^(allreduce|allgather|reducescatter) +(8|8192|1048576) ' "$out/conccl-kernel-bench.log"
+  grep -E '^(AllReduce|AllGather|ReduceScatter) +(8|8192|1048576) ' "$out/conccl-kernel-bench.log"
 fi
 for log in "$out"/memcheck-*.log "$out"/racecheck-*.log; do
   [ -f "$log" ] && grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 | sed "s|^|$(basename "$log" .log): |"

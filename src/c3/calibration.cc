@@ -47,7 +47,7 @@ std::vector<Scenario> calibrationScenarios(int ranks, const MachineProfile& mach
           bestGap = gap;
         }
       }
-      out.push_back(Scenario{std::string("cal-") + gemmBoundName(bound) + "-" + collKindName(kind),
+      out.push_back(Scenario{std::string("cal-") + gemmBoundName(bound) + "-" + collLabel(kind),
                              "calibration: GEMM and collective of about equal predicted time", gemm,
                              CollectiveSpec{kind, best, ranks, Dtype::kBf16}});
     }
@@ -79,7 +79,7 @@ std::string calibrationToJson(const Calibration& calibration, const std::string&
     const auto& [s, bound, kind] = key;
     entries.push_back({{"strategy", strategyName(s)},
                        {"gemm_bound", gemmBoundName(bound)},
-                       {"collective", collKindName(kind)},
+                       {"collective", collLabel(kind)},
                        {"gemm_slowdown", c.gemmSlowdown},
                        {"coll_slowdown", c.collSlowdown},
                        {"coll_time_scale", c.collTimeScale},

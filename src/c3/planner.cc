@@ -110,7 +110,7 @@ StrategyResources strategyResources(Strategy s, CollKind kind, int gpuSms, int r
     r.collectiveCtas = rpCollCtas;
   }
   if (s == Strategy::kConcclRp) r.gemmSmCount = rpGemmSms > 0 ? rpGemmSms : std::max(8, gpuSms - reduceCtas);
-  if (r.conccl && collHasReduction(kind)) r.collectiveCtas = reduceCtas;
+  if (r.conccl && isReduction(kind)) r.collectiveCtas = reduceCtas;
   r.highPriority = s == Strategy::kNcclSp;
   return r;
 }
@@ -119,7 +119,7 @@ StrategyCost Calibration::cost(Strategy s, GemmBound bound, CollKind kind) const
   if (auto it = kindCosts.find({s, bound, kind}); it != kindCosts.end()) return it->second;
   StrategyCost c;
   if (auto it = costs.find({s, bound}); it != costs.end()) c = it->second;
-  if ((s == Strategy::kConccl || s == Strategy::kConcclRp) && collHasReduction(kind)) {
+  if ((s == Strategy::kConccl || s == Strategy::kConcclRp) && isReduction(kind)) {
     c.gemmSlowdown *= ceReductionGemmSlowdown;
   }
   return c;

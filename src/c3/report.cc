@@ -198,7 +198,7 @@ std::string formatGrid(const std::vector<Scenario>& scenarios, const MachineProf
     const Plan p = plan(s.gemm, s.coll, tG, tC, calibration, allStrategies(), machine);
     out += format("%-34s %-26s %6.0f %-7s %-14s %10s %5d %-9s %9s %9s %-8s %-10s\n", s.name.c_str(),
                   gemmText(s.gemm).c_str(), s.gemm.arithmeticIntensity(), gemmBoundName(classifyGemm(s.gemm, machine)),
-                  collKindName(s.coll.kind), formatBytes(double(s.coll.bytes)).c_str(), s.coll.ranks,
+                  collLabel(s.coll.kind), formatBytes(double(s.coll.bytes)).c_str(), s.coll.ranks,
                   collBoundName(classifyCollective(s.coll.bytes, halfPeak)), ms(tG).c_str(), ms(tC).c_str(),
                   overlapClassName(classify(tG, tC)), strategyName(p.best));
   }
@@ -263,7 +263,7 @@ std::string resultsToJson(const RunInfo& info, const std::vector<ResultRow>& row
         {"best_fixed_T_c3_ms", r.bestFixedTC3 > 0 ? millis(r.bestFixedTC3) : json(nullptr)},
         {"gemm", {{"m", r.gemm.m}, {"n", r.gemm.n}, {"k", r.gemm.k}, {"dtype", dtypeName(r.gemm.dtype)}}},
         {"collective",
-         {{"kind", collKindName(r.coll.kind)},
+         {{"kind", collLabel(r.coll.kind)},
           {"bytes", r.coll.bytes},
           {"ranks", r.coll.ranks},
           {"dtype", dtypeName(r.coll.dtype)}}},

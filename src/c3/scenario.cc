@@ -51,9 +51,11 @@ void validateScenario(const Scenario& s) {
   CONCCL_REQUIRE(validName(s.name), where + "name must be non-empty and use only [A-Za-z0-9._+-]");
   CONCCL_REQUIRE(s.gemm.m > 0 && s.gemm.n > 0 && s.gemm.k > 0, where + "GEMM dimensions must be positive");
   CONCCL_REQUIRE(s.coll.ranks >= 1 && s.coll.ranks <= 1024, where + "ranks must be in 1..1024");
+  CONCCL_REQUIRE(isC3Collective(s.coll.kind), where + "collective " + sched::collKindName(s.coll.kind) +
+                                                 " is not one of the C3 collectives");
   CONCCL_REQUIRE(s.coll.bytes > 0, where + "collective bytes must be positive");
-  CONCCL_REQUIRE(s.coll.dtype != Dtype::kFp8E4M3 || !collHasReduction(s.coll.kind),
-                 where + "fp8 collectives are for data movement only (no " + collKindName(s.coll.kind) + ")");
+  CONCCL_REQUIRE(s.coll.dtype != Dtype::kFp8E4M3 || !isReduction(s.coll.kind),
+                 where + "fp8 collectives are for data movement only (no " + collLabel(s.coll.kind) + ")");
   CONCCL_REQUIRE(s.coll.callCount() > 0, where + "collective bytes too small for " + std::to_string(s.coll.ranks) +
                                              " ranks of " + dtypeName(s.coll.dtype));
 }

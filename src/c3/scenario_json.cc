@@ -46,7 +46,7 @@ json toJson(const Scenario& s) {
               {"description", s.description},
               {"gemm", {{"m", s.gemm.m}, {"n", s.gemm.n}, {"k", s.gemm.k}, {"dtype", dtypeName(s.gemm.dtype)}}},
               {"collective",
-               {{"kind", collKindName(s.coll.kind)},
+               {{"kind", collLabel(s.coll.kind)},
                 {"bytes", s.coll.bytes},
                 {"ranks", s.coll.ranks},
                 {"dtype", dtypeName(s.coll.dtype)}}}};

@@ -92,7 +92,19 @@ GemmBound classifyGemm(const GemmShape& gemm, const MachineProfile& machine) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-const char* collKindName(CollKind kind) {
+namespace {
+[[noreturn]] void notC3(CollKind kind) {
+  CONCCL_THROW(concclInvalidArgument, std::string("C3 scenarios have no ") + sched::collKindName(kind) +
+                                          " (all-gather, reduce-scatter, all-reduce, all-to-all or broadcast)");
+}
+}  // namespace
+
+bool isC3Collective(CollKind kind) {
+  return kind == CollKind::kAllGather || kind == CollKind::kReduceScatter || kind == CollKind::kAllReduce ||
+         kind == CollKind::kAllToAll || kind == CollKind::kBroadcast;
+}
+
+const char* collLabel(CollKind kind) {
   switch (kind) {
     case CollKind::kAllGather:
       return "all-gather";
@@ -104,8 +116,9 @@ const char* collKindName(CollKind kind) {
       return "all-to-all";
     case CollKind::kBroadcast:
       return "broadcast";
+    default:
+      notC3(kind);
   }
-  return "?";
 }
 
 std::optional<CollKind> parseCollKind(std::string_view name) {
@@ -120,8 +133,6 @@ std::optional<CollKind> parseCollKind(std::string_view name) {
   return std::nullopt;
 }
 
-bool collHasReduction(CollKind kind) { return kind == CollKind::kReduceScatter || kind == CollKind::kAllReduce; }
-
 double busBwFactor(CollKind kind, int ranks) {
   CONCCL_REQUIRE(ranks >= 1, "busBwFactor: ranks must be >= 1, got " + std::to_string(ranks));
   const double n = ranks;
@@ -134,8 +145,9 @@ double busBwFactor(CollKind kind, int ranks) {
       return 2 * (n - 1) / n;
     case CollKind::kBroadcast:
       return 1.0;
+    default:
+      notC3(kind);
   }
-  return 1.0;
 }
 
 uint64_t CollectiveSpec::callCount() const {
@@ -149,8 +161,9 @@ uint64_t CollectiveSpec::callCount() const {
     case CollKind::kAllReduce:
     case CollKind::kBroadcast:
       return elems;
+    default:
+      notC3(kind);
   }
-  return 0;
 }
 
 double algBw(uint64_t bytes, double seconds) { return seconds > 0 ? double(bytes) / seconds : 0.0; }

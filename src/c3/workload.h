@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "sched/schedule.h"
+
 namespace conccl::c3 {
 
 // Element types of the GEMMs in the grid. fp8 GEMMs take e4m3 inputs and write bf16 (what cuBLASLt and
@@ -59,11 +61,13 @@ struct MachineProfile {
 GemmBound classifyGemm(const GemmShape& gemm, const MachineProfile& machine);
 
 // ---------------------------------------------------------------------------------------------------
-enum class CollKind { kAllGather, kReduceScatter, kAllReduce, kAllToAll, kBroadcast };
+// The collective kinds are the schedule layer's (one name per idea). C3 scenarios use five of them: all-gather,
+// reduce-scatter, all-reduce, all-to-all and broadcast; the functions below throw concclInvalidArgument for the others.
+using CollKind = sched::CollKind;
 
-const char* collKindName(CollKind kind);                       // "all-gather", "reduce-scatter", ...
-std::optional<CollKind> parseCollKind(std::string_view name);  // also accepts "allgather", "ag", "rs", "ar", "a2a"
-bool collHasReduction(CollKind kind);                          // reduce-scatter, all-reduce
+bool isC3Collective(CollKind kind);                            // one of the five above
+const char* collLabel(CollKind kind);                          // "all-gather", ...: scenario files and reports
+std::optional<CollKind> parseCollKind(std::string_view name);  // the five; also "allgather", "ag", "rs", "ar", "a2a"
 
 // nccl-tests bus-bandwidth factor: busbw = algbw x factor, (n-1)/n for all-gather, reduce-scatter and
 // all-to-all, 2(n-1)/n for all-reduce, 1 for broadcast. ranks < 1 is invalid (throws).

@@ -45,6 +45,7 @@ inline concclResult_t callCollective(Coll c, const void* send, void* recv, size_
     case Coll::kAllToAll: return concclAllToAll(send, recv, count, t, comm, stream);
     case Coll::kGather: return concclGather(send, recv, count, t, root, comm, stream);
     case Coll::kScatter: return concclScatter(send, recv, count, t, root, comm, stream);
+    case Coll::kAllToAllv: case Coll::kSendRecv: break;  // their arguments do not fit this signature
   }
   return concclInternalError;
 }
@@ -110,7 +111,7 @@ inline size_t runAndCheck(Coll c, const std::vector<concclComm_t>& comms, size_t
   });
   for (int r = 0; r < n; ++r) {
     if (results[r] != concclSuccess) {
-      ADD_FAILURE() << collName(c) << " rank " << r << ": " << concclGetLastError(comms[r]);
+      ADD_FAILURE() << collKindName(c) << " rank " << r << ": " << concclGetLastError(comms[r]);
       return SIZE_MAX;
     }
   }

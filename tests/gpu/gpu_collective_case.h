@@ -18,55 +18,15 @@
 #include <string>
 #include <vector>
 
+#include "common/reference.h"
 #include "exec/host/host_reduce.h"
 #include "gpu/gpu_test_util.h"
 
 namespace conccl::gputest {
 
-enum class Coll {
-  kAllGather,
-  kReduceScatter,
-  kAllReduce,
-  kBroadcast,
-  kReduce,
-  kAllToAll,
-  kAllToAllv,
-  kGather,
-  kScatter,
-  kSendRecv
-};
-
-inline const char* collName(Coll c) {
-  switch (c) {
-    case Coll::kAllGather:
-      return "AllGather";
-    case Coll::kReduceScatter:
-      return "ReduceScatter";
-    case Coll::kAllReduce:
-      return "AllReduce";
-    case Coll::kBroadcast:
-      return "Broadcast";
-    case Coll::kReduce:
-      return "Reduce";
-    case Coll::kAllToAll:
-      return "AllToAll";
-    case Coll::kAllToAllv:
-      return "AllToAllv";
-    case Coll::kGather:
-      return "Gather";
-    case Coll::kScatter:
-      return "Scatter";
-    case Coll::kSendRecv:
-      return "SendRecv";
-  }
-  return "?";
-}
-
-inline bool isReduction(Coll c) { return c == Coll::kReduceScatter || c == Coll::kAllReduce || c == Coll::kReduce; }
-inline bool isRooted(Coll c) {
-  return c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter;
-}
-inline bool supportsInPlace(Coll c) { return c != Coll::kAllToAll && c != Coll::kAllToAllv && c != Coll::kSendRecv; }
+// The collective kinds are the schedule layer's; hasInPlace and the host reference live in common/reference.h.
+using Coll = sched::CollKind;
+using test::hasInPlace;
 
 struct CaseSpec {
   Coll coll = Coll::kAllGather;
@@ -78,7 +38,7 @@ struct CaseSpec {
 
   std::string describe(int n) const {
     std::ostringstream os;
-    os << collName(coll) << " n=" << n << " count=" << count << " dtype=" << dtype << " op=" << op << " root=" << root
+    os << collKindName(coll) << " n=" << n << " count=" << count << " dtype=" << dtype << " op=" << op << " root=" << root
        << (inPlace ? " in-place" : " out-of-place");
     return os.str();
   }
@@ -146,7 +106,7 @@ class CollCase {
       }
       k.sendBytes = sendElems * es_;
       k.recvBytes = recvElems * es_;
-      k.inPlace = spec.inPlace && supportsInPlace(spec.coll) && needSend && needRecv;
+      k.inPlace = spec.inPlace && hasInPlace(spec.coll) && needSend && needRecv;
       if (k.inPlace) {
         // One allocation; the smaller buffer lives inside the larger one at the in-place offset.
         const size_t total = std::max(k.sendBytes, k.recvBytes);

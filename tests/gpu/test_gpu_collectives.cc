@@ -34,7 +34,7 @@ TEST_P(Collectives, MatchesHostReference) {
   for (concclDataType_t dtype : types) {
     for (size_t ci = 0; ci < kCounts.size(); ++ci) {
       for (bool inPlace : {false, true}) {
-        if (inPlace && !supportsInPlace(coll)) continue;
+        if (inPlace && !hasInPlace(coll)) continue;
         std::vector<concclRedOp_t> ops = {concclSum};
         // Every op on a few types at the odd size; sum everywhere.
         if (isReduction(coll) && kCounts[ci] == 4099 &&
@@ -67,7 +67,7 @@ INSTANTIATE_TEST_SUITE_P(AllCollectives, Collectives,
                                             ::testing::Values(1, 2, 3, 4, 8),
                                             ::testing::Values(Path::kDefault, Path::kCopyEngines, Path::kNoSm)),
                          [](const auto& param_info) {
-                           return std::string(collName(std::get<0>(param_info.param))) + "_" +
+                           return std::string(collKindName(std::get<0>(param_info.param))) + "_" +
                                   std::to_string(std::get<1>(param_info.param)) + "ranks_" +
                                   pathName(std::get<2>(param_info.param));
                          });
@@ -103,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(Large, LargeCollectives,
                                                               Coll::kBroadcast, Coll::kAllToAll),
                                             ::testing::Values(2, 8)),
                          [](const auto& param_info) {
-                           return std::string(collName(std::get<0>(param_info.param))) + "_" +
+                           return std::string(collKindName(std::get<0>(param_info.param))) + "_" +
                                   std::to_string(std::get<1>(param_info.param)) + "ranks";
                          });
 

@@ -104,7 +104,7 @@ TEST_P(RepeatedCalls, SameBuffersFreshDataCheckedEveryCall) {
   const size_t lanesBefore = exec::graphCacheLaneReplays();
   for (size_t count : counts) {
     CaseSpec spec = specFor(coll, count, n);
-    spec.inPlace = supportsInPlace(coll) && count == 300000;
+    spec.inPlace = hasInPlace(coll) && count == 300000;
     CollCase c(spec, n, devices);
     for (int iter = 0; iter < iters; ++iter) {
       const uint64_t seed = freshSeed();
@@ -134,7 +134,7 @@ TEST_P(RepeatedCalls, SameBuffersFreshDataCheckedEveryCall) {
 }
 
 std::string repeatedCallsName(const ::testing::TestParamInfo<RepeatedCalls::ParamType>& p) {
-  return std::string(collName(std::get<0>(p.param))) + "_n" + std::to_string(std::get<1>(p.param)) +
+  return std::string(collKindName(std::get<0>(p.param))) + "_n" + std::to_string(std::get<1>(p.param)) +
          (std::get<2>(p.param) == Mode::kGrouped ? "_grouped" : "_threadPerRank") +
          (std::get<3>(p.param) ? "_cacheOn" : "_cacheOff");
 }
@@ -237,7 +237,7 @@ TEST(GraphCache, ThreadPerRankOnOneGpu) {
     CollCase c(specFor(coll, count, n), n, devices);
     for (int iter = 0; iter < 2 * iterations(); ++iter) {
       const uint64_t seed = freshSeed();
-      const std::string what = std::string(collName(coll)) + " of " + std::to_string(count) + ", call " +
+      const std::string what = std::string(collKindName(coll)) + " of " + std::to_string(count) + ", call " +
                                std::to_string(iter) + ", seed " + std::to_string(seed);
       c.prepare(seed);
       if (!runThreadPerRank(*clique, c, what) || !c.check(what)) return false;

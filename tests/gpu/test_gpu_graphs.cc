@@ -31,7 +31,7 @@ TEST_P(GraphCapture, ReplaysWithFreshInputs) {
     spec.count = count;
     spec.dtype = isReduction(coll) ? concclBfloat16 : concclFloat32;
     spec.root = n - 1;
-    spec.inPlace = supportsInPlace(coll) && count == 4099;
+    spec.inPlace = hasInPlace(coll) && count == 4099;
     CollCase c(spec, n);
     c.prepare(1);
 
@@ -73,7 +73,7 @@ INSTANTIATE_TEST_SUITE_P(AllCollectives, GraphCapture,
                                             ::testing::Values(2, 4),
                                             ::testing::Values(Path::kDefault, Path::kCopyEngines, Path::kNoSm)),
                          [](const auto& param_info) {
-                           return std::string(collName(std::get<0>(param_info.param))) + "_" +
+                           return std::string(collKindName(std::get<0>(param_info.param))) + "_" +
                                   std::to_string(std::get<1>(param_info.param)) + "ranks_" +
                                   pathName(std::get<2>(param_info.param));
                          });

@@ -121,15 +121,15 @@ TEST_P(NoSmMovement, BesideAKernelHoldingEverySm) {
     CUDA_OK(cudaDeviceSynchronize());
   }
   std::fprintf(stderr, "no-sm %-10s alone %8.3f ms, beside a %3.0f ms kernel on every SM %8.3f ms (%.2fx)\n",
-               collName(coll), alone, kHoldMs, beside, beside / alone);
+               collKindName(coll), alone, kHoldMs, beside, beside / alone);
   EXPECT_LE(beside, kAllowedSlowdown * alone)
-      << collName(coll) << " waited for SMs: " << beside << " ms beside the kernel vs " << alone << " ms alone";
+      << collKindName(coll) << " waited for SMs: " << beside << " ms beside the kernel vs " << alone << " ms alone";
 }
 
 INSTANTIATE_TEST_SUITE_P(Movement, NoSmMovement,
                          ::testing::Values(Coll::kAllGather, Coll::kAllToAll, Coll::kBroadcast, Coll::kGather,
                                            Coll::kScatter, Coll::kSendRecv),
-                         [](const auto& info) { return std::string(collName(info.param)); });
+                         [](const auto& info) { return std::string(collKindName(info.param)); });
 
 }  // namespace
 }  // namespace conccl::gputest

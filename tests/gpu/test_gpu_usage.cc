@@ -128,7 +128,7 @@ TEST(Usage, OneThreadPerRank) {
         spec.count = 4099;
         spec.dtype = concclFloat32;
         spec.root = iter % n;
-        spec.inPlace = iter % 2 == 1 && supportsInPlace(coll);
+        spec.inPlace = iter % 2 == 1 && hasInPlace(coll);
         CollCase c(spec, n);
         c.prepare(static_cast<uint64_t>(iter) * 31 + 7);
         std::vector<concclResult_t> results(static_cast<size_t>(n), concclInternalError);

@@ -21,7 +21,7 @@ struct Case {
 
 std::string caseName(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  std::string s = std::string(collName(c.coll)) + "_n" + std::to_string(c.nranks) + "_c" + std::to_string(c.count) +
+  std::string s = std::string(collKindName(c.coll)) + "_n" + std::to_string(c.nranks) + "_c" + std::to_string(c.count) +
                   "_t" + std::to_string(static_cast<int>(c.dtype));
   if (isReduction(c.coll)) s += "_op" + std::to_string(static_cast<int>(c.op));
   s += c.inPlace ? "_inplace" : "_outplace";

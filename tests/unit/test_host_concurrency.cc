@@ -306,7 +306,7 @@ TEST(HostInPlaceMix, MixedAcrossRanks) {
             EXPECT_EQ(runAndCheck(c, comms, count, concclFloat32, concclSum, root, inPlace, drive,
                                   count * 131 + static_cast<uint64_t>(n) * 7 + pattern),
                       0u)
-                << collName(c) << " n=" << n << " count=" << count << " pattern=" << pattern << " root=" << root;
+                << collKindName(c) << " n=" << n << " count=" << count << " pattern=" << pattern << " root=" << root;
           }
         }
       }

@@ -253,11 +253,11 @@ TEST(ThreadStaged, EveryCollectiveMatchesTheReferenceThreadPerRank) {
           std::vector<bool> inPlace(static_cast<size_t>(n));
           for (int r = 0; r < n; ++r) inPlace[static_cast<size_t>(r)] = pattern < 2 && (r % 2) == pattern;
           for (int root : {0, n - 1}) {
-            if (!test::isRooted(c) && root != 0) continue;
+            if (!sched::isRooted(c) && root != 0) continue;
             EXPECT_EQ(test::runAndCheck(c, comms, count, concclFloat32, concclSum, root, inPlace, test::Drive::kThreads,
                                         count * 131 + static_cast<uint64_t>(n) * 7 + static_cast<uint64_t>(pattern)),
                       0u)
-                << test::collName(c) << " n=" << n << " count=" << count << " pattern=" << pattern << " root=" << root;
+                << collKindName(c) << " n=" << n << " count=" << count << " pattern=" << pattern << " root=" << root;
           }
         }
       }

@@ -16,9 +16,14 @@
 
 #include "rank_timer.h"
 
+// The collective kinds are the schedule layer's (sched/schedule.h); declared here without the header.
+namespace conccl::sched {
+enum class CollKind;
+}  // namespace conccl::sched
+
 namespace conccl::bench {
 
-enum class CollKind;
+using CollKind = sched::CollKind;
 
 // A failure of a backend call; the driver reports it and moves on to the next case or backend.
 class BackendError : public std::runtime_error {

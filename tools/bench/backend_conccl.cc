@@ -55,6 +55,7 @@ SmUsage ConcclBackend::Sms(CollKind kind, size_t bytes) const {
     case CollKind::kGather: coll = concclCollGather; break;
     case CollKind::kScatter: coll = concclCollScatter; break;
     case CollKind::kSendRecv: return {0, false, false, "copy engines only"};
+    case CollKind::kAllToAllv: break;  // not in the bench's table
   }
   const CollDesc* desc = nullptr;
   for (const CollDesc* d : AllColls()) {

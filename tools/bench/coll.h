@@ -12,20 +12,9 @@
 
 #include "backend.h"
 #include "reference.h"
+#include "sched/schedule.h"
 
 namespace conccl::bench {
-
-enum class CollKind {
-  kAllGather,
-  kAllToAll,
-  kReduceScatter,
-  kAllReduce,
-  kBroadcast,
-  kReduce,
-  kGather,
-  kScatter,
-  kSendRecv
-};
 
 // Per-rank element counts of one case, derived from the requested size.
 struct CollCounts {

@@ -1,6 +1,7 @@
 // conccl's collectives and the SM-copy proxy (collectives.h).
 #include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include "c3_check.h"
@@ -36,8 +37,9 @@ concclCollective_t concclColl(CollKind k) {
       return concclCollAllToAll;
     case CollKind::kBroadcast:
       return concclCollBroadcast;
+    default:
+      return concclNumColls;  // not a C3 collective (validateScenario refuses it)
   }
-  return concclNumColls;
 }
 
 exec::DeviceBuffer allocateOn(int device, size_t bytes) {
@@ -77,6 +79,8 @@ class ConcclCollective : public Collective {
         case CollKind::kBroadcast:
           C3_CONCCL_CHECK(concclBroadcast(s, d, count, type, 0, comms_[r], streams[r]));
           break;
+        default:
+          throw std::invalid_argument(std::string("conccl-c3 cannot run ") + sched::collKindName(spec_.kind));
       }
     }
     C3_CONCCL_CHECK(concclGroupEnd());
@@ -114,11 +118,9 @@ std::pair<size_t, size_t> bufferBytes(const CollectiveSpec& c) {
       return {whole, part};
     case CollKind::kAllToAll:
       return {whole, whole};
-    case CollKind::kAllReduce:
-    case CollKind::kBroadcast:
+    default:  // all-reduce, broadcast (validateScenario refuses the rest)
       return {part, part};
   }
-  return {part, part};
 }
 
 ConcclComms::ConcclComms(const std::vector<int>& devices) : devices_(devices), comms_(devices.size()) {

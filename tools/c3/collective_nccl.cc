@@ -1,6 +1,8 @@
 // NCCL's collectives (collectives.h): the SM-kernel baseline and its RP and copy-engine variants.
 #include <algorithm>
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "c3_check.h"
 #include "collectives.h"
@@ -148,6 +150,8 @@ class NcclCollective : public Collective {
         case CollKind::kBroadcast:
           C3_NCCL_CHECK(ncclBroadcast(s, d, count, type, 0, comms_[r], streams[r]));
           break;
+        default:
+          throw std::invalid_argument(std::string("conccl-c3 cannot run ") + sched::collKindName(spec_.kind));
       }
     }
     C3_NCCL_CHECK(ncclGroupEnd());

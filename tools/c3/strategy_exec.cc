@@ -57,7 +57,7 @@ std::unique_ptr<Collective> Backends::baseline(const CollectiveSpec& spec) {
 StrategyRun Backends::prepare(Strategy st, const CollectiveSpec& spec) {
   StrategyRun run;
   if (!strategySupports(st, spec.kind)) {
-    run.unavailable = std::string("skipped: NCCL has no copy-engine ") + collKindName(spec.kind);
+    run.unavailable = std::string("skipped: NCCL has no copy-engine ") + collLabel(spec.kind);
     return run;
   }
   // The planner's resources; for conccl+RP the GEMM's target is replaced below by what conccl says this very call

@@ -12,6 +12,7 @@
 
 #include "check_cuda.h"
 #include "kernel_bench.h"
+#include "sched/schedule.h"
 
 namespace conccl::kbench {
 namespace {
@@ -25,22 +26,7 @@ namespace {
     }                                                                                                            \
   } while (0)
 
-enum class Coll { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast };
-const char* collName(Coll c) {
-  switch (c) {
-    case Coll::kAllReduce:
-      return "allreduce";
-    case Coll::kAllGather:
-      return "allgather";
-    case Coll::kReduceScatter:
-      return "reducescatter";
-    case Coll::kAllToAll:
-      return "alltoall";
-    case Coll::kBroadcast:
-      return "broadcast";
-  }
-  return "?";
-}
+using Coll = sched::CollKind;  // the schedule layer's names
 
 }  // namespace
 
@@ -104,6 +90,8 @@ void runLatencyBench(int nranks, int iters, int lanes, size_t maxBytes) {
             case Coll::kBroadcast:
               CHECK_CONCCL(concclBroadcast(send[r], recv[r], count, concclFloat32, 0, comms[r], streams[r]));
               break;
+            default:
+              break;  // not in the loop above
           }
         }
         CHECK_CONCCL(concclGroupEnd());
@@ -145,11 +133,12 @@ void runLatencyBench(int nranks, int iters, int lanes, size_t maxBytes) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count() / iters * 1e6;
       for (auto e : execs) cudaGraphExecDestroy(e);
 
-      std::printf("%-14s %10zu %14.1f %18.1f %14.1f\n", collName(coll), bytes, perCall, enqueuePerRank, graphPerCall);
+      const char* name = sched::collKindName(coll);
+      std::printf("%-14s %10zu %14.1f %18.1f %14.1f\n", name, bytes, perCall, enqueuePerRank, graphPerCall);
       std::printf(
           "#json {\"bench\":\"latency\",\"coll\":\"%s\",\"ranks\":%d,\"distinct_gpus\":%s,\"bytes\":%zu,"
           "\"time_us\":%.2f,\"enqueue_us_per_rank\":%.2f,\"graph_time_us\":%.2f}\n",
-          collName(coll), nranks, distinct ? "true" : "false", bytes, perCall, enqueuePerRank, graphPerCall);
+          name, nranks, distinct ? "true" : "false", bytes, perCall, enqueuePerRank, graphPerCall);
     }
   }
   for (auto c : comms) concclCommDestroy(c);

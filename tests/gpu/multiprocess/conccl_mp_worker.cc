@@ -120,7 +120,7 @@ size_t runCase(Coll c, concclDataType_t dt, concclRedOp_t op, size_t count, bool
     if (!mine.empty())
       cudaOk(cudaMemcpyAsync(buf + L.sendAt * es, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
     ok(t::callCollective(c, buf + L.sendAt * es, buf + L.recvAt * es, count, dt, op, root, gComm, stream),
-       t::collName(c));
+       collKindName(c));
     got.resize(recvElems * es);
     if (!got.empty())
       cudaOk(cudaMemcpyAsync(got.data(), buf + L.recvAt * es, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
@@ -137,12 +137,12 @@ size_t runCase(Coll c, concclDataType_t dt, concclRedOp_t op, size_t count, bool
     void* rbuf = window != nullptr ? static_cast<void*>(window + kWindowRecvOffset) : ownRecv->p;
     cudaOk(cudaMemsetAsync(rbuf, 0x5a, recvElems * es == 0 ? 1 : recvElems * es, stream), "memset");
     if (!mine.empty()) cudaOk(cudaMemcpyAsync(sbuf, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
-    ok(t::callCollective(c, sbuf, rbuf, count, dt, op, root, gComm, stream), t::collName(c));
+    ok(t::callCollective(c, sbuf, rbuf, count, dt, op, root, gComm, stream), collKindName(c));
     got.resize(recvElems * es);
     if (!got.empty()) cudaOk(cudaMemcpyAsync(got.data(), rbuf, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
     syncStream(stream);
   }
-  return t::countWrong(got, want[static_cast<size_t>(gRank)], dt, t::isReduction(c), gNranks);
+  return t::countWrong(got, want[static_cast<size_t>(gRank)], dt, conccl::sched::isReduction(c), gNranks);
 }
 
 // AllToAllv with uneven, rank-pair-dependent counts.
@@ -203,11 +203,11 @@ int sweepCollectives(cudaStream_t stream, uint64_t& seed, char* window = nullptr
           const int root = static_cast<int>(seed % static_cast<uint64_t>(gNranks));
           // Sum everywhere; max and avg on some cases (avg only for floats).
           concclRedOp_t op = concclSum;
-          if (t::isReduction(c) && seed % 3 == 1) op = concclMax;
-          if (t::isReduction(c) && seed % 3 == 2 && dt != concclInt32) op = concclAvg;
+          if (conccl::sched::isReduction(c) && seed % 3 == 1) op = concclMax;
+          if (conccl::sched::isReduction(c) && seed % 3 == 2 && dt != concclInt32) op = concclAvg;
           size_t wrong = runCase(c, dt, op, count, ip == 1, root, seed, stream, window);
           if (wrong != 0) {
-            throw Failure(std::string(window != nullptr ? "symmetric " : "") + t::collName(c) + " dtype " +
+            throw Failure(std::string(window != nullptr ? "symmetric " : "") + collKindName(c) + " dtype " +
                           std::to_string(dt) + " count " + std::to_string(count) +
                           (ip ? " in-place" : " out-of-place") + " root " + std::to_string(root) + ": " +
                           std::to_string(wrong) + " wrong elements");
@@ -332,7 +332,7 @@ void scenarioSymmetric(cudaStream_t stream) {
     char* where = i % 2 == 0 ? window : nullptr;
     const Coll c = i % 3 == 0 ? Coll::kAllReduce : (i % 3 == 1 ? Coll::kAllGather : Coll::kReduceScatter);
     size_t wrong = runCase(c, concclFloat32, concclSum, 4099, false, 0, seed, stream, where);
-    CHECK(wrong == 0, std::string("alternating paths, ") + t::collName(c) + ": " + std::to_string(wrong) + " wrong");
+    CHECK(wrong == 0, std::string("alternating paths, ") + collKindName(c) + ": " + std::to_string(wrong) + " wrong");
   }
   size_t wrong = runAllToAllv(seed++, stream);  // AllToAllv always takes the regular path
   CHECK(wrong == 0, "AllToAllv beside windows: " + std::to_string(wrong) + " wrong elements");

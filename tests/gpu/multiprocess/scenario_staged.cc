@@ -43,14 +43,14 @@ double delayedCall(concclComm_t comm, int rank, int nranks, cudaStream_t stream,
   syncBounded(stream, "inputs");
   if (rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(peerDelayMs));
   const auto t0 = Clock::now();
-  ok(t::callCollective(c, sbuf.p, rbuf.p, count, concclFloat32, concclSum, root, comm, stream), comm, t::collName(c));
+  ok(t::callCollective(c, sbuf.p, rbuf.p, count, concclFloat32, concclSum, root, comm, stream), comm, collKindName(c));
   const double ms = msSince(t0);
   t::Bytes got(recvBytes);
   if (!got.empty()) cudaOk(cudaMemcpyAsync(got.data(), rbuf.p, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
-  syncBounded(stream, t::collName(c));
-  const size_t wrong = t::countWrong(got, want[static_cast<size_t>(rank)], concclFloat32, t::isReduction(c), nranks);
+  syncBounded(stream, collKindName(c));
+  const size_t wrong = t::countWrong(got, want[static_cast<size_t>(rank)], concclFloat32, sched::isReduction(c), nranks);
   if (wrong != 0) {
-    throw std::runtime_error(std::string(t::collName(c)) + " count " + std::to_string(count) + ": " +
+    throw std::runtime_error(std::string(collKindName(c)) + " count " + std::to_string(count) + ": " +
                              std::to_string(wrong) + " wrong elements on rank " + std::to_string(rank));
   }
   return ms;
@@ -103,10 +103,10 @@ void scenarioNoRendezvous(concclComm_t comm, int rank, int nranks, cudaStream_t 
     // 64 Ki floats: at most nranks x 256 KiB in the largest buffer, far below the 8 MiB threshold.
     const double ms = delayedCall(comm, rank, nranks, stream, c, size_t{1} << 16, nranks - 1, seed++, kDelayMs);
     if (rank == 0 && ms > kDelayMs / 2.0) {
-      throw std::runtime_error(std::string("staged ") + t::collName(c) + ": rank 0 waited " + std::to_string(ms) +
+      throw std::runtime_error(std::string("staged ") + collKindName(c) + ": rank 0 waited " + std::to_string(ms) +
                                " ms in the call for its late peers (no host rendezvous expected)");
     }
-    report += std::string(" ") + t::collName(c) + " " + std::to_string(ms).substr(0, 5) + " ms";
+    report += std::string(" ") + collKindName(c) + " " + std::to_string(ms).substr(0, 5) + " ms";
   }
   // Above the threshold (12 MiB): the regular path waits for the peers' addresses. The same measurement must see it.
   const double regularMs =

@@ -141,6 +141,9 @@ class FakeBackend : public Backend {
       case CollKind::kSendRecv:
         if (me.recv_only) copyBytes(out, Of(me.kind, me.root, true).in.data(), chunk);  // root = peer
         break;
+      case CollKind::kAllToAllv:
+        ADD_FAILURE() << "the bench has no AllToAllv";
+        break;
     }
     if (faulty_ && out && n > 1 && (me.kind != CollKind::kSendRecv || me.recv_only) &&
         ((me.kind != CollKind::kReduce && me.kind != CollKind::kGather) || me.rank == me.root)) {

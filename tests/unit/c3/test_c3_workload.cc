@@ -67,7 +67,7 @@ TEST(C3Collective, CallCount) {
 TEST(C3Collective, KindNames) {
   for (CollKind k : {CollKind::kAllGather, CollKind::kReduceScatter, CollKind::kAllReduce, CollKind::kAllToAll,
                      CollKind::kBroadcast}) {
-    EXPECT_EQ(parseCollKind(collKindName(k)), k);
+    EXPECT_EQ(parseCollKind(collLabel(k)), k);
   }
   EXPECT_EQ(parseCollKind("AllGather"), CollKind::kAllGather);
   EXPECT_EQ(parseCollKind("a2a"), CollKind::kAllToAll);
