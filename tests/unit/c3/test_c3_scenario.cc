@@ -87,6 +87,12 @@ TEST(C3Scenario, ValidationRejectsBadScenarios) {
   s.coll.kind = CollKind::kReduceScatter;
   s.coll.dtype = Dtype::kFp8E4M3;  // fp8 has no reductions
   EXPECT_THROW(validateScenario(s), Error);
+  for (CollKind other : {CollKind::kReduce, CollKind::kGather, CollKind::kScatter, CollKind::kAllToAllv,
+                         CollKind::kSendRecv}) {
+    s = good;
+    s.coll.kind = other;  // a collective kind of the library that C3 scenarios do not take
+    EXPECT_THROW(validateScenario(s), Error) << sched::collKindName(other);
+  }
   EXPECT_THROW(validateScenarios({good, good}), Error);  // duplicate names
 }
 

@@ -73,6 +73,12 @@ TEST(C3Collective, KindNames) {
   EXPECT_EQ(parseCollKind("a2a"), CollKind::kAllToAll);
   EXPECT_EQ(parseCollKind("reduce_scatter"), CollKind::kReduceScatter);
   EXPECT_FALSE(parseCollKind("gather").has_value());
+  // The library's other kinds are no C3 collectives: refused, never given a made-up label or bus factor.
+  EXPECT_FALSE(isC3Collective(CollKind::kReduce));
+  EXPECT_TRUE(isC3Collective(CollKind::kBroadcast));
+  EXPECT_THROW(collLabel(CollKind::kGather), Error);
+  EXPECT_THROW(busBwFactor(CollKind::kSendRecv, 8), Error);
+  EXPECT_THROW((CollectiveSpec{CollKind::kScatter, 1024, 8, Dtype::kBf16}.callCount()), Error);
 }
 
 TEST(C3Collective, HalfPeakSizeInterpolatesInLogSize) {
