@@ -47,17 +47,10 @@ Schedule buildStagedAllReduce(const CollectiveCall& call, const BuildOptions& op
 }  // namespace
 
 Schedule buildAllReduce(const CollectiveCall& call, const BuildOptions& options) {
-  Schedule s = newSchedule(call, options);
   const int n = call.nranks;
   const size_t es = typeSize(call.dtype);
-  if (n == 1) {
-    std::vector<std::vector<Transfer>> transfers(1);
-    const Location src = sendLoc(call, 0, 0), dst = recvLoc(call, 0, 0);
-    if (!(src == dst)) transfers[0].push_back({src, dst, call.count * es});
-    emitDirect(transfers, options, s);
-    s.algorithm = "local";
-    return s;
-  }
+  if (n == 1) return localCopySchedule(call, options, call.count * es);
+  Schedule s = newSchedule(call, options);
   const size_t un = static_cast<size_t>(n);
   const size_t base = call.count / un, extra = call.count % un;
   std::vector<ReduceShare> shares(un);

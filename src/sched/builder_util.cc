@@ -86,6 +86,16 @@ Schedule newSchedule(const CollectiveCall& call, const BuildOptions& options) {
   return s;
 }
 
+Schedule localCopySchedule(const CollectiveCall& call, const BuildOptions& options, size_t bytes) {
+  Schedule s = newSchedule(call, options);
+  std::vector<std::vector<Transfer>> transfers(1);
+  const Location src = sendLoc(call, 0, 0), dst = recvLoc(call, 0, 0);
+  if (!(src == dst)) transfers[0].push_back({src, dst, bytes});
+  emitDirect(transfers, options, s);
+  s.algorithm = "local";
+  return s;
+}
+
 void finalizeSlots(Schedule& schedule) {
   int top = -1;
   for (const RankProgram& p : schedule.programs) {

@@ -141,6 +141,10 @@ void finalizeSlots(Schedule& schedule);
 
 Schedule newSchedule(const CollectiveCall& call, const BuildOptions& options);
 
+// The whole call on one rank of a reduction whose output is its input (ReduceScatter, AllReduce, Reduce with
+// nranks == 1): one copy of `bytes` from sendbuff to recvbuff, or nothing in place.
+Schedule localCopySchedule(const CollectiveCall& call, const BuildOptions& options, size_t bytes);
+
 // One builder per collective (src/sched/<collective>.cc). The call is validated already.
 Schedule buildAllGather(const CollectiveCall& call, const BuildOptions& options);
 Schedule buildReduceScatter(const CollectiveCall& call, const BuildOptions& options);

@@ -7,17 +7,10 @@
 namespace conccl::sched::detail {
 
 Schedule buildReduce(const CollectiveCall& call, const BuildOptions& options) {
-  Schedule s = newSchedule(call, options);
   const int n = call.nranks;
   const size_t bytes = call.count * typeSize(call.dtype);
-  if (n == 1) {
-    std::vector<std::vector<Transfer>> transfers(1);
-    const Location src = sendLoc(call, 0, 0), dst = recvLoc(call, 0, 0);
-    if (!(src == dst)) transfers[0].push_back({src, dst, bytes});
-    emitDirect(transfers, options, s);
-    s.algorithm = "local";
-    return s;
-  }
+  if (n == 1) return localCopySchedule(call, options, bytes);
+  Schedule s = newSchedule(call, options);
   std::vector<ReduceShare> shares(static_cast<size_t>(n));
   if (options.peerReads) {
     // Every rank reduces 1/n of the data reading the peers in place; the non-roots push their reduced share into

@@ -7,17 +7,10 @@
 namespace conccl::sched::detail {
 
 Schedule buildReduceScatter(const CollectiveCall& call, const BuildOptions& options) {
-  Schedule s = newSchedule(call, options);
   const int n = call.nranks;
   const size_t bytes = call.count * typeSize(call.dtype);
-  if (n == 1) {
-    std::vector<std::vector<Transfer>> transfers(1);
-    const Location src = sendLoc(call, 0, 0), dst = recvLoc(call, 0, 0);
-    if (!(src == dst)) transfers[0].push_back({src, dst, bytes});
-    emitDirect(transfers, options, s);
-    s.algorithm = "local";
-    return s;
-  }
+  if (n == 1) return localCopySchedule(call, options, bytes);
+  Schedule s = newSchedule(call, options);
   std::vector<ReduceShare> shares(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     ReduceShare& sh = shares[static_cast<size_t>(r)];
