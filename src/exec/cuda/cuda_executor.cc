@@ -7,8 +7,12 @@
 //
 // launch() only enqueues; it never waits for the GPU, allocates nothing on the hot path (events are reused:
 // cudaStreamWaitEvent captures the event's state when it is called, so re-recording right after is safe),
-// and everything it enqueues is capturable in a CUDA graph.
-#include <conccl/conccl.h>
+// and everything it enqueues is capturable in a CUDA graph (cuda_executor_launch.cc).
+//
+// This file: the executor's setup (options, devices and peer access, per-rank lanes, flags and scratch, both for
+// one process and for one process per GPU) and its teardown (drain, cancel, release). cuda_executor.h lists the others.
+#include "exec/cuda/cuda_executor.h"
+
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -16,27 +20,18 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
-#include <unistd.h>
-
-#include <utility>
-#include <variant>
 #include <vector>
 
 #include "core/config.h"
 #include "core/error.h"
 #include "core/logging.h"
-#include "exec/call_path.h"
-#include "exec/call_shape_cache.h"
-#include "exec/cuda/copy_engine_program.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/graph_cache.h"
@@ -46,109 +41,11 @@
 #include "exec/cuda/raii.h"
 #include "exec/cuda/reduce_kernel.h"
 #include "exec/cuda/small_program_kernel.h"
-#include "exec/cuda/small_program_pack.h"
 #include "exec/executor.h"
 #include "exec/queue_budget.h"
 #include "sched/schedule.h"
 
 namespace conccl::exec {
-namespace {
-
-class CudaExecutor final : public Executor {
- public:
-  CudaExecutor(const std::vector<int>& devices, const Config& config);
-  CudaExecutor(const ProcessTopology& topology, const Config& config);
-  ~CudaExecutor() override;
-
-  sched::BuildOptions buildOptions() const override { return options_; }
-  uint64_t checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const override;
-  void launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) override;
-  void prepareCall(const sched::Schedule& schedule, const CallBinding& binding, const std::vector<int>& ranks) override;
-  bool gpuProgress(int rank, uint32_t* launched, uint32_t* completed) override;
-  void synchronize(int rank) override;
-  void cancel() override;
-  void releaseRank(int rank) override;
-  concclCallResources_t callResources(const sched::Schedule& schedule, int rank) const override;
-
-  BufferExport exportBuffer(int rank, const void* ptr, size_t bytes, const char* what) override;
-  void retireExport(int rank, const void* ptr) override;
-  std::vector<uint64_t> takeRetiredExports(int rank) override;
-  void requeueRetiredExports(int rank, const std::vector<uint64_t>& ids) override;
-  void* importBuffer(int owner, const BufferExport& buffer) override;
-  void closeImport(int owner, uint64_t allocId) override;
-
- private:
-  void initOptions(int nranks);
-  // checkBuffer's checks (the caller makes the rank's device current); returns what the driver said of `ptr`.
-  PointerInfo checkedPointer(int rank, const void* ptr, size_t bytes, const char* what) const;
-  // Throws concclTimeout if a small-message kernel of the rank gave up waiting (small_program_kernel.h).
-  void checkSmallKernelError(const RankState& s) const;
-  // launch()'s parts: concclInvalidUsage when two local ranks share the caller's stream; whether every rank of the
-  // call runs the small-message kernel; that path's launch.
-  void refuseSharedStream(const sched::Schedule& schedule, const CallBinding& binding, int rank) const;
-  bool takesSmallPath(const sched::Schedule& schedule, int rank) const;
-  // Whether rank `rank`'s copy-engine program of an eager call may run as a cached graph (graph_cache.h).
-  bool graphCacheable(const sched::Schedule& schedule, int rank) const;
-  // An eager call on another stream than the rank's previous eager call waits on the GPU for that call to end.
-  void orderAfterPreviousCall(RankState& s, cudaStream_t main);
-  // How rank `rank`'s copy-engine program is enqueued on `main` (the same for an eager enqueue and a graph capture).
-  CopyEngineSetup copyEngineSetup(const sched::Schedule& schedule, int rank, cudaStream_t main, bool eager) const;
-  // prepareCall's parts: the first use of new caller streams (queue_claim.h); the graphs of repeated calls.
-  void claimNewStreams(const CallBinding& binding, const std::vector<int>& ranks);
-  void prepareGraphs(const sched::Schedule& schedule, const CallBinding& binding, const std::vector<int>& ranks);
-  void launchSmall(RankState& s, const sched::RankProgram& program, const LocationResolver& resolve,
-                   cudaStream_t main, bool eager);
-  void enablePeerAccess(const std::vector<int>& unique);
-  void initRank(RankState& state);
-  void closeAllImports();
-  // closeImport's work; `inBackground`: see IpcImportTable::release.
-  void unmapImport(int owner, uint64_t allocId, bool inBackground);
-  // Blocks until the rank's last launch finished, or the deadline; while aborted it keeps re-opening every
-  // flag so that queued Waits drain. Returns false on timeout.
-  // With reportKernelTimeout, a small-message kernel that gave up waiting is reported (concclTimeout) even though
-  // its stream finished.
-  bool drain(RankState& state, std::chrono::milliseconds limit, bool reportKernelTimeout);
-  void writeAllFlagsLocked();
-  void refuseSharedHardwareQueues() const;
-
-  Config config_;
-  sched::BuildOptions options_;
-  std::vector<int> devices_;
-  int slots_ = 0;
-  std::vector<std::unique_ptr<RankState>> ranks_;
-  std::vector<uint32_t*> flagTable_;     // [rank] -> flags (host address), fixed at init
-  std::vector<CUdeviceptr> devFlagTable_;  // [rank] -> the same flags as the GPUs address them
-  std::atomic<bool> aborted_{false};
-  std::mutex lifetimeMutex_;  // cancel() vs releaseRank(): flags stay allocated while cancel writes them
-
-  // Small-message path: programs copying at most smallBytes_ run as one kernel; 0 = off (see the constructors).
-  size_t smallBytes_ = 0;
-  // Launch priority of conccl's kernels per rank (config.highPriority: the device's greatest, else 0 = the stream's).
-  std::vector<int> kernelPriority_;
-  PinnedBuffer abortWord_;  // set by cancel(): small-message kernels stop waiting
-  const uint32_t* abortWordDevice_ = nullptr;
-
-  // Some local ranks share a device (graphCacheable: their lane programs are not cached).
-  bool sharedDevices_ = false;
-  // First use of every stream, one at a time (queue_claim.h; null when CONCCL_QUEUE_CLAIM=0). Local cliques only.
-  std::unique_ptr<QueueClaimer> claimer_;
-  std::atomic<bool> leakedRank_{false};  // a rank could not drain: nothing may be freed with a device-synchronising call
-  // Peer mappings closed and allocations newly exported or retired so far (several processes): an address in a
-  // cached graph's shape may name other memory after either, so every rank's graph cache starts over when it moves.
-  std::atomic<uint64_t> mappingGeneration_{0};
-
-  // Several processes only.
-  bool processMode_ = false;
-  int localRank_ = -1;
-  std::vector<int64_t> pids_;
-  void* registeredFlags_ = nullptr;  // the shared flags region, registered with cudaHostRegister
-  std::mutex exportMutex_;
-  std::map<uint64_t, BufferExport> exports_;        // by allocation id
-  std::map<CUdeviceptr, uint64_t> exportedAt_;      // allocation base -> id of the allocation last exported there
-  std::vector<uint64_t> retiredExports_;            // ids the peers may unmap (handed out once)
-  std::mutex importMutex_;
-  std::map<std::pair<int, uint64_t>, void*> imports_;  // (owner rank, allocation id) -> base in this process
-};
 
 sched::BuildOptions cudaBuildOptions(const Config& config) {
   sched::BuildOptions options;
@@ -238,88 +135,6 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
     }
     claimer_->claim(lanes);
   }
-}
-
-void CudaExecutor::prepareCall(const sched::Schedule& schedule, const CallBinding& binding,
-                               const std::vector<int>& ranks) {
-  if (aborted_.load(std::memory_order_acquire)) return;
-  claimNewStreams(binding, ranks);
-  prepareGraphs(schedule, binding, ranks);
-}
-
-void CudaExecutor::prepareGraphs(const sched::Schedule& schedule, const CallBinding& binding,
-                                 const std::vector<int>& ranks) {
-  // The graph of a repeated call is captured here rather than in launch(): no rank of this call has launched yet,
-  // so nothing of it waits on the GPU while the driver instantiates (graph_cache.h, prepare). A rank's earlier calls
-  // are either launched (their GPU work needs nothing more from the host) or, in the same group, not enqueued yet.
-  if (config_.graphCacheEntries == 0 || binding.eagerOnly) return;
-  for (int rank : ranks) {
-    if (rank < 0 || rank >= static_cast<int>(ranks_.size())) continue;
-    RankState& s = *ranks_[static_cast<size_t>(rank)];
-    if (!s.local || !s.graphs) continue;
-    const sched::RankProgram& program = schedule.programs[static_cast<size_t>(rank)];
-    if (takesSmallPath(schedule, rank) || !graphCacheable(schedule, rank)) continue;
-    // Calls with chunk events always run eagerly (launch()): nothing to prepare.
-    const size_t r = static_cast<size_t>(rank);
-    if (r < binding.chunkEvents.size() && !binding.chunkEvents[r].empty()) continue;
-    if (r < binding.inputPieces.size() && !binding.inputPieces[r].events.empty()) continue;
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (s.released) continue;
-    DeviceGuard guard(s.device);
-    const cudaStream_t main = binding.streams[static_cast<size_t>(rank)];
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    CUDA_CHECK(cudaStreamIsCapturing(main, &capture));
-    if (capture != cudaStreamCaptureStatusNone) continue;  // launch() leaves captured calls alone too
-    s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
-    CallShape& shape = s.graphs->scratchShape();
-    if (!makeCallShape(schedule.id, rank, binding, shape)) continue;
-    const LocationResolver resolve(ranks_, binding);
-    s.graphs->prepare(s, shape, copyEngineSetup(schedule, rank, main, /*eager=*/true), resolve, program);
-  }
-}
-
-void CudaExecutor::claimNewStreams(const CallBinding& binding, const std::vector<int>& ranks) {
-  if (!claimer_) return;
-  // A caller's stream seen for the first time is claimed here, from the one thread that completed the rendezvous,
-  // before any rank launches: never inside launch(), where another rank's stream may already wait on the GPU. The
-  // lanes of every rank are claimed again with it (their queues are busy while the new streams are bound).
-  // Each rank's mutex keeps releaseRank from freeing its lanes meanwhile. A rank taking part in the call is waited
-  // for (its thread is in this call's rendezvous, so only a watchdog poll can hold it, for microseconds); another
-  // rank busy elsewhere (e.g. being released) is left out rather than waited for: its lanes are only re-gated.
-  std::vector<std::unique_lock<std::mutex>> locks;
-  std::vector<RankState*> held;
-  for (auto& s : ranks_) {
-    if (!s->local) continue;
-    const bool taking = std::find(ranks.begin(), ranks.end(), s->rank) != ranks.end();
-    std::unique_lock<std::mutex> lock(s->mutex, std::defer_lock);
-    if (taking) {
-      lock.lock();
-    } else if (!lock.try_lock()) {
-      continue;
-    }
-    if (s->released) continue;
-    locks.push_back(std::move(lock));
-    held.push_back(s.get());
-  }
-  std::vector<QueueClaimer::Target> fresh;
-  for (RankState* s : held) {
-    const auto r = static_cast<size_t>(s->rank);
-    if (r >= binding.streams.size() || std::find(ranks.begin(), ranks.end(), s->rank) == ranks.end()) continue;
-    if (claimer_->isNewStream(s->rank, binding.streams[r], s->device)) fresh.push_back({binding.streams[r], s->device});
-  }
-  if (fresh.empty()) return;
-  std::vector<QueueClaimer::Target> targets;
-  for (RankState* s : held) {
-    DeviceGuard guard(s->device);
-    for (auto& l : s->lanes) {
-      // A lane pulled into another thread's capture must not get these ops as graph nodes: leave it out.
-      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-      CUDA_CHECK(cudaStreamIsCapturing(l.get(), &capture));
-      if (capture == cudaStreamCaptureStatusNone) targets.push_back({l.get(), s->device});
-    }
-  }
-  targets.insert(targets.end(), fresh.begin(), fresh.end());
-  claimer_->claim(targets);
 }
 
 bool CudaExecutor::gpuProgress(int rank, uint32_t* launched, uint32_t* completed) {
@@ -493,346 +308,6 @@ CudaExecutor::~CudaExecutor() {
   }
 }
 
-uint64_t CudaExecutor::checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const {
-  CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(devices_.size()));
-  DeviceGuard guard(devices_[rank]);
-  const PointerInfo info = checkedPointer(rank, ptr, bytes, what);
-  // Managed memory migrates, and an allocation the driver does not report has no id: neither is cached by shape.
-  const bool named = info.bufferId != 0 && !info.managed && info.base != 0;
-  return named ? static_cast<uint64_t>(info.bufferId) : kAllocationUnknown;
-}
-
-PointerInfo CudaExecutor::checkedPointer(int rank, const void* ptr, size_t bytes, const char* what) const {
-  const int device = devices_[rank];
-  // One driver call for everything below (it was three: the enqueue cost of a small collective, issue 3).
-  const PointerInfo info = queryPointer(ptr);
-  if (!info.managed && (info.memoryType == 0 || info.memoryType == CU_MEMORYTYPE_HOST)) {
-    CONCCL_THROW(concclInvalidArgument, std::string(what) + " is a host pointer, the CUDA backend needs device memory");
-  }
-  if (!info.managed && info.memoryType == CU_MEMORYTYPE_DEVICE && info.device != device) {
-    CONCCL_THROW(concclInvalidArgument, std::string(what) + " is memory of device " + std::to_string(info.device) +
-                                            " but the rank runs on device " + std::to_string(device));
-  }
-  // The whole range must lie inside one allocation: a copy past its end would fault the GPU (or silently
-  // corrupt a neighbouring allocation), long after the call returned.
-  if (info.base == 0 || info.size == 0) {
-    // Some allocators' ranges are not known to this query (e.g. stream-ordered pools on older drivers): the
-    // pointer is device memory of the right GPU, so accept it without the size check rather than refuse it.
-    CONCCL_TRACE(rank, device, std::string(what) + ": allocation range unknown, size not checked");
-    return info;
-  }
-  const size_t offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(info.base);
-  if (offset > info.size || bytes > info.size - offset) {
-    CONCCL_THROW(concclInvalidArgument, std::string(what) + " is too small: the call needs " + std::to_string(bytes) +
-                                            " bytes but its allocation has " + std::to_string(info.size - offset) +
-                                            " bytes from that address");
-  }
-  return info;
-}
-
-BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes, const char* what) {
-  CONCCL_ASSERT(processMode_ && rank == localRank_);
-  DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
-  const PointerInfo info = checkedPointer(rank, ptr, bytes, what);
-  if (info.base == 0 || info.bufferId == 0 || info.managed || info.memoryType != CU_MEMORYTYPE_DEVICE) {
-    CONCCL_THROW(concclInvalidArgument,
-                 std::string(what) + " (" + describePointer(ptr) +
-                     ") cannot be shared with the other processes: it is not a cudaMalloc allocation (CUDA IPC "
-                     "needs one; memory from cudaMallocAsync pools, the VMM API, managed or host memory is not "
-                     "exportable). Allocate it with cudaMalloc or concclMemAlloc, or stage the call "
-                     "(CONCCL_STAGED_MAX_BYTES)");
-  }
-  std::lock_guard<std::mutex> lock(exportMutex_);
-  auto it = exports_.find(info.bufferId);
-  if (it == exports_.end()) {
-    BufferExport e;
-    e.allocId = info.bufferId;
-    e.base = static_cast<uint64_t>(info.base);
-    e.allocBytes = info.size;
-    e.pid = static_cast<int64_t>(::getpid());
-    cudaIpcMemHandle_t handle;
-    cudaError_t err = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(info.base));
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      CONCCL_THROW(concclInvalidArgument, std::string(what) + " (" + describePointer(ptr) +
-                                              ") cannot be shared with the other processes: cudaIpcGetMemHandle "
-                                              "refused its allocation (" + cudaGetErrorString(err) +
-                                              "); only cudaMalloc memory can be shared (or stage the call: "
-                                              "CONCCL_STAGED_MAX_BYTES)");
-    }
-    std::memcpy(e.handle, &handle, sizeof(handle));
-    // A new allocation: sweep the cache for allocations that were freed since (their address no longer carries
-    // their id) and hand their ids to the peers to unmap. This is not only tidiness: a peer maps our small
-    // allocations at our own addresses, so a stale mapping of freed memory would make the mapping of a new
-    // allocation at the same place fail (cudaErrorAlreadyMapped). The peers' work on a freed allocation is
-    // complete: it came before the done signal our stream waited for, and cudaFree waited for our stream.
-    // One driver call per cached allocation, on this path only (a new allocation costs milliseconds anyway).
-    for (auto cached = exports_.begin(); cached != exports_.end();) {
-      const PointerInfo now = queryPointer(reinterpret_cast<void*>(cached->second.base));
-      if (now.bufferId == cached->first) {
-        ++cached;
-        continue;
-      }
-      retiredExports_.push_back(cached->first);
-      auto at = exportedAt_.find(static_cast<CUdeviceptr>(cached->second.base));
-      if (at != exportedAt_.end() && at->second == cached->first) exportedAt_.erase(at);
-      cached = exports_.erase(cached);
-    }
-    exportedAt_[info.base] = info.bufferId;
-    it = exports_.emplace(info.bufferId, e).first;
-    // A new allocation, possibly at the address of a freed one that a cached graph still names.
-    mappingGeneration_.fetch_add(1, std::memory_order_release);
-  }
-  BufferExport out = it->second;
-  out.offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(info.base);
-  return out;
-}
-
-void CudaExecutor::retireExport(int rank, const void* ptr) {
-  CONCCL_ASSERT(processMode_ && rank == localRank_);
-  DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
-  const PointerInfo info = queryPointer(ptr);
-  std::lock_guard<std::mutex> lock(exportMutex_);
-  if (info.bufferId == 0 || exports_.erase(info.bufferId) == 0) return;
-  exportedAt_.erase(info.base);
-  retiredExports_.push_back(info.bufferId);
-  mappingGeneration_.fetch_add(1, std::memory_order_release);
-}
-
-std::vector<uint64_t> CudaExecutor::takeRetiredExports(int rank) {
-  CONCCL_ASSERT(processMode_ && rank == localRank_);
-  std::lock_guard<std::mutex> lock(exportMutex_);
-  return std::exchange(retiredExports_, {});
-}
-
-void CudaExecutor::requeueRetiredExports(int rank, const std::vector<uint64_t>& ids) {
-  CONCCL_ASSERT(processMode_ && rank == localRank_);
-  std::lock_guard<std::mutex> lock(exportMutex_);
-  retiredExports_.insert(retiredExports_.begin(), ids.begin(), ids.end());
-}
-
-void* CudaExecutor::importBuffer(int owner, const BufferExport& b) {
-  CONCCL_ASSERT(processMode_ && owner >= 0 && owner < static_cast<int>(ranks_.size()) && owner != localRank_);
-  std::lock_guard<std::mutex> lock(importMutex_);
-  auto key = std::make_pair(owner, b.allocId);
-  auto it = imports_.find(key);
-  if (it == imports_.end()) {
-    void* base = nullptr;
-    if (b.pid == static_cast<int64_t>(::getpid())) {
-      base = reinterpret_cast<void*>(b.base);  // a peer rank in this very process: same address space
-    } else {
-      // The expensive step (milliseconds): once per allocation and peer, thanks to this cache.
-      base = IpcImportTable::instance().acquire(b, devices_[static_cast<size_t>(localRank_)]);
-    }
-    it = imports_.emplace(key, base).first;
-    CONCCL_TRACE(localRank_, devices_[static_cast<size_t>(localRank_)],
-                 "mapped allocation " + std::to_string(b.allocId) + " of rank " + std::to_string(owner) + " (" +
-                     std::to_string(b.allocBytes) + " B)");
-  }
-  return static_cast<char*>(it->second) + b.offset;
-}
-
-void CudaExecutor::closeImport(int owner, uint64_t allocId) {
-  // Called during a call (a peer retired the allocation): the unmapping waits for the device, so not on the caller's
-  // thread.
-  unmapImport(owner, allocId, /*inBackground=*/true);
-}
-
-void CudaExecutor::unmapImport(int owner, uint64_t allocId, bool inBackground) {
-  CONCCL_ASSERT(processMode_);
-  std::lock_guard<std::mutex> lock(importMutex_);
-  auto it = imports_.find(std::make_pair(owner, allocId));
-  if (it == imports_.end()) return;
-  const int64_t pid = pids_[static_cast<size_t>(owner)];
-  if (pid != static_cast<int64_t>(::getpid())) {
-    IpcImportTable::instance().release(pid, allocId, devices_[static_cast<size_t>(localRank_)], inBackground);
-  }
-  imports_.erase(it);
-  mappingGeneration_.fetch_add(1, std::memory_order_release);
-}
-
-void CudaExecutor::closeAllImports() {
-  std::vector<std::pair<int, uint64_t>> keys;
-  {
-    std::lock_guard<std::mutex> lock(importMutex_);
-    for (const auto& [key, base] : imports_) keys.push_back(key);
-  }
-  // At destroy the rank's work has drained: unmap here, and let the background closes of earlier calls finish too, so
-  // that nothing of this communicator stays mapped after it is destroyed.
-  for (const auto& [owner, allocId] : keys) unmapImport(owner, allocId, /*inBackground=*/false);
-  if (!IpcImportTable::instance().waitForBackgroundCloses(std::chrono::milliseconds(config_.timeoutMs))) {
-    CONCCL_WARN(localRank_, devices_[static_cast<size_t>(localRank_)],
-                "unmapping retired peer allocations did not finish within timeoutMs; it goes on in the background");
-  }
-}
-
-void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) {
-  if (aborted_.load(std::memory_order_acquire)) {
-    CONCCL_THROW(concclInvalidUsage, "the communicator was aborted; no further calls can run");
-  }
-  CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(ranks_.size()));
-  RankState& s = *ranks_[rank];
-  CONCCL_ASSERT(s.local);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.released) CONCCL_THROW(concclInvalidUsage, "rank " + std::to_string(rank) + " was already released");
-  CONCCL_ASSERT(schedule.nranks == static_cast<int>(ranks_.size()));
-  CONCCL_ASSERT(schedule.lanes <= config_.lanes && schedule.slots <= slots_);
-  CONCCL_ASSERT(schedule.scratchBytes <= config_.scratchBytes);
-  refuseSharedStream(schedule, binding, rank);
-  DeviceGuard guard(s.device);
-  const cudaStream_t main = binding.streams[rank];
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(main, &capture));
-  const bool eager = capture == cudaStreamCaptureStatusNone;
-  if (eager) orderAfterPreviousCall(s, main);
-  const LocationResolver resolve(ranks_, binding);
-  const sched::RankProgram& program = schedule.programs[static_cast<size_t>(rank)];
-
-  const std::vector<cudaEvent_t>* chunks =
-      static_cast<size_t>(rank) < binding.chunkEvents.size() && !binding.chunkEvents[static_cast<size_t>(rank)].empty()
-          ? &binding.chunkEvents[static_cast<size_t>(rank)]
-          : nullptr;
-  const InputPieces* inputs =
-      static_cast<size_t>(rank) < binding.inputPieces.size() && !binding.inputPieces[static_cast<size_t>(rank)].events.empty()
-          ? &binding.inputPieces[static_cast<size_t>(rank)]
-          : nullptr;
-  if (takesSmallPath(schedule, rank)) {
-    // One kernel reads every piece: it starts once all of them are ready.
-    if (inputs != nullptr) {
-      for (cudaEvent_t e : inputs->events) {
-        if (e != nullptr) CUDA_CHECK(cudaStreamWaitEvent(main, e, 0));
-      }
-    }
-    launchSmall(s, program, resolve, main, eager);
-    // One kernel moves every block: they are all in place when it ends.
-    if (chunks != nullptr) {
-      for (cudaEvent_t e : *chunks) {
-        if (e != nullptr) CUDA_CHECK(cudaEventRecord(e, main));
-      }
-    }
-    return;
-  }
-  CopyEngineSetup setup = copyEngineSetup(schedule, rank, main, eager);
-  setup.chunkEvents = chunks;
-  setup.inputPieces = inputs;
-  // A repeated eager call replays its cached graph: one launch instead of every op's CUDA call (graph_cache.h).
-  // Captured calls are left alone: they become part of the caller's graph, whose replays are the caller's.
-  // Calls with chunk events record them between the program's ops, and calls with input pieces wait for them there:
-  // they run eagerly, never from a cached graph.
-  if (eager && !binding.eagerOnly && chunks == nullptr && inputs == nullptr && s.graphs &&
-      graphCacheable(schedule, rank)) {
-    s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
-    CallShape& shape = s.graphs->scratchShape();
-    if (makeCallShape(schedule.id, rank, binding, shape) && s.graphs->launch(s, shape, setup, resolve, program)) return;
-  }
-  CopyEngineProgram(s, setup, resolve).enqueue(program);
-}
-
-namespace {
-// CONCCL_CALL_ORDER=0 turns orderAfterPreviousCall off, only to reproduce what it prevents (test_gpu_call_order.cc).
-bool callOrderEnabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("CONCCL_CALL_ORDER");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
-  return enabled;
-}
-}  // namespace
-
-void CudaExecutor::orderAfterPreviousCall(RankState& s, cudaStream_t main) {
-  // The calls of a rank run on the GPU in the order they were made, whatever streams they were made on (NCCL's rule,
-  // which PyTorch relies on: FSDP2 all-gathers on one stream and reduce-scatters on another). Every call of a rank
-  // uses the rank's one set of flags and its scratch, so two calls running at once would take each other's signals
-  // and overwrite each other's chunks: a GPU deadlock (FSDP2 through the NCCL drop-in, 2026-12-01) or wrong data.
-  // Calls on the same stream are ordered by the stream; a call on another stream waits for the done marker of the
-  // previous launch (GEQ is a wrap-safe comparison). One memory operation, only when the stream changes.
-  if (!callOrderEnabled()) return;
-  unsigned long long id = 0;
-  CUDA_CHECK(cudaStreamGetId(main, &id));
-  if (s.launches > 0 && id != s.lastStreamId) {
-    CU_CHECK(driverApi().streamWaitValue32(reinterpret_cast<CUstream>(main), s.doneCounterDevice, s.launches,
-                                           CU_STREAM_WAIT_VALUE_GEQ));
-  }
-  s.lastStreamId = id;
-}
-
-bool CudaExecutor::graphCacheable(const sched::Schedule& schedule, int rank) const {
-  if (schedule.programs[static_cast<size_t>(rank)].ops.empty()) return false;  // nothing to replay
-  const size_t work = rankWorkBytes(schedule, rank);
-  // A replayed graph runs its parallel branches (the lanes) on streams the driver picks, which the queue claim
-  // (Hazard 4) cannot claim: where ranks share a GPU, one of them can land behind a peer's Wait for this very rank.
-  // Seen on one H200 (2026-12-01, fifth session, GraphCache.ThreadPerRankOnOneGpu: AllGather of 6 MB on 3 ranks,
-  // thread per rank, stuck at its first replay). There only single-stream programs (one chain on the caller's
-  // stream) are cached; ranks sharing a GPU are a correctness setup, not a performance one (FACTS.md).
-  if (sharedDevices_ && work > config_.singleStreamBytes) return false;
-  return config_.graphCacheMaxBytes == 0 || work <= config_.graphCacheMaxBytes;
-}
-
-CopyEngineSetup CudaExecutor::copyEngineSetup(const sched::Schedule& schedule, int rank, cudaStream_t main,
-                                              bool eager) const {
-  CopyEngineSetup setup;
-  setup.main = main;
-  setup.eager = eager;
-  // Small programs run every op on M. Forking a lane off M and joining it back costs two CUDA calls each way
-  // (~2-4 us apiece in our VM, docs/cuda-executor.md), far more than the parallel copy queues gain for a few
-  // KiB. Putting lane ops on M only adds ordering (it is the host executor's sequential order), so it cannot
-  // deadlock where the schedule does not.
-  setup.singleStream = rankWorkBytes(schedule, rank) <= config_.singleStreamBytes;
-  setup.reduceCtas = config_.reduceCtas;
-  setup.smBudget = config_.smBudget;
-  setup.kernelPriority = kernelPriority_[static_cast<size_t>(rank)];
-  setup.slots = slots_;
-  setup.flagTable = &devFlagTable_;
-  return setup;
-}
-
-void CudaExecutor::refuseSharedStream(const sched::Schedule& schedule, const CallBinding& binding, int rank) const {
-  // Two ranks on one stream deadlock on the first handshake (each waits for a signal queued behind its own
-  // wait): refuse instead of hanging.
-  const cudaStream_t main = binding.streams[rank];
-  for (int p = 0; p < schedule.nranks; ++p) {
-    if (p != rank && ranks_[p]->local && binding.streams[p] == main && schedule.nranks > 1) {
-      CONCCL_THROW(concclInvalidUsage, "ranks " + std::to_string(rank) + " and " + std::to_string(p) +
-                                           " were called with the same stream " + describeStream(main) +
-                                           "; every rank needs its own stream");
-    }
-  }
-}
-
-bool CudaExecutor::takesSmallPath(const sched::Schedule& schedule, int rank) const {
-  return exec::takesSmallPath(schedule, rank, smallBytes_);  // exec/call_path.h: the rules and why
-}
-
-concclCallResources_t CudaExecutor::callResources(const sched::Schedule& schedule, int rank) const {
-  PathLimits limits;
-  limits.smallBytes = smallBytes_;
-  limits.reduceCtas = config_.reduceCtas;
-  limits.smBudget = config_.smBudget;
-  limits.highPriority = config_.highPriority;
-  return exec::callResources(schedule, rank, limits, devices_);
-}
-
-void CudaExecutor::launchSmall(RankState& s, const sched::RankProgram& program, const LocationResolver& resolve,
-                               cudaStream_t main, bool eager) {
-  checkSmallKernelError(s);
-  SmallProgram& p = s.smallProgram;
-  packSmallProgram(program, s.rank, resolve, devFlagTable_, p);
-  p.abortWord = abortWordDevice_;
-  p.errorWord = s.smallKernelErrorDevice;
-  p.timeoutNs = static_cast<uint64_t>(config_.timeoutMs) * 1000000ull;
-  p.doneCounter = eager ? reinterpret_cast<uint32_t*>(s.doneCounterDevice) : nullptr;
-  p.doneValue = s.launches + 1;
-  launchSmallProgram(p, kernelPriority_[static_cast<size_t>(s.rank)], main);
-  if (eager) ++s.launches;
-}
-
-void CudaExecutor::checkSmallKernelError(const RankState& s) const {
-  if (*static_cast<const volatile uint32_t*>(s.smallKernelError.as<uint32_t>()) == 0) return;
-  CONCCL_THROW(concclTimeout, "rank " + std::to_string(s.rank) + ": a small-message kernel waited more than " +
-                                  std::to_string(config_.timeoutMs) +
-                                  " ms for a peer's signal and gave up (a peer that never made the call?)");
-}
-
 bool CudaExecutor::drain(RankState& s, std::chrono::milliseconds limit, bool reportKernelTimeout) {
   if (reportKernelTimeout) checkSmallKernelError(s);
   if (s.launches == 0) return true;
@@ -952,8 +427,6 @@ void CudaExecutor::releaseRank(int rank) {
   s.flags.reset();
   s.scratch.reset();
 }
-
-}  // namespace
 
 bool cudaAvailable() { return cudaDeviceCount() > 0; }
 

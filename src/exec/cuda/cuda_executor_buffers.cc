@@ -1,0 +1,199 @@
+// The CUDA executor's view of the caller's buffers (the class: cuda_executor.h): every call's pointers checked in
+// one driver query (device memory of the rank's GPU, large enough), and across processes their export to the peers
+// and the peers' imports, each cached per allocation because opening a CUDA IPC handle costs milliseconds.
+// docs/multiprocess.md describes the protocol around it.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cuda_executor.h"
+#include "exec/cuda/driver_api.h"
+#include "exec/cuda/ipc_import_table.h"
+
+namespace conccl::exec {
+
+
+uint64_t CudaExecutor::checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const {
+  CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(devices_.size()));
+  DeviceGuard guard(devices_[rank]);
+  const PointerInfo info = checkedPointer(rank, ptr, bytes, what);
+  // Managed memory migrates, and an allocation the driver does not report has no id: neither is cached by shape.
+  const bool named = info.bufferId != 0 && !info.managed && info.base != 0;
+  return named ? static_cast<uint64_t>(info.bufferId) : kAllocationUnknown;
+}
+
+PointerInfo CudaExecutor::checkedPointer(int rank, const void* ptr, size_t bytes, const char* what) const {
+  const int device = devices_[rank];
+  // One driver call for everything below (it was three: the enqueue cost of a small collective, issue 3).
+  const PointerInfo info = queryPointer(ptr);
+  if (!info.managed && (info.memoryType == 0 || info.memoryType == CU_MEMORYTYPE_HOST)) {
+    CONCCL_THROW(concclInvalidArgument, std::string(what) + " is a host pointer, the CUDA backend needs device memory");
+  }
+  if (!info.managed && info.memoryType == CU_MEMORYTYPE_DEVICE && info.device != device) {
+    CONCCL_THROW(concclInvalidArgument, std::string(what) + " is memory of device " + std::to_string(info.device) +
+                                            " but the rank runs on device " + std::to_string(device));
+  }
+  // The whole range must lie inside one allocation: a copy past its end would fault the GPU (or silently
+  // corrupt a neighbouring allocation), long after the call returned.
+  if (info.base == 0 || info.size == 0) {
+    // Some allocators' ranges are not known to this query (e.g. stream-ordered pools on older drivers): the
+    // pointer is device memory of the right GPU, so accept it without the size check rather than refuse it.
+    CONCCL_TRACE(rank, device, std::string(what) + ": allocation range unknown, size not checked");
+    return info;
+  }
+  const size_t offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(info.base);
+  if (offset > info.size || bytes > info.size - offset) {
+    CONCCL_THROW(concclInvalidArgument, std::string(what) + " is too small: the call needs " + std::to_string(bytes) +
+                                            " bytes but its allocation has " + std::to_string(info.size - offset) +
+                                            " bytes from that address");
+  }
+  return info;
+}
+
+BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes, const char* what) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_);
+  DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
+  const PointerInfo info = checkedPointer(rank, ptr, bytes, what);
+  if (info.base == 0 || info.bufferId == 0 || info.managed || info.memoryType != CU_MEMORYTYPE_DEVICE) {
+    CONCCL_THROW(concclInvalidArgument,
+                 std::string(what) + " (" + describePointer(ptr) +
+                     ") cannot be shared with the other processes: it is not a cudaMalloc allocation (CUDA IPC "
+                     "needs one; memory from cudaMallocAsync pools, the VMM API, managed or host memory is not "
+                     "exportable). Allocate it with cudaMalloc or concclMemAlloc, or stage the call "
+                     "(CONCCL_STAGED_MAX_BYTES)");
+  }
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  auto it = exports_.find(info.bufferId);
+  if (it == exports_.end()) {
+    BufferExport e;
+    e.allocId = info.bufferId;
+    e.base = static_cast<uint64_t>(info.base);
+    e.allocBytes = info.size;
+    e.pid = static_cast<int64_t>(::getpid());
+    cudaIpcMemHandle_t handle;
+    cudaError_t err = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(info.base));
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      CONCCL_THROW(concclInvalidArgument, std::string(what) + " (" + describePointer(ptr) +
+                                              ") cannot be shared with the other processes: cudaIpcGetMemHandle "
+                                              "refused its allocation (" + cudaGetErrorString(err) +
+                                              "); only cudaMalloc memory can be shared (or stage the call: "
+                                              "CONCCL_STAGED_MAX_BYTES)");
+    }
+    std::memcpy(e.handle, &handle, sizeof(handle));
+    // A new allocation: sweep the cache for allocations that were freed since (their address no longer carries
+    // their id) and hand their ids to the peers to unmap. This is not only tidiness: a peer maps our small
+    // allocations at our own addresses, so a stale mapping of freed memory would make the mapping of a new
+    // allocation at the same place fail (cudaErrorAlreadyMapped). The peers' work on a freed allocation is
+    // complete: it came before the done signal our stream waited for, and cudaFree waited for our stream.
+    // One driver call per cached allocation, on this path only (a new allocation costs milliseconds anyway).
+    for (auto cached = exports_.begin(); cached != exports_.end();) {
+      const PointerInfo now = queryPointer(reinterpret_cast<void*>(cached->second.base));
+      if (now.bufferId == cached->first) {
+        ++cached;
+        continue;
+      }
+      retiredExports_.push_back(cached->first);
+      auto at = exportedAt_.find(static_cast<CUdeviceptr>(cached->second.base));
+      if (at != exportedAt_.end() && at->second == cached->first) exportedAt_.erase(at);
+      cached = exports_.erase(cached);
+    }
+    exportedAt_[info.base] = info.bufferId;
+    it = exports_.emplace(info.bufferId, e).first;
+    // A new allocation, possibly at the address of a freed one that a cached graph still names.
+    mappingGeneration_.fetch_add(1, std::memory_order_release);
+  }
+  BufferExport out = it->second;
+  out.offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(info.base);
+  return out;
+}
+
+void CudaExecutor::retireExport(int rank, const void* ptr) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_);
+  DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
+  const PointerInfo info = queryPointer(ptr);
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  if (info.bufferId == 0 || exports_.erase(info.bufferId) == 0) return;
+  exportedAt_.erase(info.base);
+  retiredExports_.push_back(info.bufferId);
+  mappingGeneration_.fetch_add(1, std::memory_order_release);
+}
+
+std::vector<uint64_t> CudaExecutor::takeRetiredExports(int rank) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_);
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  return std::exchange(retiredExports_, {});
+}
+
+void CudaExecutor::requeueRetiredExports(int rank, const std::vector<uint64_t>& ids) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_);
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  retiredExports_.insert(retiredExports_.begin(), ids.begin(), ids.end());
+}
+
+void* CudaExecutor::importBuffer(int owner, const BufferExport& b) {
+  CONCCL_ASSERT(processMode_ && owner >= 0 && owner < static_cast<int>(ranks_.size()) && owner != localRank_);
+  std::lock_guard<std::mutex> lock(importMutex_);
+  auto key = std::make_pair(owner, b.allocId);
+  auto it = imports_.find(key);
+  if (it == imports_.end()) {
+    void* base = nullptr;
+    if (b.pid == static_cast<int64_t>(::getpid())) {
+      base = reinterpret_cast<void*>(b.base);  // a peer rank in this very process: same address space
+    } else {
+      // The expensive step (milliseconds): once per allocation and peer, thanks to this cache.
+      base = IpcImportTable::instance().acquire(b, devices_[static_cast<size_t>(localRank_)]);
+    }
+    it = imports_.emplace(key, base).first;
+    CONCCL_TRACE(localRank_, devices_[static_cast<size_t>(localRank_)],
+                 "mapped allocation " + std::to_string(b.allocId) + " of rank " + std::to_string(owner) + " (" +
+                     std::to_string(b.allocBytes) + " B)");
+  }
+  return static_cast<char*>(it->second) + b.offset;
+}
+
+void CudaExecutor::closeImport(int owner, uint64_t allocId) {
+  // Called during a call (a peer retired the allocation): the unmapping waits for the device, so not on the caller's
+  // thread.
+  unmapImport(owner, allocId, /*inBackground=*/true);
+}
+
+void CudaExecutor::unmapImport(int owner, uint64_t allocId, bool inBackground) {
+  CONCCL_ASSERT(processMode_);
+  std::lock_guard<std::mutex> lock(importMutex_);
+  auto it = imports_.find(std::make_pair(owner, allocId));
+  if (it == imports_.end()) return;
+  const int64_t pid = pids_[static_cast<size_t>(owner)];
+  if (pid != static_cast<int64_t>(::getpid())) {
+    IpcImportTable::instance().release(pid, allocId, devices_[static_cast<size_t>(localRank_)], inBackground);
+  }
+  imports_.erase(it);
+  mappingGeneration_.fetch_add(1, std::memory_order_release);
+}
+
+void CudaExecutor::closeAllImports() {
+  std::vector<std::pair<int, uint64_t>> keys;
+  {
+    std::lock_guard<std::mutex> lock(importMutex_);
+    for (const auto& [key, base] : imports_) keys.push_back(key);
+  }
+  // At destroy the rank's work has drained: unmap here, and let the background closes of earlier calls finish too, so
+  // that nothing of this communicator stays mapped after it is destroyed.
+  for (const auto& [owner, allocId] : keys) unmapImport(owner, allocId, /*inBackground=*/false);
+  if (!IpcImportTable::instance().waitForBackgroundCloses(std::chrono::milliseconds(config_.timeoutMs))) {
+    CONCCL_WARN(localRank_, devices_[static_cast<size_t>(localRank_)],
+                "unmapping retired peer allocations did not finish within timeoutMs; it goes on in the background");
+  }
+}
+
+}  // namespace conccl::exec
