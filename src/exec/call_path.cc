@@ -59,6 +59,7 @@ concclCallResources_t callResources(const sched::Schedule& schedule, int rank, c
   concclCallResources_t out{};
   out.path = concclPathCopyEngines;
   out.highPriority = limits.highPriority ? 1 : 0;
+  if (launchesNothing(schedule, rank)) return out;  // no kernel, no copy
   if (takesSmallPath(schedule, rank, limits.smallBytes)) {
     out.path = concclPathSmallKernel;
     out.ctas = kSmallKernelCtas;

@@ -31,6 +31,14 @@ struct PathLimits {
 // statistics when the builder filled them in (hand-made schedules: from the program).
 size_t rankWorkBytes(const sched::Schedule& schedule, int rank);
 
+// True when rank `rank` has nothing to do in the call (a zero-count call; the builders emit no op for it): the
+// executor launches nothing for it, no kernel and no memory operation, as NCCL returns at once for zero bytes. No
+// other rank can depend on such a rank: a program without ops signals nothing (the checker proves every Wait has
+// its Signal).
+inline bool launchesNothing(const sched::Schedule& schedule, int rank) {
+  return schedule.programs[static_cast<size_t>(rank)].ops.empty();
+}
+
 // Whether rank `rank` runs the call as the small-message kernel. Decided for the whole call from every rank's
 // program (each rank holds the full schedule), so all ranks of a call take the same path: mixing was measured
 // unsafe (a kernel that read data right after a copy-engine rank's flag saw stale data in graph replays on the

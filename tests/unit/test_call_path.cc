@@ -57,6 +57,33 @@ TEST(CallPath, ReductionCtasFollowTheAutoRuleAndNeverExceedTheBudget) {
   EXPECT_EQ(reductionCtas(16, 4, 1), 4);
 }
 
+TEST(CallPath, ZeroCountCallsLaunchNothing) {
+  PathLimits limits;
+  limits.smallBytes = size_t{64} << 10;
+  for (sched::CollKind kind : {sched::CollKind::kAllGather, sched::CollKind::kReduceScatter,
+                               sched::CollKind::kAllReduce, sched::CollKind::kBroadcast, sched::CollKind::kReduce,
+                               sched::CollKind::kAllToAll, sched::CollKind::kGather, sched::CollKind::kScatter}) {
+    for (int n : {1, 2, 5}) {
+      const auto empty = scheduleOf(kind, n, 0, concclFloat32, true, n - 1);
+      const auto one = scheduleOf(kind, n, 1, concclFloat32, true, n - 1);
+      for (int r = 0; r < n; ++r) {
+        const std::string what = std::string(sched::collKindName(kind)) + " n=" + std::to_string(n) + " rank " +
+                                 std::to_string(r);
+        EXPECT_TRUE(launchesNothing(empty, r)) << what;
+        const concclCallResources_t res = callResources(empty, r, limits, devicesOf(n));
+        EXPECT_EQ(res.path, concclPathCopyEngines) << what;
+        EXPECT_EQ(res.ctas, 0) << what;
+        EXPECT_EQ(res.sms, 0) << what;
+        EXPECT_EQ(res.sameDeviceCopyBytes, 0u) << what;
+      }
+      // One element (out of place) is work for some rank.
+      bool someRankWorks = false;
+      for (int r = 0; r < n; ++r) someRankWorks = someRankWorks || !launchesNothing(one, r);
+      EXPECT_TRUE(someRankWorks) << sched::collKindName(kind) << " n=" << n;
+    }
+  }
+}
+
 TEST(CallPath, SmallCallsRunAsOneCtaOnEveryRank) {
   PathLimits limits;
   limits.smallBytes = size_t{64} << 10;

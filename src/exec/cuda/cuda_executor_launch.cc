@@ -109,6 +109,16 @@ void CudaExecutor::claimNewStreams(const CallBinding& binding, const std::vector
   claimer_->claim(targets);
 }
 
+namespace {
+// Records each of the caller's chunk events (NULL entries skipped) on `stream`, where all blocks have landed.
+void recordEach(const std::vector<cudaEvent_t>* events, cudaStream_t stream) {
+  if (events == nullptr) return;
+  for (cudaEvent_t e : *events) {
+    if (e != nullptr) CUDA_CHECK(cudaEventRecord(e, stream));
+  }
+}
+}  // namespace
+
 void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) {
   if (aborted_.load(std::memory_order_acquire)) {
     CONCCL_THROW(concclInvalidUsage, "the communicator was aborted; no further calls can run");
@@ -127,14 +137,20 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(main, &capture));
   const bool eager = capture == cudaStreamCaptureStatusNone;
-  if (eager) orderAfterPreviousCall(s, main);
-  const LocationResolver resolve(ranks_, binding);
-  const sched::RankProgram& program = schedule.programs[static_cast<size_t>(rank)];
-
   const std::vector<cudaEvent_t>* chunks =
       static_cast<size_t>(rank) < binding.chunkEvents.size() && !binding.chunkEvents[static_cast<size_t>(rank)].empty()
           ? &binding.chunkEvents[static_cast<size_t>(rank)]
           : nullptr;
+  if (launchesNothing(schedule, rank)) {
+    // Nothing to move (exec/call_path.h): no launch, and no ordering after the previous call, which this one cannot
+    // disturb. Its (empty) blocks count as landed where the caller's stream reaches the call.
+    recordEach(chunks, main);
+    return;
+  }
+  if (eager) orderAfterPreviousCall(s, main);
+  const LocationResolver resolve(ranks_, binding);
+  const sched::RankProgram& program = schedule.programs[static_cast<size_t>(rank)];
+
   const InputPieces* inputs =
       static_cast<size_t>(rank) < binding.inputPieces.size() && !binding.inputPieces[static_cast<size_t>(rank)].events.empty()
           ? &binding.inputPieces[static_cast<size_t>(rank)]
@@ -147,12 +163,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
       }
     }
     launchSmall(s, program, resolve, main, eager);
-    // One kernel moves every block: they are all in place when it ends.
-    if (chunks != nullptr) {
-      for (cudaEvent_t e : *chunks) {
-        if (e != nullptr) CUDA_CHECK(cudaEventRecord(e, main));
-      }
-    }
+    recordEach(chunks, main);  // one kernel moves every block: they are all in place when it ends
     return;
   }
   CopyEngineSetup setup = copyEngineSetup(schedule, rank, main, eager);
