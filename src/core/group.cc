@@ -2,9 +2,13 @@
 
 #include <exception>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -80,65 +84,86 @@ Error toError(std::exception_ptr error) {
   }
 }
 
-// Posts every call, then launches each rank's calls in order. Host ranks run their programs synchronously, so
-// when one thread drives several host ranks each rank gets a thread of its own for the launch.
-void runCalls(std::vector<RecordedCall> recorded) {
-  std::vector<RecordedCall> calls = fuseP2P(std::move(recorded));
-  std::vector<concclComm*> order;                                           // comms in first-use order
-  std::map<concclComm*, std::vector<std::shared_ptr<CallTicket>>> perComm;  // tickets per rank, in call order
-  std::optional<Error> firstError;
-  std::mutex errorMutex;
-  auto recordFailure = [&](concclComm* comm, const Error& e) {
-    std::lock_guard<std::mutex> lock(errorMutex);
+// One concclGroupEnd (or one call outside a group): posts every call, then launches each rank's calls in order.
+// Host ranks run their programs synchronously, so when one thread drives several host ranks each rank gets a thread
+// of its own for the launch. The first failure is rethrown at the end; every failure is recorded on its communicator.
+class GroupRun {
+ public:
+  explicit GroupRun(std::vector<RecordedCall> recorded) : calls_(fuseP2P(std::move(recorded))) {}
+
+  void run() {
+    postAll();
+    if (order_.size() > 1 && hostBackend()) {
+      launchInThreads();
+    } else {
+      for (auto* comm : order_) launchAll(comm);
+    }
+    if (firstError_) throw *firstError_;
+  }
+
+ private:
+  void recordFailure(concclComm* comm, const Error& e) {
+    std::lock_guard<std::mutex> lock(errorMutex_);
     setCommError(comm, e.message());
-    if (!firstError) firstError = e;
-  };
-
-  // The ranks of each clique that this group posts: a rank posted alone is driven by a thread of its own
-  // (RankArgs::soleRankInGroup).
-  std::map<const Clique*, std::set<int>> groupRanks;
-  for (const auto& c : calls) {
-    if (isLiveComm(c.comm)) groupRanks[c.comm->clique.get()].insert(c.comm->rank);
+    if (!firstError_) firstError_ = e;
   }
 
-  std::set<concclComm*> failed;
-  std::set<concclComm*> dead;  // never dereferenced below
-  for (auto& c : calls) {
-    if (!perComm.count(c.comm)) order.push_back(c.comm);
-    auto& tickets = perComm[c.comm];
-    if (failed.count(c.comm)) continue;
-    // A communicator destroyed after its call was recorded (by this thread: groupForgetComm removed its calls,
-    // so this is another thread's destroy) must not be dereferenced.
-    if (!isLiveComm(c.comm)) {
-      failed.insert(c.comm);
-      dead.insert(c.comm);
-      std::lock_guard<std::mutex> lock(errorMutex);
-      if (!firstError) {
-        firstError = Error(concclInvalidUsage, "a communicator used in this group was destroyed before concclGroupEnd");
+  // Every call posted to its clique, in order; a communicator that fails to post skips its later calls.
+  void postAll() {
+    // The ranks of each clique that this group posts: a rank posted alone is driven by a thread of its own
+    // (RankArgs::soleRankInGroup).
+    std::map<const Clique*, std::set<int>> groupRanks;
+    for (const auto& c : calls_) {
+      if (isLiveComm(c.comm)) groupRanks[c.comm->clique.get()].insert(c.comm->rank);
+    }
+    std::set<concclComm*> failed;
+    for (auto& c : calls_) {
+      if (!perComm_.count(c.comm)) order_.push_back(c.comm);
+      auto& tickets = perComm_[c.comm];
+      if (failed.count(c.comm)) continue;
+      // A communicator destroyed after its call was recorded (by this thread: groupForgetComm removed its calls,
+      // so this is another thread's destroy) must not be dereferenced.
+      if (!isLiveComm(c.comm)) {
+        failed.insert(c.comm);
+        dead_.insert(c.comm);
+        std::lock_guard<std::mutex> lock(errorMutex_);
+        if (!firstError_) {
+          firstError_ =
+              Error(concclInvalidUsage, "a communicator used in this group was destroyed before concclGroupEnd");
+        }
+        continue;
       }
-      continue;
-    }
-    c.args.soleRankInGroup = groupRanks[c.comm->clique.get()].size() == 1;
-    try {
-      tickets.push_back(c.comm->clique->post(c.comm->rank, std::move(c.args)));
-    } catch (...) {
-      // Posting fails when the communicator is out of service. The calls already posted (possibly on other,
-      // healthy communicators, whose peers in other threads have posted theirs and now wait for ours) must
-      // still be launched: abandoning them would leave those peers blocked until the timeout and then take
-      // their communicators out of service too.
-      failed.insert(c.comm);
-      recordFailure(c.comm, toError(std::current_exception()));
+      c.args.soleRankInGroup = groupRanks[c.comm->clique.get()].size() == 1;
+      try {
+        tickets.push_back(c.comm->clique->post(c.comm->rank, std::move(c.args)));
+      } catch (...) {
+        // Posting fails when the communicator is out of service. The calls already posted (possibly on other,
+        // healthy communicators, whose peers in other threads have posted theirs and now wait for ours) must
+        // still be launched: abandoning them would leave those peers blocked until the timeout and then take
+        // their communicators out of service too.
+        failed.insert(c.comm);
+        recordFailure(c.comm, toError(std::current_exception()));
+      }
     }
   }
 
-  auto launchAll = [&](concclComm* comm) {
-    auto& tickets = perComm[comm];
+  // enqueueCall refuses groups that mix backends, so the first live communicator tells the backend.
+  bool hostBackend() const {
+    for (auto* comm : order_) {
+      if (!dead_.count(comm)) return comm->clique->config().backend == concclBackendHost;
+    }
+    return false;
+  }
+
+  // One rank's posted calls, launched in order. Any exception is caught: this may run on a std::thread, where an
+  // escaping exception would terminate the process.
+  void launchAll(concclComm* comm) {
+    auto& tickets = perComm_[comm];
     if (tickets.empty()) return;  // nothing posted (e.g. a destroyed communicator: do not touch it)
     for (size_t i = 0; i < tickets.size(); ++i) {
       try {
         comm->clique->waitAndLaunch(*tickets[i]);
       } catch (...) {
-        // Any exception: this may run on a std::thread, where an escaping exception would terminate the process.
         recordFailure(comm, toError(std::current_exception()));
         // Later calls of this rank cannot run once one has failed (an earlier call's output may be a later
         // call's input). Forget them; a failure that lets this rank skip a call is one that every other rank of
@@ -147,22 +172,14 @@ void runCalls(std::vector<RecordedCall> recorded) {
         return;
       }
     }
-  };
-
-  // enqueueCall refuses groups that mix backends, so the first live communicator tells the backend.
-  bool host = false;
-  for (auto* comm : order) {
-    if (dead.count(comm)) continue;
-    host = comm->clique->config().backend == concclBackendHost;
-    break;
   }
-  bool threaded = order.size() > 1 && host;
-  if (threaded) {
+
+  void launchInThreads() {
     std::vector<std::thread> threads;
-    threads.reserve(order.size());
-    for (auto* comm : order) {
+    threads.reserve(order_.size());
+    for (auto* comm : order_) {
       try {
-        threads.emplace_back(launchAll, comm);
+        threads.emplace_back([this, comm] { launchAll(comm); });
       } catch (const std::system_error& e) {
         // Out of threads: this rank cannot run its part. Take its communicator out of service so that its peers
         // (running in the threads already started) fail promptly instead of waiting for the timeout, and never
@@ -170,15 +187,21 @@ void runCalls(std::vector<RecordedCall> recorded) {
         Error error(concclSystemError, std::string("cannot start a thread for a host rank: ") + e.what());
         comm->clique->fail(error.code(), error.message());
         recordFailure(comm, error);
-        for (auto& ticket : perComm[comm]) comm->clique->abandon(*ticket);
+        for (auto& ticket : perComm_[comm]) comm->clique->abandon(*ticket);
       }
     }
     for (auto& t : threads) t.join();
-  } else {
-    for (auto* comm : order) launchAll(comm);
   }
-  if (firstError) throw *firstError;
-}
+
+  std::vector<RecordedCall> calls_;
+  std::vector<concclComm*> order_;                                           // comms in first-use order
+  std::map<concclComm*, std::vector<std::shared_ptr<CallTicket>>> perComm_;  // tickets per rank, in call order
+  std::set<concclComm*> dead_;                                               // never dereferenced
+  std::optional<Error> firstError_;
+  std::mutex errorMutex_;
+};
+
+void runCalls(std::vector<RecordedCall> recorded) { GroupRun(std::move(recorded)).run(); }
 
 }  // namespace
 
