@@ -134,9 +134,6 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   refuseSharedStream(schedule, binding, rank);
   DeviceGuard guard(s.device);
   const cudaStream_t main = binding.streams[rank];
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(main, &capture));
-  const bool eager = capture == cudaStreamCaptureStatusNone;
   const std::vector<cudaEvent_t>* chunks =
       static_cast<size_t>(rank) < binding.chunkEvents.size() && !binding.chunkEvents[static_cast<size_t>(rank)].empty()
           ? &binding.chunkEvents[static_cast<size_t>(rank)]
@@ -147,6 +144,9 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
     recordEach(chunks, main);
     return;
   }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(main, &capture));
+  const bool eager = capture == cudaStreamCaptureStatusNone;
   if (eager) orderAfterPreviousCall(s, main);
   const LocationResolver resolve(ranks_, binding);
   const sched::RankProgram& program = schedule.programs[static_cast<size_t>(rank)];
