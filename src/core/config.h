@@ -22,7 +22,8 @@ struct Config {
   // reduction's maximum, exec/kernel_limits.h).
   int smBudget = 8;
   // Tuning knobs without a config field (environment only; README table), defaults per GPU count from
-  // core/tuned_defaults.h (these are its 2-GPU row, from the sweep of 2026-11-30, docs/results/2026-11-30-h200-x2/):
+  // core/tuned_defaults.h (these are its 2-GPU row, from the sweep of 2026-11-30,
+  // docs/results/2026-11-30-h200-x2-sweep-peer-reduce-c3/):
   // programs that copy at most singleStreamBytes run every op on the caller's stream (lanes cost fork/join calls that
   // small programs do not win back); reduction pipelines cut a share into pieces of at least minChunkBytes (each
   // piece costs ~3-6 CUDA calls per rank, which 512 KiB - 2 MiB pieces did not win back below 16 MiB), at most what

@@ -17,7 +17,8 @@ const std::vector<TunedDefaults>& table() {
       {1, 2, 4 * kMiB, 8 * kMiB, 64 * kKiB,
        "ranks sharing one GPU (a test setup: its copies run on SMs, nothing to tune); the 2-GPU values"},
       {2, 2, 4 * kMiB, 8 * kMiB, 64 * kKiB,
-       "2 x H200, 2026-11-30 (docs/results/2026-11-30-h200-x2, runs 2 and 4): single-stream 4 MiB beat 256 KiB up to "
+       "2 x H200, 2026-11-30 (docs/results/2026-11-30-h200-x2-sweep-peer-reduce-c3, runs 2 and 4): "
+       "single-stream 4 MiB beat 256 KiB up to "
        "8 MB and 64 MiB at 32 MB; 8 MiB pieces beat 512 KiB-2 MiB below 16 MiB; the small kernel won up to 64 KiB "
        "for reductions; lanes not swept"},
       {4, 2, 4 * kMiB, 8 * kMiB, 64 * kKiB,

@@ -19,8 +19,8 @@ inline constexpr int kSmallKernelCtas = 1;
 inline constexpr int kSmallMaxOps = 64;
 inline constexpr int kSmallMaxPointers = 64;
 // Movement-only calls run as the small-message kernel up to this multiple of smallMessageBytes: across 2 H200s
-// (2026-11-30, docs/results/2026-11-30-h200-x2/) its single CTA moved 128-256 KiB faster than the copy-engine path's
-// calls (all-gather 256 KiB: 24 vs 37 us), while a single CTA reducing lost from 128 KiB on.
+// (2026-11-30, docs/results/2026-11-30-h200-x2-sweep-peer-reduce-c3/) its single CTA moved 128-256 KiB faster than the
+// copy-engine path's calls (all-gather 256 KiB: 24 vs 37 us), while a single CTA reducing lost from 128 KiB on.
 inline constexpr size_t kSmallMovementFactor = 4;
 
 }  // namespace conccl::exec

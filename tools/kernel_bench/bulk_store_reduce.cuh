@@ -3,10 +3,10 @@
 // library's kernel (issue 11, item 1). It is not the library's kernel: it did not read faster.
 //
 // The question it answered: one SM's fan-in-2 reduction read ~78 GB/s whatever its loads in flight and store cache
-// policy (fan-in 3 ~100, 4 ~116, 8 ~151). Could asynchronous TMA stores free the SM's memory pipeline? No: on an
-// H200 (2026-12-01, docs/results/2026-12-01-h200-1gpu/) one SM writes at most ~63 GB/s (32 B per clock) with
-// register stores and 59-62 GB/s with TMA bulk stores (write_probe.cu), and this kernel read 78-80 GB/s at fan-in
-// 2, 100 at fan-in 3, the same as the library's. The SM's port to L2 writes 32 B/clk whatever issues the store.
+// policy (fan-in 3 ~100, 4 ~116, 8 ~151). Could asynchronous TMA stores free the SM's memory pipeline? No: on an H200
+// (2026-12-01, docs/results/2026-12-01-h200-1gpu-write-probe-nosm-shim/) one SM writes at most ~63 GB/s (32 B per
+// clock) with register stores and 59-62 GB/s with TMA bulk stores (write_probe.cu), and this kernel read 78-80 GB/s at
+// fan-in 2, 100 at fan-in 3, the same as the library's. The SM's port to L2 writes 32 B/clk whatever issues the store.
 //
 // Shape: every warp owns whole chunks of 32 x U vectors (lane l takes vectors l, l + 32, ...: every load is
 // coalesced), double-buffered in shared memory so that the TMA drains one chunk while the warp reduces the

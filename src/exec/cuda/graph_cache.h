@@ -1,9 +1,9 @@
 // The graph cache of the copy-engine path: an eager call whose shape (schedule, buffers: exec/call_shape_cache.h)
 // this rank has run before is captured once into a CUDA graph, instantiated, and from then on replayed with one
 // cudaGraphLaunch on the caller's stream instead of enqueueing every copy, memory-op batch, event and kernel again.
-// Why: across 2 H200s (docs/results/2026-11-30-h200-x2/) the copy-engine path cost 14-37 us of host time per rank and
-// call (up to 149 us for pipelined reductions with many pieces), and with one thread driving every rank that host
-// time is the call's time at 128 KiB - 8 MB. See docs/cuda-executor.md, "Graph cache".
+// Why: across 2 H200s (docs/results/2026-11-30-h200-x2-sweep-peer-reduce-c3/) the copy-engine path cost 14-37 us of
+// host time per rank and call (up to 149 us for pipelined reductions with many pieces), and with one thread driving
+// every rank that host time is the call's time at 128 KiB - 8 MB. See docs/cuda-executor.md, "Graph cache".
 //
 // What makes a replay the same GPU work as an eager enqueue:
 //   - the program is captured by the very code that enqueues it eagerly (CopyEngineProgram), on a private stream
