@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds NVIDIA's nccl-tests (the reference the field quotes, FACTS.md) HERE from a source tree outside this
-# repository, strips the *_perf binaries and stages them as gpu-stage/nccl-tests.tar.xz for scripts/gpu-sweep.sh
+# repository, strips the *_perf binaries and stages them as gpu-stage/nccl-tests.tar.xz for scripts/gpu.sh (sweep, shim)
 # (the nine stripped binaries take ~37 MiB, mostly the same device code in each; xz makes them ~0.6 MiB of the
 # 64 MiB carry limit). Run it AFTER scripts/gpu-build.sh, which empties gpu-stage/.
 # The sources and binaries are never committed. Get the sources, e.g. from a bare mirror:

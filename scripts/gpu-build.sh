@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CUDA configuration here (CPU machine, no GPU needed) and stages what the GPU machine runs into
-# gpu-stage/ (GPU test binaries, tools, scripts; stripped, < 64 MiB), to be carried with the device tool:
-#   scripts/gpu-build.sh && <run with carry ["gpu-stage"]>: scripts/gpu-check.sh
+# gpu-stage/ (GPU test binaries, tools, libraries, the runner; stripped, < 64 MiB), to be carried with the device tool:
+#   scripts/gpu-build.sh && <run with carry ["gpu-stage"]>: bash scripts/gpu.sh <phase...>   (docs/dev/gpu-runner.md)
 # Env: JOBS (default 2), BUILD_DIR (default build-gpu), TARGETS (override the list of targets to build).
 set -euo pipefail
 
@@ -70,7 +70,7 @@ for t in $executables; do
     missing+=" $t"
   fi
 done
-# The NCCL shim (scripts/gpu-shim.sh preloads it from here; ~5 MiB stripped).
+# The NCCL shim (scripts/gpu.sh's shim phase preloads it from here; ~5 MiB stripped).
 if [ -n "$shim_target" ]; then
   if [ -f "$build/libconccl_nccl.so" ]; then
     mkdir -p "$stage/lib"
@@ -81,16 +81,20 @@ if [ -n "$shim_target" ]; then
     missing+=" conccl_nccl_shim"
   fi
 fi
-cp "$root"/scripts/gpu-check.sh "$root"/scripts/gpu-session.sh "$root"/scripts/gpu-env.sh "$root"/scripts/gpu-steps.sh \
-  "$stage/scripts/"
-# The shared library and the PyTorch snippet of docs/multiprocess.md (run by gpu-session.sh's procs phase).
+cp "$root/scripts/gpu.sh" "$stage/scripts/"
+# The native-backtrace helper of gpu.sh's shim-diag phase (LD_PRELOADed; SIGUSR2 prints a thread's stack).
+if command -v gcc >/dev/null; then
+  mkdir -p "$stage/lib"
+  gcc -shared -fPIC -O1 -o "$stage/lib/libbt_on_signal.so" "$root/scripts/bt_on_signal.c" 2>/dev/null || true
+fi
+# The shared library and the PyTorch snippet of docs/multiprocess.md (run by gpu.sh's multiproc phase).
 so="$(find "$build" -maxdepth 1 -name 'libconccl.so.*.*' -type f | head -1)"
 if [ -n "$so" ]; then
   mkdir -p "$stage/lib"
   cp "$so" "$stage/lib/libconccl.so.0"
   strip --strip-unneeded "$stage/lib/libconccl.so.0" 2>/dev/null || true
 fi
-# The fused ops' C interface, for examples/torch/fused_ops.py (scripts/gpu-torch-fused.sh) and test_gpu_ops_c_api
+# The fused ops' C interface, for examples/torch/fused_ops.py (gpu.sh's fused phase) and test_gpu_ops_c_api
 # (which finds it in ../lib); under its soname, and it finds libconccl.so.0 beside itself ($ORIGIN).
 if [ -n "$ops_target" ]; then
   ops_so="$(find "$build" -maxdepth 1 -name 'libconccl_ops.so.*.*' -type f | head -1)"
@@ -115,7 +119,7 @@ fi
 
 size_kib="$(du -sk "$stage" | cut -f1)"
 if [ "$size_kib" -gt $((60 * 1024)) ]; then
-  # Statically linked test binaries are ~5 MiB each; gzip takes them to about a quarter. The GPU scripts unpack
+  # Statically linked test binaries are ~5 MiB each; gzip takes them to about a quarter. scripts/gpu.sh unpacks
   # bin.tgz when bin/ is absent.
   tar -czf "$stage/bin.tgz" -C "$stage" bin && rm -rf "$stage/bin"
   echo "gpu-build: bin/ packed into gpu-stage/bin.tgz (${size_kib} KiB unpacked)"

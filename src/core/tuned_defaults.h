@@ -8,7 +8,7 @@
 // therefore picks the same row). The GPU count is the number of distinct devices among the ranks, so ranks sharing
 // one GPU (a test setup) read the 1-GPU row.
 //
-// How a row is filled: docs/tuning.md (the sweep, `scripts/gpu-datapath.sh` PHASES=tune, and
+// How a row is filled: docs/tuning.md (the sweep, `scripts/gpu.sh tune`, and
 // `tools/bench/pick_defaults.py`, which turns the sweep into a row).
 #pragma once
 

@@ -4,7 +4,7 @@
 // changes the result for good. Checked every CONCCL_SOAK_CHECK_EVERY calls (default 1000) against that host
 // reference, over the whole buffer.
 //
-// Env: CONCCL_SOAK_CALLS (default 2000: the short version scripts/gpu-check.sh runs; 100000 is the long one),
+// Env: CONCCL_SOAK_CALLS (default 2000: the short version scripts/gpu.sh tests runs; 100000 is the long one),
 // CONCCL_SOAK_BYTES (default 1 MiB per rank), CONCCL_SOAK_CHECK_EVERY. Memory: free device memory
 // (cudaMemGetInfo) and the process's resident set (/proc/self/statm) after a warm-up and at the end; growth beyond
 // 16 MiB of device memory or 64 MiB of RSS fails the test.

@@ -130,7 +130,7 @@ _MARK = re.compile(r"^# nccl-tests: (?:\S*/)?(\w+?)_perf\b")
 
 def read_nccl_tests_file(path: str) -> List[Point]:
     """An nccl-tests log: one run named by its file (`all_gather_perf.log`, `nt-g-alltoall.log`), or several runs
-    concatenated, each after a `# nccl-tests: <stem>_perf ...` line (what scripts/gpu-sweep.sh writes)."""
+    concatenated, each after a `# nccl-tests: <stem>_perf ...` line (what scripts/gpu.sh sweep writes)."""
     with open(path) as f:
         lines = f.readlines()
     points: List[Point] = []

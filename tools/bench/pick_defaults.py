@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Turns the tuning sweep of scripts/gpu-datapath.sh (tune.jsonl: conccl-bench JSON lines, each tagged with its step,
+"""Turns the tuning sweep of scripts/gpu.sh tune (tune.jsonl: conccl-bench JSON lines, each tagged with its step,
 e.g. {"tune": "tune-ss262144", ...}) into a row of the per-GPU-count defaults (src/core/tuned_defaults.cc,
 docs/tuning.md). Standard library only: it runs on the GPU machine.
 
@@ -126,7 +126,7 @@ def report(times, others, date, gpus: int, current: Dict[str, int], tie: float) 
     when = (date or "date unknown")[:10]
     out.append("row for src/core/tuned_defaults.cc:")
     out.append(f'  {{{gpus}, {row["lanes"]}, {cxx_size(row["singleStreamBytes"])}, {cxx_size(row["minChunkBytes"])}, '
-               f'{cxx_size(row["smallMessageBytes"])}, "{gpus} GPUs, {when}: scripts/gpu-datapath.sh tune sweep '
+               f'{cxx_size(row["smallMessageBytes"])}, "{gpus} GPUs, {when}: scripts/gpu.sh tune sweep '
                f'(docs/results/...)"}},')
     return out
 
@@ -143,7 +143,7 @@ def parse_current(text: str) -> Dict[str, int]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("tune", help="tune.jsonl from scripts/gpu-datapath.sh")
+    ap.add_argument("tune", help="tune.jsonl from scripts/gpu.sh tune")
     ap.add_argument("--gpus", type=int, required=True, help="GPUs the sweep ran across (the row's GPU count)")
     ap.add_argument("--current", default="", help="the table's values for knobs the sweep did not vary")
     ap.add_argument("--tie", type=float, default=0.02, help="score margin within which the current value stays")

@@ -5,7 +5,7 @@ docs/results.
   plot_bench.py --bench bench-g.jsonl --nccl-tests nccl-tests-g.txt --png busbw.png --md table.md
 
 --bench: conccl-bench JSON lines (every backend in it is drawn); --nccl-tests: nccl-tests text output, one run per
-file (named like all_gather_perf.log) or several after '# nccl-tests: <stem>_perf' lines (scripts/gpu-sweep.sh).
+file (named like all_gather_perf.log) or several after '# nccl-tests: <stem>_perf' lines (scripts/gpu.sh sweep).
 Both may repeat; when -g and -t runs are mixed, the threaded ones are drawn as "<source> -t<N>" (the table keeps
 the unthreaded ones: give one mode per --md). Out-of-place rows unless --in-place. The table has per collective and size: busbw of conccl, NCCL
 and nccl-tests (GB/s), speed = t_NCCL / t_conccl, the SMs conccl-bench reports for conccl, and host_us of both.

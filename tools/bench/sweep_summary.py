@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The short summary scripts/gpu-sweep.sh prints last: conccl against NCCL per collective, from conccl-bench JSON
+"""The short summary scripts/gpu.sh sweep prints last: conccl against NCCL per collective, from conccl-bench JSON
 lines (both backends in one run) and, beside them, NVIDIA's nccl-tests. Standard library only.
 
   sweep_summary.py --bench g=bench-g.jsonl --bench t=bench-t.jsonl --nccl-tests g=nccl-tests-g.txt ...

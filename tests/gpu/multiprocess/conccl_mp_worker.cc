@@ -650,7 +650,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s SCENARIO NRANKS RANK ID_HEX [TIMEOUT_MS]\n", argv[0]);
     return 2;
   }
-  // A worker dies with the test that started it. A test binary killed by its time limit (gpu-check.sh's `timeout`)
+  // A worker dies with the test that started it. A test binary killed by its time limit (scripts/gpu.sh's `timeout`)
   // otherwise leaves its workers running for up to their own limits, on the GPU the next test uses (most likely why
   // a 4-process test missed its time limit right after such a kill on 2026-12-01; it passed alone and in a clean run).
   prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -51,7 +51,7 @@ class PickDefaultsTest(unittest.TestCase):
         self.assertIn("minChunkBytes: 1048576 over 2 points", "\n".join(out))
         self.assertIn("lanes: not swept, keeps 2", out)
         self.assertEqual(out[-1], '  {4, 2, 4 * kMiB, 1 * kMiB, 64 * kKiB, "4 GPUs, 2026-12-03: '
-                                  'scripts/gpu-datapath.sh tune sweep (docs/results/...)"},')
+                                  'scripts/gpu.sh tune sweep (docs/results/...)"},')
 
     def test_a_tie_keeps_the_current_value(self):
         lines = [row("tune-lanes1", "all_gather", 1 << 20, 99.0), row("tune-lanes2", "all_gather", 1 << 20, 100.0)]
