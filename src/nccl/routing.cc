@@ -1,7 +1,10 @@
 #include "nccl/routing.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
+#include <sstream>
 
 #include "nccl/nccl_abi.h"
 #include "nccl/type_map.h"
@@ -103,6 +106,133 @@ Decision decideSplit(Path parent) {
   if (parent == Path::kNccl) return {Path::kNccl, "parent communicator is on NCCL"};
   if (parent == Path::kConccl) return {Path::kConccl, "parent communicator is on conccl"};
   return {Path::kFail, "parent communicator has no path"};
+}
+
+IdKind classifyId(const char* id, int bytes) {
+  if (bytes < 8) return IdKind::kNccl;
+  uint64_t v;
+  std::memcpy(&v, id + bytes - 8, 8);
+  if (v == kRendezvousIdTag) return IdKind::kRendezvous;
+  if (v == kConcclIdTag) return IdKind::kConcclJob;
+  return IdKind::kNccl;
+}
+
+uint64_t hashHostString(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+HostIdentity hostIdentity(const EnvLookup& lookup, const std::string& hostname, const std::string& bootId) {
+  if (const char* v = lookup("CONCCL_HOSTID"); v != nullptr && v[0] != '\0') return {hashHostString(v), "CONCCL_HOSTID"};
+  if (const char* v = lookup("NCCL_HOSTID"); v != nullptr && v[0] != '\0') return {hashHostString(v), "NCCL_HOSTID"};
+  return {hashHostString(hostname + bootId), "hostname+boot_id"};
+}
+
+int countHosts(const std::vector<uint64_t>& hosts) { return static_cast<int>(std::set<uint64_t>(hosts.begin(), hosts.end()).size()); }
+
+Decision decideLocality(const std::vector<uint64_t>& hosts, bool realNcclAvailable) {
+  if (hosts.empty()) return {Path::kFail, "no ranks"};
+  const int n = static_cast<int>(hosts.size());
+  const int h = countHosts(hosts);
+  if (h == 1) return {Path::kConccl, "all " + std::to_string(n) + " ranks on one host"};
+  std::string spread = "ranks on " + std::to_string(h) + " hosts";
+  if (!realNcclAvailable) {
+    return {Path::kFail, spread + " (conccl reaches one host only) and no real NCCL was found to forward to"};
+  }
+  return {Path::kNccl, spread};
+}
+
+Decision decideNcclSplitChild(const std::vector<uint64_t>& childHosts, bool realNcclAvailable) {
+  Decision d = decideLocality(childHosts, realNcclAvailable);
+  d.reason = "split of an NCCL communicator, child " + d.reason;
+  return d;
+}
+
+bool parseIpv4(const std::string& text, uint32_t* out) {
+  unsigned a, b, c, d;
+  char tail;
+  if (std::sscanf(text.c_str(), "%u.%u.%u.%u%c", &a, &b, &c, &d, &tail) != 4) return false;
+  if (a > 255 || b > 255 || c > 255 || d > 255) return false;
+  *out = (a << 24) | (b << 16) | (c << 8) | d;
+  return true;
+}
+
+std::string formatIpv4(uint32_t ip) {
+  return std::to_string(ip >> 24) + "." + std::to_string((ip >> 16) & 255) + "." + std::to_string((ip >> 8) & 255) +
+         "." + std::to_string(ip & 255);
+}
+
+bool ifnameMatches(const std::string& name, const std::string& spec) {
+  std::string list = spec;
+  bool exact = false;
+  if (!list.empty() && list[0] == '=') {
+    exact = true;
+    list.erase(0, 1);
+  }
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item.empty()) continue;
+    if (exact ? name == item : name.compare(0, item.size(), item) == 0) return true;
+  }
+  return false;
+}
+
+InterfaceChoice pickInterface(const std::vector<NetInterface>& ifs, const EnvLookup& lookup) {
+  InterfaceChoice c;
+  const char* specVar = "CONCCL_SOCKET_IFNAME";
+  const char* spec = lookup(specVar);
+  if (spec == nullptr || spec[0] == '\0') {
+    specVar = "NCCL_SOCKET_IFNAME";
+    spec = lookup(specVar);
+  }
+  const int n = static_cast<int>(ifs.size());
+  if (spec != nullptr && spec[0] != '\0') {
+    std::string s = spec;
+    const bool exclude = s[0] == '^';
+    if (exclude) s.erase(0, 1);
+    for (int i = 0; i < n; ++i) {
+      if (ifs[i].up && ifnameMatches(ifs[i].name, s) != exclude) {
+        c.index = i;
+        c.why = std::string(specVar) + "=" + spec;
+        return c;
+      }
+    }
+    c.error = std::string("no IPv4 interface that is up matches ") + specVar + "=" + spec;
+    return c;
+  }
+  if (const char* master = lookup("MASTER_ADDR"); master != nullptr) {
+    uint32_t addr = 0;
+    if (parseIpv4(master, &addr)) {
+      for (int i = 0; i < n; ++i) {
+        if (ifs[i].up && ifs[i].netmask != 0 && (ifs[i].ipv4 & ifs[i].netmask) == (addr & ifs[i].netmask)) {
+          c.index = i;
+          c.why = std::string("the subnet of MASTER_ADDR=") + master;
+          return c;
+        }
+      }
+    }
+  }
+  auto first = [&](auto pred, const char* why) {
+    for (int i = 0; i < n; ++i) {
+      if (ifs[i].up && pred(ifs[i])) {
+        c.index = i;
+        c.why = why;
+        return true;
+      }
+    }
+    return false;
+  };
+  auto isDocker = [](const NetInterface& f) { return f.name.compare(0, 6, "docker") == 0; };
+  if (first([&](const NetInterface& f) { return !f.loopback && !isDocker(f); }, "first non-loopback interface")) return c;
+  if (first([&](const NetInterface& f) { return !f.loopback; }, "first docker interface")) return c;
+  if (first([](const NetInterface& f) { return f.loopback; }, "loopback (no other interface is up)")) return c;
+  c.error = "no IPv4 interface is up";
+  return c;
 }
 
 Decision routeCall(const ShimEnv& env, Path comm, Coll coll, int ncclType, int ncclOp) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "nccl/shim_env.h"
 
@@ -46,6 +47,71 @@ Decision decideInitRank(const ShimEnv& env, bool idIsConccl, bool realNcclAvaila
 Decision decideInitAll(const ShimEnv& env, bool realNcclAvailable);
 // ncclCommSplit: the child takes the parent's path (a conccl parent is split by the shim, shim_split.cc).
 Decision decideSplit(Path parent);
+
+// ---- Locality per communicator (issue 25 item 1) ----
+//
+// With the shim on, ncclGetUniqueId makes a *rendezvous* id (rendezvous.h, marked kRendezvousIdTag): every rank's
+// ncclCommInitRank meets the others there, says which host it is on, and learns the host of every rank. The
+// communicator then runs on conccl when all its ranks share one host, on the real NCCL otherwise, whatever the job's
+// size; decideLocality() is that rule. The rendezvous root (the process that made the id) decides once and sends
+// the same answer to every rank, so the ranks cannot disagree.
+
+// The mark of a rendezvous id, in its last 8 bytes (NCCL and conccl leave those zero).
+inline constexpr uint64_t kRendezvousIdTag = 0x43434c5348523031ull;  // "CCLSHR01"
+
+// What kind of id ncclCommInitRank was given: the real NCCL's, a conccl id marked for the whole job (kConcclIdTag,
+// made only when no rendezvous could be started), or a rendezvous id.
+enum class IdKind { kNccl, kConcclJob, kRendezvous };
+// Reads the mark (without changing the id).
+IdKind classifyId(const char* id, int bytes);
+
+// The host a rank runs on, as a 64-bit identity: ranks with equal identities are taken to share a node (GPUs one
+// copy engine reaches, one network namespace for conccl's abstract Unix sockets, CUDA IPC between them).
+//   CONCCL_HOSTID (if set) wins over NCCL_HOSTID (if set), which wins over hostname + boot id: NCCL's own rule
+//   (its getHostHash), so that tests can simulate nodes on one machine with a different NCCL_HOSTID per process,
+//   and a conccl-only override exists that does not also change what the real NCCL believes.
+struct HostIdentity {
+  uint64_t id = 0;
+  std::string source;  // "CONCCL_HOSTID", "NCCL_HOSTID" or "hostname+boot_id", for the log line
+};
+HostIdentity hostIdentity(const EnvLookup& lookup, const std::string& hostname, const std::string& bootId);
+// 64-bit FNV-1a: stable across processes and builds (std::hash is not required to be).
+uint64_t hashHostString(const std::string& s);
+
+// Number of distinct hosts in a table of host identities.
+int countHosts(const std::vector<uint64_t>& hosts);
+
+// The rule: every rank on one host -> conccl; otherwise the real NCCL (kFail without one). An empty table fails.
+Decision decideLocality(const std::vector<uint64_t>& hosts, bool realNcclAvailable);
+
+// ncclCommSplit of a communicator on the real NCCL (shim_split.cc): the hosts of the child's ranks decide as at
+// init; a child on one host runs on conccl even though its parent spans hosts.
+Decision decideNcclSplitChild(const std::vector<uint64_t>& childHosts, bool realNcclAvailable);
+
+// The interface the rendezvous root listens on. NCCL's rule (its findInterfaces), restricted to IPv4:
+//   1. CONCCL_SOCKET_IFNAME, else NCCL_SOCKET_IFNAME, when set: NCCL's syntax, a comma list of name prefixes,
+//      "^" first to exclude them instead, "=" first for exact names; nothing matching is an error (NCCL fails too);
+//   2. otherwise the interface whose subnet holds MASTER_ADDR when that is an IPv4 literal (torchrun's rendezvous
+//      host: every rank reaches it);
+//   3. otherwise the first interface that is up and neither loopback nor docker*, then docker*, then loopback.
+struct NetInterface {
+  std::string name;
+  uint32_t ipv4 = 0;     // host byte order
+  uint32_t netmask = 0;  // host byte order
+  bool up = false;
+  bool loopback = false;
+};
+struct InterfaceChoice {
+  int index = -1;     // into the list; -1 with `error` set
+  std::string why;    // for the log line
+  std::string error;
+};
+InterfaceChoice pickInterface(const std::vector<NetInterface>& interfaces, const EnvLookup& lookup);
+// NCCL_SOCKET_IFNAME matching of one interface name (without the leading '^', which pickInterface handles).
+bool ifnameMatches(const std::string& name, const std::string& spec);
+// "a.b.c.d" -> host-order address; false if `text` is not a dotted IPv4 literal.
+bool parseIpv4(const std::string& text, uint32_t* out);
+std::string formatIpv4(uint32_t ipv4);
 
 // One call on a communicator of path `comm`. A conccl communicator has no NCCL twin in this version, so a
 // call it cannot run exactly fails (kFail, with the reason) instead of being forwarded. Ops made by
