@@ -1,0 +1,518 @@
+"""The PyTorch workloads of issue 24 item 6, case 1 (and the MoE all-to-all of case 4), in one process group so that
+one torchrun start serves them all. Each case is checked against a reference computed on fresh seeded data: closed
+forms of inputs every rank regenerates from known seeds, or a model trained in-process without torch.distributed on
+the same seed and the same global batch. Rank 0 prints one line per case as it goes:
+
+    CASE <name> PASS|FAIL <seconds>s <detail>
+
+then `RESULT OK|FAILED`; the exit status is non-zero if any case failed on any rank (verdicts are summed over a gloo
+group, never through the library under test).
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/torch/workloads.py            # NCCL or shim
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/torch/workloads.py --sim-hosts # plain NCCL,
+                                                                                  # ranks sharing one GPU
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/torch/workloads.py \\
+        --backend gloo --device cpu --compile-backend aot_eager                     # the script's logic, no GPU
+
+Cases (--cases to pick; all by default):
+  collectives  shim_collectives.py's reductions, movement and new_group checks (fp32 1..12 MiB, bf16 to 10 MiB)
+  p2p          paired blocking send/recv, batch_isend_irecv rings and an all-to-all by p2p with uneven sizes (12 MiB)
+  groups       new_group subsets, list all_gather / reduce_scatter, gather / scatter, _coalescing_manager
+  mesh2d       a 2-D DeviceMesh (2 x W/2, or 1 x W): all_reduce on each dimension's group, DTensor redistribution
+  moe          MoE dispatch / combine: all_to_all_single with uneven, seeded routing (> 8 MiB per rank), fp32 + bf16
+  ddp          DistributedDataParallel, 16 MiB of parameters (a > 8 MiB bucket), vs the single-process reference
+  fsdp2        fully_shard fp32 (AVG reduce-scatter), vs the single-process reference
+  fsdp2_bf16   fully_shard with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), vs an emulation of it
+  tp           tensor parallel (ColwiseParallel + RowwiseParallel MLP, 12 MiB all-reduces) vs the reference
+  graphs       collectives captured in a CUDA graph, replayed on new data (shim_collectives.run_graph; GPU only)
+  compile      torch.compile of functional collectives (all_reduce, all_gather, reduce_scatter) vs closed forms
+
+Tolerances: sums within the any-order rounding bound (tcommon.Checker.sum_close); data movement bit-exact; training:
+losses within 1e-4 (fp32) / 1e-2 (bf16) relative and the parameter updates (p_final - p_init) within 2e-3 (fp32) /
+3e-2 (bf16) of the reference's, relative to the largest update. A rank's gradient missing or counted twice changes the
+update by >= 1/W (>= 25 %), a stale bucket by 100 %: far above these.
+"""
+import copy
+import os
+import sys
+import types
+
+import tcommon
+from tcommon import gen, log
+
+import torch  # noqa: E402 (tcommon sets the environment first)
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+ALL_CASES = ["collectives", "p2p", "groups", "mesh2d", "moe", "ddp", "fsdp2", "fsdp2_bf16", "tp", "graphs", "compile"]
+
+
+def sc_module():
+    import shim_collectives
+    return shim_collectives
+
+
+def sc_args(ctx):
+    nccl = ctx.args.backend == "nccl"
+    return types.SimpleNamespace(cpu_gloo=not nccl, premul=nccl, replays=2)
+
+
+def drain_sc(ctx, sc):
+    """shim_collectives keeps its own failure list and count: move them into this case's checker."""
+    ctx.chk.failures.extend(sc.FAILURES)
+    ctx.chk.checks += sc.CHECKS
+    sc.FAILURES.clear()
+    sc.CHECKS = 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def case_collectives(ctx):
+    sc = sc_module()
+    a = sc_args(ctx)
+    it = 1000
+    for dtype, sizes in ((torch.float32, (1, 65537, 3 << 20)), (torch.bfloat16, (1000, 5 << 20))):
+        for n in sizes:
+            sc.run_reductions(a, ctx.world, ctx.rank, ctx.device, dtype, n, it)
+            sc.run_movement(ctx.world, ctx.rank, ctx.device, dtype, n, it)
+            it += 1
+    sc.run_subgroups(ctx.world, ctx.rank, ctx.device)
+    drain_sc(ctx, sc)
+
+
+def case_graphs(ctx):
+    if not ctx.cuda:
+        ctx.notes["skipped"] = "no CUDA graphs on the CPU"
+        return
+    sc = sc_module()
+    a = sc_args(ctx)
+    sc.run_graph(a, ctx.world, ctx.rank, ctx.device, torch.float32, 1 << 16)
+    sc.run_graph(a, ctx.world, ctx.rank, ctx.device, torch.bfloat16, 1 << 16)
+    sc.run_graph(a, ctx.world, ctx.rank, ctx.device, torch.float32, 3 << 20)  # 12 MiB: above the staged threshold
+    drain_sc(ctx, sc)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def case_p2p(ctx):
+    rank, world, dev = ctx.rank, ctx.world, ctx.device
+    dt = torch.float32
+    # Paired blocking send/recv (even <-> odd), the receiver posting first on one side, small and 12 MiB.
+    for n in (1000, 3 << 20):
+        peer = rank ^ 1
+        if peer < world:
+            mine = gen(("pair", rank, n), n, dt, dev)
+            got = torch.empty(n, dtype=dt, device=dev)
+            if rank % 2 == 0:
+                dist.send(mine, peer)
+                dist.recv(got, peer)
+            else:
+                dist.recv(got, peer)
+                dist.send(mine, peer)
+            ctx.chk.exact(f"send/recv pair n={n}", got, gen(("pair", peer, n), n, dt, dev))
+    # batch_isend_irecv ring both directions, twice (the second reuses the communicators).
+    for rep in range(2):
+        n = (3 << 20) + rep * 17
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        mine = gen(("ring", rank, rep), n, dt, dev)
+        from_prv = torch.empty(n, dtype=dt, device=dev)
+        from_nxt = torch.empty(n, dtype=dt, device=dev)
+        ops = [dist.P2POp(dist.isend, mine, nxt), dist.P2POp(dist.irecv, from_prv, prv),
+               dist.P2POp(dist.isend, mine, prv), dist.P2POp(dist.irecv, from_nxt, nxt)]
+        for r in dist.batch_isend_irecv(ops):
+            r.wait()
+        ctx.chk.exact(f"batch ring from prev rep {rep}", from_prv, gen(("ring", prv, rep), n, dt, dev))
+        ctx.chk.exact(f"batch ring from next rep {rep}", from_nxt, gen(("ring", nxt, rep), n, dt, dev))
+    # An all-to-all made of p2p ops in one batch, uneven sizes (one of them 0), ~12 MiB per rank in all.
+    size = [[0 if (r + 2 * p) % 5 == 4 else (1 << 20) + 4099 * ((r * 7 + p * 3) % 5) for p in range(world)]
+            for r in range(world)]
+    ops, outs = [], {}
+    for p in range(world):
+        if p == rank:
+            continue
+        if size[rank][p]:
+            ops.append(dist.P2POp(dist.isend, gen(("pa2a", rank, p), size[rank][p], dt, dev), p))
+        if size[p][rank]:
+            outs[p] = torch.empty(size[p][rank], dtype=dt, device=dev)
+            ops.append(dist.P2POp(dist.irecv, outs[p], p))
+    if ops:
+        for r in dist.batch_isend_irecv(ops):
+            r.wait()
+    for p, t in outs.items():
+        ctx.chk.exact(f"p2p all-to-all from {p}", t, gen(("pa2a", p, rank), size[p][rank], dt, dev))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def case_groups(ctx):
+    rank, world, dev = ctx.rank, ctx.world, ctx.device
+    dt = torch.float32
+    n = 65537
+    xs = [gen(("grp", r), n, dt, dev) for r in range(world)]
+    # Subsets: evens, odds, and every adjacent pair (all ranks call every new_group, as torch requires).
+    subsets = [[r for r in range(world) if r % 2 == 0], [r for r in range(world) if r % 2 == 1]]
+    subsets += [[r, r + 1] for r in range(0, world - 1)]
+    for members in subsets:
+        if not members:
+            continue
+        g = dist.new_group(ranks=members)
+        if rank in members:
+            t = xs[rank].clone()
+            dist.all_reduce(t, group=g)
+            x64 = torch.stack([xs[r].double() for r in members])
+            ctx.chk.sum_close(f"new_group({members}) all_reduce", t, x64.sum(0), x64.abs().sum(0), len(members), dt)
+    # List all_gather with uneven sizes (torch groups broadcasts for it; gloo needs equal sizes).
+    sizes = [1000 + (333 * r if ctx.args.backend == "nccl" else 0) for r in range(world)]
+    outs = [torch.empty(s, dtype=dt, device=dev) for s in sizes]
+    dist.all_gather(outs, gen(("agl", rank), sizes[rank], dt, dev))
+    for r in range(world):
+        ctx.chk.exact(f"all_gather list uneven from {r}", outs[r], gen(("agl", r), sizes[r], dt, dev))
+    # List reduce_scatter (equal sizes).
+    m = 4099
+    ins = [[gen(("rsl", r, p), m, dt, dev) for p in range(world)] for r in range(world)]
+    out = torch.empty(m, dtype=dt, device=dev)
+    if ctx.args.backend == "nccl":  # gloo has no reduce_scatter
+        dist.reduce_scatter(out, [t.clone() for t in ins[rank]])
+        x64 = torch.stack([ins[r][rank].double() for r in range(world)])
+        ctx.chk.sum_close("reduce_scatter list", out, x64.sum(0), x64.abs().sum(0), world, dt)
+    # gather / scatter to / from the last rank.
+    root = world - 1
+    mine = gen(("gat", rank), m, dt, dev)
+    glist = [torch.empty(m, dtype=dt, device=dev) for _ in range(world)] if rank == root else None
+    dist.gather(mine, gather_list=glist, dst=root)
+    if rank == root:
+        for r in range(world):
+            ctx.chk.exact(f"gather from {r}", glist[r], gen(("gat", r), m, dt, dev))
+    slist = [gen(("sca", r), m, dt, dev) for r in range(world)] if rank == root else None
+    got = torch.empty(m, dtype=dt, device=dev)
+    dist.scatter(got, scatter_list=slist, src=root)
+    ctx.chk.exact("scatter", got, gen(("sca", rank), m, dt, dev))
+    # Coalesced all-reduces (one NCCL group for three tensors, one of them 12 MiB).
+    cm_fn = getattr(dist.distributed_c10d, "_coalescing_manager", None)
+    if cm_fn is not None and ctx.args.backend == "nccl":
+        lens = (1000, 3 << 20, 77)
+        ts = [gen(("coal", rank, i), k, dt, dev) for i, k in enumerate(lens)]
+        with cm_fn(device=dev, async_ops=True) as cm:
+            for t in ts:
+                dist.all_reduce(t)
+        cm.wait()
+        for i, k in enumerate(lens):
+            x64 = torch.stack([gen(("coal", r, i), k, dt, dev).double() for r in range(world)])
+            ctx.chk.sum_close(f"coalesced all_reduce {i}", ts[i], x64.sum(0), x64.abs().sum(0), world, dt)
+    else:
+        ctx.notes["coalescing"] = "skipped"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def device_type(ctx):
+    return "cuda" if ctx.cuda else "cpu"
+
+
+def case_mesh2d(ctx):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    rank, world, dev = ctx.rank, ctx.world, ctx.device
+    shape = (2, world // 2) if world >= 4 and world % 2 == 0 else (1, world)
+    mesh = init_device_mesh(device_type(ctx), shape, mesh_dim_names=("dp", "tp"))
+    ctx.notes["mesh"] = "x".join(map(str, shape))
+    dt = torch.float32
+    n = (1 << 20) + 5  # > 4 MiB per call
+    for name in ("dp", "tp"):
+        g = mesh.get_group(name)
+        row = dist.get_process_group_ranks(g)
+        t = gen(("mesh", name, rank), n, dt, dev)
+        dist.all_reduce(t, group=g)
+        x64 = torch.stack([gen(("mesh", name, r), n, dt, dev).double() for r in row])
+        ctx.chk.sum_close(f"mesh {name} all_reduce over {row}", t, x64.sum(0), x64.abs().sum(0), len(row), dt)
+    # DTensor: shard a full tensor on both dimensions, gather it back (all-gathers on both groups), and reshard.
+    full = gen(("dtensor",), 1024 * 2048, dt, dev).view(1024, 2048)
+    d = distribute_tensor(full, mesh, [Shard(0), Shard(1)])
+    ctx.chk.exact("DTensor [Shard(0), Shard(1)].full_tensor()", d.full_tensor(), full)
+    r = d.redistribute(mesh, [Replicate(), Shard(0)])
+    ctx.chk.exact("DTensor redistribute to [Replicate, Shard(0)]", r.full_tensor(), full)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def case_moe(ctx):
+    rank, world, dev = ctx.rank, ctx.world, ctx.device
+    for dtype, hidden in ((torch.float32, 1024), (torch.bfloat16, 2048)):  # 4 KiB per token either way
+        for it in range(3):
+            # Routing of every rank, the same on every rank: tokens[r], dest[r][i] (expert p lives on rank p).
+            tokens = [3072 + 97 * ((r + it) % 4) for r in range(world)]  # ~12 MiB out per rank
+            dests = []
+            for r in range(world):
+                g = torch.Generator().manual_seed(9000 + 31 * it + r)
+                w = torch.rand(world, generator=g) + 0.05
+                if world > 2:
+                    w[(r + it) % world] = 0.0  # one peer gets nothing from r: a zero split
+                dests.append(torch.multinomial(w, tokens[r], replacement=True, generator=g))
+            counts = [[int((dests[r] == p).sum()) for p in range(world)] for r in range(world)]
+            x = gen(("moe", str(dtype), it, rank), tokens[rank] * hidden, dtype, dev).view(tokens[rank], hidden)
+            order = torch.argsort(dests[rank], stable=True).to(dev)
+            send = x[order].contiguous()
+            # 1. the counts, as MoE layers exchange them (all_to_all_single of one int64 per peer).
+            c_out = torch.empty(world, dtype=torch.int64, device=dev)
+            dist.all_to_all_single(c_out, torch.tensor(counts[rank], dtype=torch.int64, device=dev))
+            ctx.chk.exact(f"moe {dtype} it {it} counts", c_out.cpu(),
+                          torch.tensor([counts[p][rank] for p in range(world)], dtype=torch.int64))
+            # 2. dispatch: uneven all_to_all_single of token rows.
+            in_splits = counts[rank]
+            out_splits = [counts[p][rank] for p in range(world)]
+            recv = torch.empty(sum(out_splits), hidden, dtype=dtype, device=dev)
+            dist.all_to_all_single(recv, send, output_split_sizes=out_splits, input_split_sizes=in_splits)
+            want = []
+            for p in range(world):
+                xp = gen(("moe", str(dtype), it, p), tokens[p] * hidden, dtype, dev).view(tokens[p], hidden)
+                want.append(xp[torch.argsort(dests[p], stable=True).to(dev)][sum(counts[p][:rank]):
+                                                                                sum(counts[p][:rank + 1])])
+            ctx.chk.exact(f"moe {dtype} it {it} dispatch", recv, torch.cat(want))
+            # 3. the expert (exact in both dtypes: times a small power of two, plus a constant of its own)
+            y = recv * (2.0 ** (rank % 3)) + float(rank)
+            # 4. combine: the reverse all-to-all brings every token back to its sender, in dispatch order.
+            back = torch.empty_like(send)
+            dist.all_to_all_single(back, y.contiguous(), output_split_sizes=in_splits, input_split_sizes=out_splits)
+            d_sorted = dests[rank][order.cpu()].to(dev)
+            scale = (2.0 ** (d_sorted % 3).to(torch.float32)).to(dtype).unsqueeze(1)
+            ctx.chk.exact(f"moe {dtype} it {it} combine", back, send * scale + d_sorted.to(dtype).unsqueeze(1))
+        ctx.notes[f"moe_{str(dtype).split('.')[-1]}_MiB_per_rank"] = round(tokens[rank] * hidden *
+                                                                           send.element_size() / 2**20, 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training cases: the same model and data on every rank; the reference trains a local copy on the global batch.
+
+
+class MLP(nn.Module):
+    def __init__(self, dims):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:])])
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i + 1 < len(self.layers):
+                x = torch.tanh(x)
+        return x
+
+
+def make_model(dims, seed):
+    torch.manual_seed(seed)
+    return MLP(dims)
+
+
+def batch_for(step, n, din, dout, seed, dev):
+    g = torch.Generator().manual_seed(seed * 7919 + step)
+    x = torch.randn(n, din, generator=g)
+    y = torch.randn(n, dout, generator=g)
+    return x.to(dev), y.to(dev)
+
+
+def sgd(params, lr=0.05):
+    return torch.optim.SGD(params, lr=lr, momentum=0.9)
+
+
+def reference_training(dims, seed, steps, global_batch, dev):
+    model = make_model(dims, seed).to(dev)
+    p0 = [p.detach().clone() for p in model.parameters()]
+    opt = sgd(model.parameters())
+    losses = []
+    for s in range(steps):
+        x, y = batch_for(s, global_batch, dims[0], dims[-1], seed, dev)
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, p0, [p.detach().clone() for p in model.parameters()]
+
+
+def global_loss(ctx, local_loss):
+    t = torch.tensor([float(local_loss)], dtype=torch.float64)
+    dist.all_reduce(t, group=ctx.cpu_pg)  # the mean over ranks of equal-sized shards = the global batch's mean
+    return t.item() / ctx.world
+
+
+def compare_training(ctx, name, losses, ref_losses, p0, params, ref_params, loss_rtol, upd_rtol):
+    ctx.chk.close(f"{name} losses", losses, ref_losses, rtol=loss_rtol)
+    worst = 0.0
+    for i, (a, b, q0) in enumerate(zip(params, ref_params, p0)):
+        du, dr = (a.double().cpu() - q0.double().cpu()), (b.double().cpu() - q0.double().cpu())
+        scale = float(dr.abs().max()) or 1.0
+        rel = float((du - dr).abs().max()) / scale
+        worst = max(worst, rel)
+        ctx.chk.true(f"{name} param {i} update", rel <= upd_rtol,
+                     f"update differs from the reference's by {rel:.3e} of its largest entry (> {upd_rtol:g})")
+    ctx.notes[f"{name}_loss"] = f"{losses[0]:.5f}->{losses[-1]:.5f}"
+    ctx.notes[f"{name}_max_update_rel"] = f"{worst:.2e}"
+
+
+def case_ddp(ctx):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dims, seed, steps, b = [1024, 2048, 1024, 256], 11, 5, 16  # 4.5 M parameters, 18 MiB of gradients
+    ref_losses, p0, ref_p = reference_training(dims, seed, steps, b * ctx.world, ctx.device)
+    model = make_model(dims, seed).to(ctx.device)
+    ddp = DDP(model, device_ids=[ctx.device.index] if ctx.cuda else None)
+    opt = sgd(ddp.parameters())
+    losses = []
+    for s in range(steps):
+        x, y = batch_for(s, b * ctx.world, dims[0], dims[-1], seed, ctx.device)
+        x, y = x[ctx.rank * b:(ctx.rank + 1) * b], y[ctx.rank * b:(ctx.rank + 1) * b]
+        loss = F.mse_loss(ddp(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(global_loss(ctx, loss.item()))
+    compare_training(ctx, "ddp", losses, ref_losses, p0, [p.detach() for p in model.parameters()], ref_p,
+                     1e-4, 2e-3)
+
+
+def full_params(model):
+    out = []
+    for p in model.parameters():
+        p = p.detach()
+        out.append(p.full_tensor() if hasattr(p, "full_tensor") else p)
+    return out
+
+
+def case_fsdp2(ctx, bf16=False):
+    from torch.distributed.device_mesh import init_device_mesh
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+    dims, seed, steps, b = [1024, 2048, 2048, 1024], 23, 5, 16  # 2048x2048 fp32 = 16 MiB: > 8 MiB all-gathers
+    dev = ctx.device
+    mesh = init_device_mesh(device_type(ctx), (ctx.world,))
+    name = "fsdp2_bf16" if bf16 else "fsdp2"
+    if not bf16:
+        ref_losses, p0, ref_p = reference_training(dims, seed, steps, b * ctx.world, dev)
+    else:
+        ref_losses, p0, ref_p = reference_bf16(ctx, dims, seed, steps, b)
+    model = make_model(dims, seed).to(dev)
+    kw = {"mesh": mesh}
+    if bf16:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in model.layers:
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+    opt = sgd(model.parameters())
+    losses = []
+    for s in range(steps):
+        x, y = batch_for(s, b * ctx.world, dims[0], dims[-1], seed, dev)
+        x, y = x[ctx.rank * b:(ctx.rank + 1) * b], y[ctx.rank * b:(ctx.rank + 1) * b]
+        out = model(x.to(torch.bfloat16) if bf16 else x)
+        loss = F.mse_loss(out.float(), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(global_loss(ctx, loss.item()))
+    compare_training(ctx, name, losses, ref_losses, p0, full_params(model), ref_p,
+                     1e-2 if bf16 else 1e-4, 3e-2 if bf16 else 2e-3)
+
+
+def reference_bf16(ctx, dims, seed, steps, b):
+    """FSDP2 with param_dtype=bf16, reduce_dtype=fp32, emulated in one process: each rank's shard of the batch
+    through a bf16 copy of the fp32 parameters, its bf16 gradients widened to fp32 and averaged over ranks, SGD on
+    the fp32 parameters. Only the order of the fp32 reduction differs from the real thing."""
+    dev = ctx.device
+    master = make_model(dims, seed).to(dev)
+    p0 = [p.detach().clone() for p in master.parameters()]
+    opt = sgd(master.parameters())
+    losses = []
+    for s in range(steps):
+        x, y = batch_for(s, b * ctx.world, dims[0], dims[-1], seed, dev)
+        grads = [torch.zeros_like(p) for p in master.parameters()]
+        total = 0.0
+        for r in range(ctx.world):
+            low = copy.deepcopy(master).to(torch.bfloat16)
+            out = low(x[r * b:(r + 1) * b].to(torch.bfloat16))
+            loss = F.mse_loss(out.float(), y[r * b:(r + 1) * b])
+            loss.backward()
+            total += loss.item()
+            for gacc, p in zip(grads, low.parameters()):
+                gacc += p.grad.float()
+        opt.zero_grad(set_to_none=True)
+        for p, gacc in zip(master.parameters(), grads):
+            p.grad = gacc / ctx.world
+        opt.step()
+        losses.append(total / ctx.world)
+    return losses, p0, [p.detach().clone() for p in master.parameters()]
+
+
+def case_tp(ctx):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    dims, seed, steps, n = [1024, 4096, 1024], 37, 4, 3072  # 3072 x 1024 fp32 = 12 MiB all-reduces
+    dev = ctx.device
+    ref_losses, p0, ref_p = reference_training(dims, seed, steps, n, dev)
+    mesh = init_device_mesh(device_type(ctx), (ctx.world,))
+    model = make_model(dims, seed).to(dev)
+    parallelize_module(model, mesh, {"layers.0": ColwiseParallel(), "layers.1": RowwiseParallel()})
+    opt = sgd(model.parameters())
+    losses = []
+    for s in range(steps):
+        x, y = batch_for(s, n, dims[0], dims[-1], seed, dev)  # every rank the whole batch (replicated input)
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    compare_training(ctx, "tp", losses, ref_losses, p0, full_params(model), ref_p, 1e-4, 2e-3)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def case_compile(ctx):
+    import torch.distributed._functional_collectives as funcol
+    rank, world, dev = ctx.rank, ctx.world, ctx.device
+    group = dist.group.WORLD
+    dt = torch.float32
+    n = 3 << 20  # 12 MiB
+    m = n // world
+
+    def step(x, y):
+        a = funcol.all_reduce(x * 2.0, "sum", group)
+        b = funcol.all_gather_tensor(y + 1.0, 0, group)
+        c = funcol.reduce_scatter_tensor(x, "sum", 0, group)
+        return a * 0.5, b * 3.0, c
+
+    fn = torch.compile(step, backend=ctx.args.compile_backend, fullgraph=True)
+    for it in range(2):  # the second call runs the compiled graph on new data
+        xs = [gen(("cmp", it, "x", r), n, dt, dev) for r in range(world)]
+        ys = [gen(("cmp", it, "y", r), m, dt, dev) for r in range(world)]
+        a, b, c = fn(xs[rank], ys[rank])
+        x64 = torch.stack([x.double() for x in xs])
+        # a: sum_r (2 x_r) / 2: the doubling and halving are exact, so the bound of a plain sum holds.
+        ctx.chk.sum_close(f"compile all_reduce it {it}", a, x64.sum(0), x64.abs().sum(0), world, dt)
+        # b: (y_r + 1) * 3 for every r: the same two roundings eagerly (inductor may fuse them: 1 ulp of slack).
+        want_b = torch.cat([(y + 1.0) * 3.0 for y in ys])
+        ctx.chk.close(f"compile all_gather it {it}", b, want_b, rtol=2.0**-22, atol=2.0**-22)
+        s64 = x64[:, rank * m:(rank + 1) * m]
+        ctx.chk.sum_close(f"compile reduce_scatter it {it}", c, s64.sum(0), s64.abs().sum(0), world, dt)
+    ctx.notes["compile_backend"] = ctx.args.compile_backend
+
+
+CASES = {
+    "collectives": case_collectives, "p2p": case_p2p, "groups": case_groups, "mesh2d": case_mesh2d,
+    "moe": case_moe, "ddp": case_ddp, "fsdp2": case_fsdp2, "fsdp2_bf16": lambda c: case_fsdp2(c, bf16=True),
+    "tp": case_tp, "graphs": case_graphs, "compile": case_compile,
+}
+
+
+def main():
+    p = tcommon.base_parser(__doc__)
+    p.add_argument("--cases", default=",".join(ALL_CASES), help="comma list, from: " + ",".join(ALL_CASES))
+    p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: no codegen)")
+    args = p.parse_args()
+    unknown = [c for c in tcommon.parse_cases(args.cases) if c not in CASES]
+    if unknown:
+        p.error(f"unknown case(s) {unknown}")
+    # Deterministic kernels: the reference and the distributed run differ only by the collectives.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    ctx = tcommon.setup(args)
+    selected = tcommon.parse_cases(args.cases)
+    failed = tcommon.run_cases(ctx, [(c, CASES[c]) for c in selected])
+    return tcommon.finish(ctx, failed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
