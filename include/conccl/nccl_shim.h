@@ -1,0 +1,38 @@
+/*
+ * conccl/nccl_shim.h: the two functions the NCCL drop-in (libconccl_nccl.so, docs/nccl-shim.md) exports beside NCCL's
+ * API, for layers that sit on top of an NCCL program (the Python package's `conccl run` and `conccl.torch`).
+ *
+ * Plain C, no nccl.h needed: `struct ncclComm*` is nccl.h's ncclComm_t. Look the symbols up with dlsym in the
+ * process that preloaded the shim (or dlopen it: neither function initialises CUDA or opens the real NCCL).
+ * Results are ncclResult_t values (0 = ncclSuccess); neither function prints or exits.
+ */
+#ifndef CONCCL_NCCL_SHIM_H_
+#define CONCCL_NCCL_SHIM_H_
+
+#include <conccl/conccl.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ncclComm;
+
+/* NCCL_VERSION_CODE of the nccl.h the shim was compiled against (22809 for NCCL 2.28.9): the NCCL API the shim
+ * exports and expects of the real NCCL it forwards to. Unlike ncclGetVersion, it does not depend on
+ * CONCCL_NCCL_SHIM (which makes ncclGetVersion report the real NCCL's version when the shim is off). */
+CONCCL_API int concclNcclShimAbiVersion(void);
+
+/* The conccl communicator behind an NCCL communicator handed out by the shim (PyTorch: the value of
+ * ProcessGroupNCCL's _comm_ptr()), so that conccl calls (conccl_ops.h) can run on the same ranks.
+ *   comm    an ncclComm_t from this shim's ncclCommInitRank / ncclCommInitAll / ncclCommSplit
+ *   out     receives the concclComm_t; owned by the shim (ncclCommDestroy frees it): never destroy it yourself
+ * Returns 0 and sets *out when comm runs on conccl; 4 (ncclInvalidArgument) for NULL arguments or a handle the
+ * shim did not make (a real NCCL communicator); 5 (ncclInvalidUsage) for a shim communicator forwarded to the real
+ * NCCL (the job spans nodes, or CONCCL_NCCL_SHIM=0). *out is NULL on failure; ncclGetLastError(NULL) says why. */
+CONCCL_API int concclNcclShimGetComm(struct ncclComm* comm, concclComm_t* out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CONCCL_NCCL_SHIM_H_ */
