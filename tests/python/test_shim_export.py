@@ -1,0 +1,37 @@
+"""The drop-in's own exports (include/conccl/nccl_shim.h), on the library the package holds (skipped when the package
+was built without CUDA and nccl.h 2.28). No GPU needed: neither function touches CUDA."""
+import ctypes
+
+import pytest
+
+from conccl import find_library, launcher
+
+
+@pytest.fixture(scope="module")
+def shim():
+    path = find_library("nccl_shim")
+    if path is None:
+        pytest.skip("package built without the NCCL drop-in")
+    lib = ctypes.CDLL(str(path))
+    lib.concclNcclShimGetComm.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+    lib.ncclGetLastError.argtypes, lib.ncclGetLastError.restype = [ctypes.c_void_p], ctypes.c_char_p
+    return path, lib
+
+
+def test_abi_version(shim):
+    path, _ = shim
+    assert launcher.shim_abi_version(str(path)) == 22809
+
+
+def test_get_comm_refuses_what_it_did_not_make(shim):
+    _, lib = shim
+    out = ctypes.c_void_p(1)
+    assert lib.concclNcclShimGetComm(None, ctypes.byref(out)) == 4 and not out.value
+    fake = ctypes.create_string_buffer(256)  # not a shim communicator (no magic)
+    assert lib.concclNcclShimGetComm(ctypes.addressof(fake), ctypes.byref(out)) == 4
+    assert b"not a communicator of this shim" in lib.ncclGetLastError(None)
+    assert lib.concclNcclShimGetComm(ctypes.addressof(fake), None) == 4
+
+
+def test_package_holds_the_libraries():
+    assert find_library("conccl") is not None or pytest.skip("running from the source tree, nothing built")
