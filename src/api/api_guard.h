@@ -19,6 +19,8 @@ void requireLiveComm(const concclComm* comm);
 
 template <typename Body>
 concclResult_t apiCall(concclComm* comm, const char* api, Body&& body) {
+  // Held until the call returns: a destroy or abort on another thread waits for it (core/comm.h, CommUse).
+  CommUse use(comm);
   try {
     body();
     return concclSuccess;

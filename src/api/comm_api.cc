@@ -236,6 +236,16 @@ static concclResult_t releaseComm(concclComm_t comm, bool graceful, const char* 
     if (!graceful) {
       owned->clique->fail(concclInvalidUsage, "rank " + std::to_string(owned->rank) + " aborted the communicator");
     }
+    // A call still inside the library on another thread (blocked on the host, or enqueuing) returns first: after an
+    // abort its waits fail at once. Never free under it: past the limit the handle is left allocated.
+    const auto limit = std::chrono::milliseconds(owned->clique->config().timeoutMs) + std::chrono::seconds(1);
+    if (!conccl::waitUntilUnused(owned.get(), limit)) {
+      const int rank = owned->rank;
+      (void)owned.release();  // leaked on purpose: a call still uses it
+      CONCCL_THROW(concclTimeout, std::string(api) + ": a call on another thread did not leave rank " +
+                                      std::to_string(rank) + "'s communicator within " +
+                                      std::to_string(limit.count()) + " ms; the communicator is left allocated");
+    }
     // Release even if waiting fails (timeout): the handle is gone either way, and the error is reported.
     try {
       owned->clique->releaseRank(owned->rank, graceful);

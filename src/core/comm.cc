@@ -38,6 +38,29 @@ bool isLiveComm(const concclComm* comm) {
   return registry().count(comm) != 0;
 }
 
+CommUse::CommUse(concclComm* comm) {
+  if (comm == nullptr) return;
+  std::lock_guard<std::mutex> lock(registryMutex());
+  if (registry().count(comm) == 0) return;
+  std::lock_guard<std::mutex> use(comm->useMutex);
+  ++comm->uses;
+  comm_ = comm;
+}
+
+CommUse::~CommUse() {
+  if (comm_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> use(comm_->useMutex);
+    --comm_->uses;
+  }
+  comm_->useCv.notify_all();
+}
+
+bool waitUntilUnused(concclComm* comm, std::chrono::milliseconds limit) {
+  std::unique_lock<std::mutex> lock(comm->useMutex);
+  return comm->useCv.wait_for(lock, limit, [comm] { return comm->uses == 0; });
+}
+
 std::vector<concclComm*> createClique(int ndev, const int* devlist, const concclConfig_t* userConfig) {
   CONCCL_REQUIRE(ndev >= 1, "ndev = " + std::to_string(ndev) + " must be at least 1");
   CONCCL_REQUIRE(ndev <= 4096, "ndev = " + std::to_string(ndev) + " is larger than 4096 ranks in one process");

@@ -3,6 +3,8 @@
 
 #include <conccl/conccl.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,6 +34,13 @@ struct concclComm {
   // from another thread than the one that failed.
   std::mutex lastErrorMutex;
   std::string lastError;
+
+  // Calls inside the library on this communicator right now (CommUse). Destroy and abort unregister the handle
+  // first (no new use can start), then wait for these to leave before anything is freed: abort from another thread
+  // (PyTorch's watchdog, torchft) must never free the communicator under a call that is still running in it.
+  std::mutex useMutex;
+  std::condition_variable useCv;
+  int uses = 0;
 };
 
 namespace conccl {
@@ -41,6 +50,23 @@ namespace conccl {
 void registerComm(concclComm* comm);
 void unregisterComm(concclComm* comm);
 bool isLiveComm(const concclComm* comm);
+
+// Marks a live `comm` as in use for the guard's life; checked against the registry atomically, so a handle being
+// destroyed is either not taken (the call then finds it dead) or waited for. A null or dead handle takes nothing.
+class CommUse {
+ public:
+  explicit CommUse(concclComm* comm);
+  ~CommUse();
+  CommUse(const CommUse&) = delete;
+  CommUse& operator=(const CommUse&) = delete;
+  bool taken() const { return comm_ != nullptr; }
+
+ private:
+  concclComm* comm_ = nullptr;
+};
+
+// Waits until no CommUse holds `comm` (call after unregisterComm); false when `limit` passed first.
+bool waitUntilUnused(concclComm* comm, std::chrono::milliseconds limit);
 
 // Creates ndev communicators of one new clique (concclCommInitAll).
 std::vector<concclComm*> createClique(int ndev, const int* devlist, const concclConfig_t* config);

@@ -49,6 +49,10 @@ struct Config {
   // (whose buffer addresses it no longer needs), at the price of one local copy of what a rank receives; 0 = never
   // (CONCCL_STAGED_MAX_BYTES). Must agree across the processes of a communicator (checked at init).
   size_t stagedMaxBytes = size_t{8} << 20;
+  // Ranks in separate processes never wait on the host for their peers: a call whose peers have not made it yet is
+  // finished by the communicator's proxy thread while the caller's stream waits on the GPU (ProcessClique, "Deferred
+  // calls"). CONCCL_DEFER_CALLS=0 makes such calls wait on the caller's thread instead (the blocking form).
+  bool deferCalls = true;
   // Ranks of one process called from a thread each (a group per call posting only that rank) may stage such calls
   // too and launch them at once instead of waiting for the peers' threads (LocalClique::post). CONCCL_THREAD_STAGED:
   // 0 (default, until it is measured across GPUs: docs/cuda-executor.md, "Thread-per-rank staged calls") = never;

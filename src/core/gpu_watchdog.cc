@@ -11,12 +11,13 @@ bool after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
 }  // namespace
 
 GpuWatchdog::GpuWatchdog(int nranks, std::chrono::milliseconds timeout, Progress progress, OnTimeout onTimeout,
-                         bool startThread)
+                         bool startThread, CheckPeers checkPeers)
     : timeout_(timeout),
       period_(std::clamp<std::chrono::milliseconds>(timeout / 8, std::chrono::milliseconds(1),
                                                     std::chrono::milliseconds(100))),
       progress_(std::move(progress)),
-      onTimeout_(std::move(onTimeout)) {
+      onTimeout_(std::move(onTimeout)),
+      checkPeers_(std::move(checkPeers)) {
   ranks_.resize(static_cast<size_t>(nranks > 0 ? nranks : 0));
   if (startThread) thread_ = std::thread([this] { run(); });
 }
@@ -46,6 +47,7 @@ void GpuWatchdog::launched(int rank, const std::string& what) {
 std::optional<std::string> GpuWatchdog::poll(Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (fired_) return std::nullopt;
+  anyPending_ = false;
   std::vector<int> stalled;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     RankWatch& w = ranks_[r];
@@ -57,6 +59,7 @@ std::optional<std::string> GpuWatchdog::poll(Clock::time_point now) {
       w.lastCompleted = completed;
       continue;
     }
+    anyPending_ = true;
     if (!w.pending || completed != w.lastCompleted) {
       w.pending = true;
       w.lastCompleted = completed;
@@ -81,6 +84,11 @@ std::optional<std::string> GpuWatchdog::poll(Clock::time_point now) {
          "communicator is out of service: abort it (concclCommAbort)";
 }
 
+bool GpuWatchdog::workPending() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return anyPending_;
+}
+
 void GpuWatchdog::run() {
   std::unique_lock<std::mutex> lock(stopMutex_);
   while (!stopping_) {
@@ -89,8 +97,9 @@ void GpuWatchdog::run() {
     lock.unlock();
     std::optional<std::string> report = poll(Clock::now());
     if (report) onTimeout_(*report);
+    const bool peerGone = !report && checkPeers_ && workPending() && checkPeers_();
     lock.lock();
-    if (report) break;  // reported once; the communicator is out of service
+    if (report || peerGone) break;  // reported once; the communicator is out of service
   }
 }
 

@@ -30,9 +30,14 @@ class GpuWatchdog {
   using Progress = std::function<bool(int, uint32_t*, uint32_t*)>;
   using OnTimeout = std::function<void(const std::string&)>;
 
+  // Called every polling period while some rank has GPU work pending; true when it found a dead peer and failed the
+  // communicator itself (the watchdog then stops). Lets a rank whose stream waits on the GPU for a peer that was
+  // killed learn of it within a period instead of the timeout.
+  using CheckPeers = std::function<bool()>;
+
   // Starts the polling thread when `startThread` (tests drive poll() themselves).
   GpuWatchdog(int nranks, std::chrono::milliseconds timeout, Progress progress, OnTimeout onTimeout,
-              bool startThread = true);
+              bool startThread = true, CheckPeers checkPeers = {});
   ~GpuWatchdog();
   GpuWatchdog(const GpuWatchdog&) = delete;
   GpuWatchdog& operator=(const GpuWatchdog&) = delete;
@@ -45,6 +50,8 @@ class GpuWatchdog {
   // One look at every rank at time `now`; the report (once) when some rank has made no progress for `timeout`
   // (plus one polling period, see period_).
   std::optional<std::string> poll(Clock::time_point now);
+  // Whether the last poll() saw a rank with launched but uncompleted work.
+  bool workPending() const;
 
   // Stops the thread (idempotent); called before the executor goes away.
   void stop();
@@ -66,7 +73,9 @@ class GpuWatchdog {
   const std::chrono::milliseconds period_;
   Progress progress_;
   OnTimeout onTimeout_;
-  std::mutex mutex_;  // ranks_, fired_
+  CheckPeers checkPeers_;
+  mutable std::mutex mutex_;  // ranks_, fired_, anyPending_
+  bool anyPending_ = false;
   std::vector<RankWatch> ranks_;
   bool fired_ = false;
   std::mutex stopMutex_;

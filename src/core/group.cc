@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/comm.h"
 #include "core/error.h"
 #include "core/logging.h"
 
@@ -92,6 +93,11 @@ class GroupRun {
   explicit GroupRun(std::vector<RecordedCall> recorded) : calls_(fuseP2P(std::move(recorded))) {}
 
   void run() {
+    // Every communicator of the group stays allocated until the run ends (a destroy or abort on another thread
+    // waits for it); one already destroyed takes no use and is never dereferenced.
+    for (const auto& c : calls_) {
+      if (!uses_.count(c.comm)) uses_.emplace(c.comm, std::make_unique<CommUse>(c.comm));
+    }
     postAll();
     if (order_.size() > 1 && hostBackend()) {
       launchInThreads();
@@ -114,7 +120,7 @@ class GroupRun {
     // (RankArgs::soleRankInGroup).
     std::map<const Clique*, std::set<int>> groupRanks;
     for (const auto& c : calls_) {
-      if (isLiveComm(c.comm)) groupRanks[c.comm->clique.get()].insert(c.comm->rank);
+      if (held(c.comm)) groupRanks[c.comm->clique.get()].insert(c.comm->rank);
     }
     std::set<concclComm*> failed;
     for (auto& c : calls_) {
@@ -123,7 +129,7 @@ class GroupRun {
       if (failed.count(c.comm)) continue;
       // A communicator destroyed after its call was recorded (by this thread: groupForgetComm removed its calls,
       // so this is another thread's destroy) must not be dereferenced.
-      if (!isLiveComm(c.comm)) {
+      if (!held(c.comm)) {
         failed.insert(c.comm);
         dead_.insert(c.comm);
         std::lock_guard<std::mutex> lock(errorMutex_);
@@ -146,6 +152,8 @@ class GroupRun {
       }
     }
   }
+
+  bool held(concclComm* comm) const { return uses_.at(comm)->taken(); }
 
   // enqueueCall refuses groups that mix backends, so the first live communicator tells the backend.
   bool hostBackend() const {
@@ -194,6 +202,7 @@ class GroupRun {
   }
 
   std::vector<RecordedCall> calls_;
+  std::map<concclComm*, std::unique_ptr<CommUse>> uses_;
   std::vector<concclComm*> order_;                                           // comms in first-use order
   std::map<concclComm*, std::vector<std::shared_ptr<CallTicket>>> perComm_;  // tickets per rank, in call order
   std::set<concclComm*> dead_;                                               // never dereferenced

@@ -101,6 +101,22 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
       [this](const std::string& reason) {
         CONCCL_WARN(rank_, device_, "watchdog: " + reason);
         fail(concclTimeout, reason);
+      },
+      /*startThread=*/true,
+      // A peer killed while this rank's stream waits on the GPU for it: found within a polling period (<= 100 ms),
+      // not at the timeout. A peer that destroyed its rank and exited is no failure.
+      [this] {
+        for (int p = 0; p < nranks_; ++p) {
+          if (p == rank_ || layout_->rank(p).departed.load(std::memory_order_acquire) != 0) continue;
+          const int64_t pid = pids_[static_cast<size_t>(p)];
+          if (processAlive(pid)) continue;
+          const std::string reason = "rank " + std::to_string(p) + " (pid " + std::to_string(pid) +
+                                     ") exited while rank " + std::to_string(rank_) + " had GPU work waiting for it";
+          CONCCL_WARN(rank_, device_, "watchdog: " + reason);
+          fail(concclSystemError, reason);
+          return true;
+        }
+        return false;
       });
 
   // The executor's all-gather above happened after every rank had mapped the segment: its name can go now, and
@@ -114,6 +130,7 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
 }
 
 ProcessClique::~ProcessClique() {
+  stopProxy();                             // it uses everything below
   if (gpuWatchdog_) gpuWatchdog_->stop();  // it uses the executor
   stopWatchdog();  // it uses the executor and the segment
   // The executor first: it unregisters the flag area that lives in the segment (destroyed after it).
@@ -175,6 +192,20 @@ std::shared_ptr<CallTicket> ProcessClique::post(int rank, RankArgs args) {
 }
 
 void ProcessClique::abandon(CallTicket& ticket) {
+  {
+    // Behind deferred calls, the ring moves on only once they have been read: keep the order.
+    std::lock_guard<std::mutex> lock(proxyMutex_);
+    if (proxyPending_ > 0) {
+      proxyQueue_.push_back(DeferredItem{ticket, {}, std::nullopt, true});
+      ++proxyPending_;
+      proxyCv_.notify_all();
+      return;
+    }
+  }
+  abandonNow(ticket);
+}
+
+void ProcessClique::abandonNow(CallTicket& ticket) {
   // Every rank abandons the same calls (see Clique::abandon): keep the ring moving past this one. A Send/Recv
   // group published nothing (its partners then time out waiting for it, the group's earlier failure being theirs
   // too only where they shared it).
@@ -191,12 +222,24 @@ void ProcessClique::abandon(CallTicket& ticket) {
 
 void ProcessClique::releaseRank(int rank, bool graceful) {
   CONCCL_ASSERT(rank == rank_);
+  // Destroy first lets the deferred calls finish (bounded); abort has failed the communicator, so they fail at once.
+  // Either way no deferred call is left unfinished when the rank departs, and the proxy is gone before the executor.
+  std::optional<Error> proxyError;
+  if (graceful) {
+    try {
+      waitForProxyIdle("concclCommDestroy");
+    } catch (const Error& e) {
+      proxyError = e;
+    }
+  }
+  stopProxy();
   layout_->rank(rank_).departed.store(1, std::memory_order_release);
   // The watchdog keeps watching the unmatched calls while the streams drain: a peer that never makes one of
   // them ends this wait with the timeout instead of blocking it for ever.
   if (graceful) executor_->synchronize(rank_);
   stopWatchdog();
   executor_->releaseRank(rank_);
+  if (proxyError) throw *proxyError;
 }
 
 }  // namespace conccl

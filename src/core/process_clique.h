@@ -128,6 +128,34 @@ class ProcessClique final : public Clique {
   // A Send/Recv group: matched pair by pair through the p2p rings (process_clique_p2p.cc), then launched.
   void launchSendRecv(CallTicket& ticket);
 
+  // Deferred calls (process_clique_proxy.cc). A call that would wait on the host for its peers (a regular call whose
+  // peers have not published yet, every AllToAllv and Send/Recv group, any call while earlier ones are still deferred)
+  // is handed to the proxy thread instead: the caller's stream waits on the GPU (exec::DeferredCall) and the caller
+  // returns; the proxy finishes the calls in call order, launching each on the executor's launch stream. Where a call
+  // cannot be deferred (graph capture, chunk events, a stream whose hardware queue is shared, the knob off) it is
+  // finished on the caller's thread after the proxy has drained, as before.
+  struct OwnPart;
+  struct DeferredItem;
+  // Whether a call of these arguments may be deferred at all (no graph capture is checked here: the executor does).
+  bool deferrable(const RankArgs& mine) const;
+  // Hands the ticket to the proxy (with `own` when the caller's thread already checked and published it); false
+  // when the executor refuses to defer the caller's stream.
+  bool deferToProxy(CallTicket& ticket, std::optional<OwnPart> own);
+  bool proxyBusy();
+  // Blocks until every deferred call has been finished (bounded: each one is bounded by the timeout, and a failure
+  // makes the later ones fail at once).
+  void waitForProxyIdle(const std::string& what);
+  void proxyLoop();
+  void runDeferred(DeferredItem& item);
+  void stopProxy();
+  // The blocking forms: a whole call, and a regular call's second half (read the peers, bind, launch).
+  void finishCall(CallTicket& ticket);
+  void finishRegular(CallTicket& ticket, const OwnPart& own);
+  // Non-blocking checks of what the blocking forms would wait for.
+  bool slotFreeNow(uint64_t seq);
+  bool peersPublished(uint64_t seq) const;
+  void abandonNow(CallTicket& ticket);
+
   // waitAndLaunch's states for a collective (process_clique_calls.cc), in order:
   //   checkOwnPart -> trySymmetric -> publish -> launchEarly              (symmetric or staged: no host wait)
   //                                          \-> readPeers -> bindPeers -> launch  (regular)
@@ -137,12 +165,22 @@ class ProcessClique final : public Clique {
     exec::BufferExport exports[2];   // buffers outside windows, exported for the peers
     std::optional<Error> error;      // published instead of the exports
     bool staged = false;             // stagesThroughScratch: decided once per call
+    // Valid memory CUDA IPC cannot share (VMM, pools): published, and then every rank runs the call through the
+    // peers' scratch (decided after the rendezvous, from every rank's entry).
+    bool unshareable = false;
+  };
+  struct DeferredItem {
+    CallTicket ticket;
+    exec::DeferredCall gate;
+    std::optional<OwnPart> own;  // set: checked and published on the caller's thread; the proxy reads the peers
+    bool abandonOnly = false;    // an abandoned call, kept in order (abandon() while the proxy is busy)
   };
   // What the peers published for a regular call.
   struct PeerParts {
     std::vector<exec::BufferExport> exports;  // [2 * rank + buffer]
     std::vector<WindowRef> windows;           // [2 * rank + buffer]
     bool launchedEarly = false;               // some peer launched symmetrically: its work cannot be taken back
+    bool anyUnshareable = false;              // some peer's buffers cannot be mapped: stage the call
   };
   // Whether a call with these arguments goes through the peers' scratch (sched::CollectiveCall::peerScratchOnly): up
   // to Config::stagedMaxBytes in its largest buffer, every collective but AllToAllv. A function of arguments every rank
@@ -220,6 +258,15 @@ class ProcessClique final : public Clique {
   std::vector<std::pair<int, uint64_t>> retiredFromPeers_;  // (peer, allocation id) read by matchPublishedLocked
   bool stopWatchdog_ = false;
   std::thread watchdog_;  // started by the first symmetric call
+  // The proxy thread of deferred calls (started by the first one) and its queue.
+  std::mutex proxyMutex_;
+  std::condition_variable proxyCv_;
+  std::deque<DeferredItem> proxyQueue_;
+  size_t proxyPending_ = 0;  // queued + being finished
+  bool stopProxy_ = false;
+  std::thread proxy_;
+  std::string lastNoDeferReason_;  // logged once per reason
+
   // GPU progress of this process's rank (gpu_watchdog.h): its GPU work that does not complete within timeoutMs
   // fails the communicator with concclTimeout, which every process sees through the segment's error word.
   std::unique_ptr<GpuWatchdog> gpuWatchdog_;

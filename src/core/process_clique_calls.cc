@@ -23,6 +23,37 @@ namespace conccl {
 
 void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   checkHealthy();
+  RankArgs& mine = *ticket.call->args[static_cast<size_t>(rank_)];
+  if (!deferrable(mine)) {
+    waitForProxyIdle(ticket.what);
+    finishCall(ticket);
+    return;
+  }
+  // Calls that always wait for their peers' arguments, and every call behind a deferred one (calls launch in order).
+  if (proxyBusy() || mine.kind == sched::CollKind::kSendRecv || mine.kind == sched::CollKind::kAllToAllv ||
+      !slotFreeNow(ticket.call->seq)) {
+    if (deferToProxy(ticket, std::nullopt)) return;
+    waitForProxyIdle(ticket.what);
+    finishCall(ticket);
+    return;
+  }
+  // The proxy is idle and the slot free: the call starts here, and is handed over only if the peers are late.
+  closeRetiredPeerImports();
+  PendingCall& pending = *ticket.call;
+  OwnPart own = checkOwnPart(mine);
+  std::vector<Assumption> assumed;
+  const bool symmetric = !own.error && trySymmetric(pending, own, assumed);
+  publish(pending, own, symmetric);
+  if (symmetric) {
+    launchEarly(pending, ticket, std::move(assumed));
+    return;
+  }
+  if (!peersPublished(pending.seq) && deferToProxy(ticket, own)) return;
+  finishRegular(ticket, own);
+}
+
+void ProcessClique::finishCall(CallTicket& ticket) {
+  checkHealthy();
   closeRetiredPeerImports();
   if (ticket.call->args[static_cast<size_t>(rank_)]->kind == sched::CollKind::kSendRecv) {
     launchSendRecv(ticket);
@@ -41,9 +72,14 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     launchEarly(pending, ticket, std::move(assumed));
     return;
   }
+  finishRegular(ticket, own);
+}
+
+void ProcessClique::finishRegular(CallTicket& ticket, const OwnPart& own) {
   // 4. Wait for every peer's entry and read them; 5. validate, build and map, as every process does; 6. launch.
+  PendingCall& pending = *ticket.call;
   const PeerParts peers = readPeers(pending, ticket);
-  bindPeers(pending, ticket, peers, own.staged);
+  bindPeers(pending, ticket, peers, own.staged || own.unshareable || peers.anyUnshareable);
   launchProgram(pending, ticket);
 }
 
@@ -87,7 +123,15 @@ ProcessClique::OwnPart ProcessClique::checkOwnPart(const RankArgs& mine) const {
         executor_->checkBuffer(rank_, ptr, bytes, what.c_str());
         return;
       }
-      own.exports[b] = executor_->exportBuffer(rank_, ptr, bytes, what.c_str());
+      // Memory CUDA IPC cannot share (PyTorch's expandable segments, pools) is staged whatever the size; AllToAllv
+      // has no staged form (a rank does not know its peers' counts), so there it stays an error.
+      if (std::optional<exec::BufferExport> e = executor_->exportIfShareable(rank_, ptr, bytes, what.c_str())) {
+        own.exports[b] = *e;
+      } else if (mine.kind == sched::CollKind::kAllToAllv) {
+        own.exports[b] = executor_->exportBuffer(rank_, ptr, bytes, what.c_str());  // throws the explanation
+      } else {
+        own.unshareable = true;
+      }
     });
   } catch (const Error& e) {
     own.error = e;
@@ -174,6 +218,7 @@ void ProcessClique::publish(const PendingCall& pending, const OwnPart& own, bool
     out.windowOffset[b] = own.windows[b].offset;
   }
   out.launchedEarly = symmetric ? 1 : 0;
+  out.unshareable = own.unshareable && !own.error ? 1 : 0;
   std::vector<uint64_t> retired = own.error ? std::vector<uint64_t>{} : executor_->takeRetiredExports(rank_);
   out.retiredCount = static_cast<uint32_t>(std::min<size_t>(retired.size(), kMaxRetired));
   for (uint32_t i = 0; i < out.retiredCount; ++i) out.retired[i] = retired[i];
@@ -233,6 +278,7 @@ ProcessClique::PeerParts ProcessClique::readPeers(PendingCall& pending, const Ca
     }
     if (p == rank_) continue;
     peers.launchedEarly = peers.launchedEarly || e.launchedEarly != 0;
+    peers.anyUnshareable = peers.anyUnshareable || e.unshareable != 0;
     RankArgs a = argsOf(e, layout_->vectors(e), n);
     for (int b = 0; b < 2; ++b) {
       peers.exports[static_cast<size_t>(2 * p + b)] = e.buffers[b];

@@ -65,6 +65,7 @@ struct MailboxEntry {
   uint64_t windowId[2];           // sendbuff / recvbuff as passed lie in this window (0: in none) ...
   uint64_t windowOffset[2];       // ... at this offset
   uint32_t launchedEarly;         // 1: a symmetric call this rank launched without waiting for the peers
+  uint32_t unshareable;           // 1: this rank's buffers cannot be mapped (VMM, pools): every rank stages the call
   uint32_t retiredCount;
   uint64_t retired[kMaxRetired];
   // followed by AllToAllv: sendCounts, sendDispls, recvCounts, recvDispls (nranks uint64 each)

@@ -16,5 +16,15 @@ std::vector<uint64_t> Executor::takeRetiredExports(int) { return {}; }
 void Executor::requeueRetiredExports(int, const std::vector<uint64_t>&) { singleProcessOnly("requeueRetiredExports"); }
 void* Executor::importBuffer(int, const BufferExport&) { singleProcessOnly("importBuffer"); }
 void Executor::closeImport(int, uint64_t) {}
+std::optional<BufferExport> Executor::exportIfShareable(int, const void*, size_t, const char*) {
+  singleProcessOnly("exportIfShareable");
+}
+std::optional<DeferredCall> Executor::deferCall(int, cudaStream_t, std::string* whyNot) {
+  *whyNot = "this backend launches every call on its caller's thread";
+  return std::nullopt;
+}
+void Executor::beginDeferred(int, const DeferredCall&) { singleProcessOnly("beginDeferred"); }
+void Executor::endDeferred(int, const DeferredCall&) { singleProcessOnly("endDeferred"); }
+bool Executor::drainDeferred(int, std::chrono::milliseconds) { return true; }
 
 }  // namespace conccl::exec

@@ -4,8 +4,10 @@
 
 #include <conccl/conccl.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,6 +67,14 @@ struct BufferExport {
   uint64_t offset = 0;      // of the exported pointer from base
   int64_t pid = 0;          // owner process
   unsigned char handle[64] = {};  // cudaIpcMemHandle_t of the allocation base
+};
+
+// A call launched later by another thread than its caller's (exec/cuda/deferred_launch.h): the caller's stream waits
+// on the GPU for it; the program runs on `launchStream` as if that were the caller's stream.
+struct DeferredCall {
+  uint32_t ticket = 0;
+  cudaEvent_t reached = nullptr;        // recorded on the caller's stream at the call
+  cudaStream_t launchStream = nullptr;  // launch the call's program here (CallBinding::streams[rank])
 };
 
 // One executor serves the ranks of a clique that live in this process: every rank (LocalClique), or one rank of
@@ -138,6 +148,23 @@ class Executor {
   virtual void* importBuffer(int owner, const BufferExport& buffer);
   // Drops the mapping of (owner, allocId) if there is one.
   virtual void closeImport(int owner, uint64_t allocId);
+  // Like exportBuffer, but memory that is valid for this rank and yet cannot be shared with CUDA IPC (the VMM API:
+  // PyTorch's expandable segments; cudaMallocAsync pools) gives nullopt instead of an error: the call then goes
+  // through the peers' scratch (ProcessClique). Bad buffers still throw concclInvalidArgument.
+  virtual std::optional<BufferExport> exportIfShareable(int rank, const void* ptr, size_t bytes, const char* what);
+
+  // --- Deferred launches (several processes; exec/cuda/deferred_launch.h; the others answer "not supported") ---
+
+  // On the caller's thread: the caller's stream waits for the deferred call; nullopt (reason in *whyNot) when this
+  // stream cannot be deferred (captured, hardware queue shared, CUDA_DEVICE_MAX_CONNECTIONS=1).
+  virtual std::optional<DeferredCall> deferCall(int rank, cudaStream_t caller, std::string* whyNot);
+  // On the launching thread, before the program: its launch stream waits for the caller's stream to reach the call.
+  virtual void beginDeferred(int rank, const DeferredCall& call);
+  // After the program, or instead of it when the call failed: releases the caller's stream (in launch-stream order;
+  // from the host if the launch stream cannot be used).
+  virtual void endDeferred(int rank, const DeferredCall& call);
+  // Bounded wait for the deferred launches enqueued so far; false on timeout.
+  virtual bool drainDeferred(int rank, std::chrono::milliseconds limit);
 };
 
 std::unique_ptr<Executor> makeHostExecutor(int nranks, const Config& config);

@@ -194,6 +194,11 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
   }
   // Scratch: every rank exports its own, every process maps the others' (once, for the communicator's life).
   RankState& self = *ranks_[static_cast<size_t>(localRank_)];
+  {
+    std::vector<cudaStream_t> lanes;
+    for (auto& l : self.lanes) lanes.push_back(l.get());
+    deferred_ = std::make_unique<DeferredLaunches>(self.device, std::move(lanes));
+  }
   // The same exchange settles the small-message threshold: every process must choose the same path for a call
   // (see launch), so all use the smallest one (0 when any process cannot use the kernel).
   // So does the reduction shape: schedules are built in every process and must agree, so peer reads are used only
@@ -418,6 +423,16 @@ void CudaExecutor::releaseRank(int rank) {
   }
   // Peers may still hold this rank's flag address in their queued work only if they did not drain; with
   // every rank drained in turn (destroy), nothing references it any more.
+  if (s.rank == localRank_ && deferred_) {
+    // Its launch stream ran every deferred program (they ended with done markers drain() waited for); what may
+    // remain are gate writes, which wait for nothing.
+    if (!deferred_->drain(std::chrono::milliseconds(config_.timeoutMs))) {
+      CONCCL_WARN(rank, s.device, "deferred launches still pending at release; leaking their stream and gate");
+      (void)deferred_.release();  // leaked on purpose: the GPU may still use it
+    } else {
+      deferred_.reset();
+    }
+  }
   s.graphs.reset();  // the rank drained: no cached graph is running
   s.lanes.clear();
   s.joinEvents.clear();

@@ -20,6 +20,7 @@
 
 #include "core/config.h"
 #include "exec/cuda/copy_engine_program.h"
+#include "exec/cuda/deferred_launch.h"
 #include "exec/cuda/ipc_import_table.h"
 #include "exec/cuda/queue_claim.h"
 #include "exec/cuda/rank_state.h"
@@ -54,6 +55,12 @@ class CudaExecutor final : public Executor {
   void requeueRetiredExports(int rank, const std::vector<uint64_t>& ids) override;
   void* importBuffer(int owner, const BufferExport& buffer) override;
   void closeImport(int owner, uint64_t allocId) override;
+  std::optional<BufferExport> exportIfShareable(int rank, const void* ptr, size_t bytes, const char* what) override;
+
+  std::optional<DeferredCall> deferCall(int rank, cudaStream_t caller, std::string* whyNot) override;
+  void beginDeferred(int rank, const DeferredCall& call) override;
+  void endDeferred(int rank, const DeferredCall& call) override;
+  bool drainDeferred(int rank, std::chrono::milliseconds limit) override;
 
  private:
   void initOptions(int nranks);
@@ -126,6 +133,8 @@ class CudaExecutor final : public Executor {
   std::vector<uint64_t> retiredExports_;            // ids the peers may unmap (handed out once)
   std::mutex importMutex_;
   std::map<std::pair<int, uint64_t>, void*> imports_;  // (owner rank, allocation id) -> base in this process
+  // The local rank's deferred launches (made at init; released with the rank, after they drained).
+  std::unique_ptr<DeferredLaunches> deferred_;
 };
 
 }  // namespace conccl::exec

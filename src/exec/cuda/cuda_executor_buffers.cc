@@ -61,16 +61,24 @@ PointerInfo CudaExecutor::checkedPointer(int rank, const void* ptr, size_t bytes
 }
 
 BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes, const char* what) {
+  std::optional<BufferExport> e = exportIfShareable(rank, ptr, bytes, what);
+  if (!e) {
+    CONCCL_THROW(concclInvalidArgument,
+                 std::string(what) + " (" + describePointer(ptr) +
+                     ") cannot be shared with the other processes: CUDA IPC takes only cudaMalloc allocations (memory "
+                     "from cudaMallocAsync pools, the VMM API or managed memory is not exportable). Allocate it with "
+                     "cudaMalloc or concclMemAlloc");
+  }
+  return *e;
+}
+
+std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void* ptr, size_t bytes,
+                                                            const char* what) {
   CONCCL_ASSERT(processMode_ && rank == localRank_);
   DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
   const PointerInfo info = checkedPointer(rank, ptr, bytes, what);
   if (info.base == 0 || info.bufferId == 0 || info.managed || info.memoryType != CU_MEMORYTYPE_DEVICE) {
-    CONCCL_THROW(concclInvalidArgument,
-                 std::string(what) + " (" + describePointer(ptr) +
-                     ") cannot be shared with the other processes: it is not a cudaMalloc allocation (CUDA IPC "
-                     "needs one; memory from cudaMallocAsync pools, the VMM API, managed or host memory is not "
-                     "exportable). Allocate it with cudaMalloc or concclMemAlloc, or stage the call "
-                     "(CONCCL_STAGED_MAX_BYTES)");
+    return std::nullopt;
   }
   std::lock_guard<std::mutex> lock(exportMutex_);
   auto it = exports_.find(info.bufferId);
@@ -83,12 +91,9 @@ BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes,
     cudaIpcMemHandle_t handle;
     cudaError_t err = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(info.base));
     if (err != cudaSuccess) {
+      // The VMM API (cuMemCreate: PyTorch's expandable segments) and pools: valid device memory, no IPC handle.
       (void)cudaGetLastError();
-      CONCCL_THROW(concclInvalidArgument, std::string(what) + " (" + describePointer(ptr) +
-                                              ") cannot be shared with the other processes: cudaIpcGetMemHandle "
-                                              "refused its allocation (" + cudaGetErrorString(err) +
-                                              "); only cudaMalloc memory can be shared (or stage the call: "
-                                              "CONCCL_STAGED_MAX_BYTES)");
+      return std::nullopt;
     }
     std::memcpy(e.handle, &handle, sizeof(handle));
     // A new allocation: sweep the cache for allocations that were freed since (their address no longer carries

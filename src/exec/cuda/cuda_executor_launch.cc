@@ -253,6 +253,39 @@ void CudaExecutor::refuseSharedStream(const sched::Schedule& schedule, const Cal
   }
 }
 
+std::optional<DeferredCall> CudaExecutor::deferCall(int rank, cudaStream_t caller, std::string* whyNot) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_);
+  if (aborted_.load(std::memory_order_acquire)) {
+    *whyNot = "the communicator was aborted";
+    return std::nullopt;
+  }
+  if (!deferred_) {
+    *whyNot = "the rank was released";
+    return std::nullopt;
+  }
+  return deferred_->defer(caller, whyNot);
+}
+
+void CudaExecutor::beginDeferred(int rank, const DeferredCall& call) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_ && deferred_);
+  deferred_->begin(call);
+}
+
+void CudaExecutor::endDeferred(int rank, const DeferredCall& call) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_ && deferred_);
+  try {
+    deferred_->end(call);
+  } catch (const Error&) {
+    deferred_->openFromHost(call.ticket);  // a failed context: nothing more runs on the launch stream anyway
+    throw;
+  }
+}
+
+bool CudaExecutor::drainDeferred(int rank, std::chrono::milliseconds limit) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_);
+  return !deferred_ || deferred_->drain(limit);
+}
+
 bool CudaExecutor::takesSmallPath(const sched::Schedule& schedule, int rank) const {
   return exec::takesSmallPath(schedule, rank, smallBytes_);  // exec/call_path.h: the rules and why
 }
