@@ -29,4 +29,21 @@ build/install-consumer/conccl_consumer
 build/install-consumer/conccl_consumer_static
 if [ -x build/install-consumer/conccl_ops_consumer ]; then build/install-consumer/conccl_ops_consumer; fi
 python3 tests/docs/check_links.py --allow-missing docs/pytorch.md  # relative links in README, CHANGELOG, docs/
+# ---------------------------------------------------------------------------------------------------------------
+# Python package (issue 26, docs/pytorch.md): `pip install .` into a venv (scikit-build-core runs this CMake with
+# CONCCL_PYTHON_PACKAGE=ON: libconccl, libconccl_nccl and libconccl_ops only), then tests/python (no torch, no GPU).
+echo "== python package: pip install . into a venv, pytest tests/python"
+if ! python3 -c "import ensurepip" 2>/dev/null; then  # Debian's python3 needs python3-venv for `python3 -m venv`
+  py_sudo=""
+  if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null; then py_sudo="sudo"; fi
+  $py_sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+fi
+rm -rf build/pyvenv
+python3 -m venv build/pyvenv
+CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" build/pyvenv/bin/pip install -q --config-settings=build-dir=build/python-build . pytest
+py_rc=0
+build/pyvenv/bin/python -m pytest -q -p no:cacheprovider tests/python || py_rc=$?
+if [ "$py_rc" -eq 5 ]; then echo "tests/python: pytest collected no tests" >&2; exit 1; fi
+[ "$py_rc" -eq 0 ] || exit "$py_rc"
+# ---------------------------------------------------------------------------------------------------------------
 echo "== all tests passed"
