@@ -1,21 +1,23 @@
 #include "core/bootstrap.h"
 
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <climits>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <new>
-#include <random>
 #include <thread>
 
 #include "core/error.h"
+#include "core/keyed_hash.h"
 #include "core/logging.h"
 
 namespace conccl {
@@ -36,15 +38,29 @@ struct WireHeader {
 static_assert(sizeof(WireHeader) == 32);
 
 // Differs from the id's magic on purpose; bump the digit when the wire format changes.
-constexpr uint32_t kWireMagic = 0x31424343u;  // "CCB1"
+constexpr uint32_t kWireMagic = 0x32424343u;  // "CCB2"
 
 enum MsgType : uint32_t {
-  kHello = 1,     // rank r -> rank 0: its payload
-  kTable = 2,     // rank 0 -> rank r: every rank's pid and payload
-  kError = 3,     // rank 0 -> rank r: u32 result code + text; the bootstrap failed, throw the same error
-  kGather = 4,    // rank r -> rank 0: its all-gather blob
-  kGathered = 5,  // rank 0 -> rank r: every rank's blob
+  kHello = 1,      // rank r -> rank 0: its payload
+  kTable = 2,      // rank 0 -> rank r: every rank's pid and payload
+  kError = 3,      // rank 0 -> rank r: u32 result code + text; the bootstrap failed, throw the same error
+  kGather = 4,     // rank r -> rank 0: its all-gather blob
+  kGathered = 5,   // rank 0 -> rank r: every rank's blob
+  kChallenge = 6,  // rank 0 -> a new connection: c0, a fresh random challenge
+  kProof = 7,      // the connection -> rank 0: c1 (its own challenge) and peerMac(c0, c1, rank, nranks, pid)
+  kRootProof = 8,  // rank 0 -> the connection, once its proof checks: rootMac(c0, c1, rank, nranks, pid)
 };
+
+// The handshake (see bootstrap.h): challenges and MACs are 32 bytes (HMAC-SHA256 keyed with the id's secret).
+constexpr size_t kChallengeBytes = 32;
+using Challenge = std::array<uint8_t, kChallengeBytes>;
+// How long a connection may take from connect/accept to the end of the handshake. A real rank answers at once
+// (microseconds); the bound only matters for a connection that does not belong to the job, which rank 0 drops
+// after it without having waited for it (every handshake runs in rank 0's one poll loop). A real rank dropped
+// that way (a machine so loaded it was not scheduled for this long) connects again.
+constexpr std::chrono::milliseconds kHandshakeBudget{2000};
+// Rank 0 refuses further connections while this many are in the handshake (each costs a descriptor).
+constexpr size_t kMaxPendingHandshakes = 64;
 
 constexpr uint64_t kMaxHelloPayload = 64ull << 10;
 constexpr uint64_t kMaxBlob = 64ull << 20;
@@ -78,6 +94,11 @@ class Fd {
   ~Fd() { closeFd(fd_); }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) reset(o.release());
+    return *this;
+  }
   int get() const { return fd_; }
   int release() {
     int fd = fd_;
@@ -217,8 +238,9 @@ struct Incoming {
   std::string why;  // kMalformed / kFailed: what was wrong
 
   // Reads what the socket has. kOk: the message is complete; kPending: more is to come. `maxLength` bounds
-  // the body of any type but kError (which has its own bound), checked before anything is allocated.
-  Io pump(int fd, uint64_t maxLength) {
+  // the body of any type but kError (which has its own bound unless `errorAllowed` is false: from a peer not
+  // authenticated yet), checked before anything is allocated.
+  Io pump(int fd, uint64_t maxLength, bool errorAllowed = true) {
     while (!complete) {
       char* dst;
       size_t want;
@@ -246,7 +268,7 @@ struct Incoming {
           why = "bad magic (not a conccl bootstrap message of this version)";
           return Io::kMalformed;
         }
-        uint64_t limit = hdr.type == kError ? sizeof(uint32_t) + kMaxErrorText : maxLength;
+        uint64_t limit = hdr.type == kError && errorAllowed ? sizeof(uint32_t) + kMaxErrorText : maxLength;
         if (hdr.length > limit) {
           why = "message of type " + std::to_string(hdr.type) + " has " + std::to_string(hdr.length) +
                 " bytes, more than the limit of " + std::to_string(limit);
@@ -268,13 +290,117 @@ struct Incoming {
 };
 
 // Receives one whole message from `fd` before the deadline.
-Io recvMessage(int fd, uint64_t maxLength, Clock::time_point deadline, Incoming* in, int* err) {
+Io recvMessage(int fd, uint64_t maxLength, Clock::time_point deadline, Incoming* in, int* err,
+               bool errorAllowed = true) {
   for (;;) {
-    Io st = in->pump(fd, maxLength);
+    Io st = in->pump(fd, maxLength, errorAllowed);
     if (st != Io::kPending) return st;
     st = waitFor(fd, POLLIN, deadline, err);
     if (st != Io::kOk) return st;
   }
+}
+
+// Fills `out` from the kernel's CSPRNG (getrandom). Never blocks: GRND_NONBLOCK fails, instead of waiting, only
+// in the first seconds of boot before the pool is initialised.
+void randomBytes(void* out, size_t n, const std::string& what) {
+  auto* p = static_cast<uint8_t*>(out);
+  while (n > 0) {
+    ssize_t k = ::getrandom(p, n, GRND_NONBLOCK);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      CONCCL_THROW(concclSystemError, "no entropy for " + what + ": getrandom failed: " + errnoText(errno));
+    }
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+// The other end of a connected Unix socket, as the kernel recorded it at connect() / listen(): it cannot be
+// forged. Empty when it runs as this process's effective uid; otherwise why not (for the logs). `pid` gets its
+// pid (0 if unknown).
+std::string otherUserOf(int fd, int64_t* pid) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  *pid = 0;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof(cred)) {
+    return "its credentials could not be read (SO_PEERCRED: " + errnoText(errno) + ")";
+  }
+  *pid = cred.pid;
+  if (cred.uid == ::geteuid()) return std::string();
+  return "it runs as uid " + std::to_string(cred.uid) + ", not as this job's uid " + std::to_string(::geteuid());
+}
+
+// The MACs of the handshake: HMAC-SHA256 keyed with the id's secret, over a label naming who proves (so that
+// neither side's answer is ever valid as the other's), the nonce, both challenges and the connecting rank's
+// rank, nranks and pid as its proof's header carries them. Fresh challenges on both sides make every MAC good
+// for one connection only.
+enum class Prover : uint8_t { kPeer = 'P', kRoot = 'R' };
+
+Sha256Digest handshakeMac(const UniqueIdData& id, Prover who, const Challenge& c0, const Challenge& c1, int32_t rank,
+                          int32_t nranks, int64_t pid) {
+  HmacSha256 mac(id.secret, sizeof(id.secret));
+  mac.update("conccl-bootstrap-v2");
+  const uint8_t role = static_cast<uint8_t>(who);
+  mac.update(&role, 1);
+  mac.update(id.nonce, sizeof(id.nonce));
+  mac.update(c0.data(), c0.size());
+  mac.update(c1.data(), c1.size());
+  mac.update(&rank, sizeof(rank));
+  mac.update(&nranks, sizeof(nranks));
+  mac.update(&pid, sizeof(pid));
+  return mac.finish();
+}
+
+std::string bytesOf(const Sha256Digest& d) { return std::string(reinterpret_cast<const char*>(d.data()), d.size()); }
+
+std::string unexpected(const Incoming& in, const char* wanted) {
+  return "it sent a message of type " + std::to_string(in.hdr.type) + " with " + std::to_string(in.body.size()) +
+         " bytes instead of " + wanted;
+}
+
+// A connecting rank's half of the handshake on a fresh connection to rank 0's name, within `deadline`: checks
+// that the listener runs as our uid, answers its challenge, checks its proof. Sends nothing but the proof (no
+// payload) before rank 0 has proven itself. Empty when rank 0 is authenticated; otherwise why not.
+std::string authenticateRoot(int fd, const UniqueIdData& id, int rank, int nranks, Clock::time_point deadline) {
+  int64_t rootPid = 0;
+  std::string why = otherUserOf(fd, &rootPid);
+  const std::string listener = "the process listening on rank 0's name (pid " + std::to_string(rootPid) + ")";
+  if (!why.empty()) return listener + " is not this job's rank 0: " + why;
+  const std::string closed =
+      "rank 0 closed the connection during the handshake (it refuses a rank whose unique id has another secret, "
+      "and closes its name once every rank has arrived)";
+  auto failed = [&](Io st, const Incoming& in, int err, const char* waiting) -> std::string {
+    if (st == Io::kClosed) return closed;
+    if (st == Io::kTimeout) return listener + " did not send " + waiting + " within the handshake's bound";
+    return listener + ": receiving " + waiting + " failed: " + (in.why.empty() ? errnoText(err) : in.why);
+  };
+  int err = 0;
+  Incoming challenge;
+  Io st = recvMessage(fd, kChallengeBytes, deadline, &challenge, &err, /*errorAllowed=*/false);
+  if (st != Io::kOk) return failed(st, challenge, err, "its challenge");
+  if (challenge.hdr.type != kChallenge || challenge.body.size() != kChallengeBytes) {
+    return listener + " is not this job's rank 0: " + unexpected(challenge, "a challenge");
+  }
+  Challenge c0, c1;
+  std::memcpy(c0.data(), challenge.body.data(), c0.size());
+  randomBytes(c1.data(), c1.size(), "a bootstrap challenge");
+  const int64_t pid = ::getpid();
+  std::string proof(reinterpret_cast<const char*>(c1.data()), c1.size());
+  proof += bytesOf(handshakeMac(id, Prover::kPeer, c0, c1, rank, nranks, pid));
+  st = sendMessage(fd, kProof, rank, nranks, proof, deadline, &err);
+  if (st == Io::kClosed) return closed;
+  if (st != Io::kOk) return listener + ": sending this rank's proof failed: " + errnoText(err);
+  Incoming answer;
+  st = recvMessage(fd, sizeof(Sha256Digest), deadline, &answer, &err, /*errorAllowed=*/false);
+  if (st != Io::kOk) return failed(st, answer, err, "its proof");
+  if (answer.hdr.type != kRootProof || answer.body.size() != sizeof(Sha256Digest)) {
+    return listener + " is not this job's rank 0: " + unexpected(answer, "its proof");
+  }
+  const Sha256Digest want = handshakeMac(id, Prover::kRoot, c0, c1, rank, nranks, pid);
+  if (!equalConstantTime(want.data(), answer.body.data(), want.size())) {
+    return listener + " is not this job's rank 0: its proof of the unique id's secret is wrong";
+  }
+  return std::string();
 }
 
 // Non-root ranks: rank 0 may have sent an ERROR just before closing; it is still in our receive queue even when
@@ -342,10 +468,108 @@ std::string rankList(const std::vector<int>& ranks) {
 
 std::string pidText(int64_t pid) { return std::to_string(pid); }
 
-// Rank 0's side of connect(): listens, collects one hello from each rank 1..n-1, sends everyone the table.
-// `fds`, `payloads`, `pids` are the Bootstrap's members (its destructor closes whatever is left on a throw).
-void rootConnect(const std::string& tag, int nranks, std::chrono::milliseconds timeout, Clock::time_point deadline,
-                 int& listenFd, std::vector<int>& fds, std::vector<std::string>& payloads,
+// Rank 0: a connection that has not finished the handshake. Nothing is sent on it but the challenge and, once
+// its proof checks, rank 0's proof; nothing it sends is believed before its proof checks.
+struct Handshake {
+  Fd fd;
+  Clock::time_point until;  // dropped after this
+  int64_t credPid = 0;      // from SO_PEERCRED, for the logs
+  Challenge c0{};
+  bool proven = false;
+  WireHeader proofHdr{};  // the rank, nranks and pid its proof covers
+  Incoming in;
+};
+
+enum class Step { kPending, kJoined, kDrop };
+
+// Rank 0: reads what `h` has sent and moves its handshake on; never waits. kJoined: it proved it holds the secret,
+// rank 0 proved the same to it, and its hello (same rank, nranks and pid as its proof) is in h.in. kDrop: `why`.
+Step advanceHandshake(Handshake& h, const UniqueIdData& id, std::string* why) {
+  for (;;) {
+    Io st = h.in.pump(h.fd.get(), h.proven ? kMaxHelloPayload : 2 * kChallengeBytes, /*errorAllowed=*/false);
+    if (st == Io::kPending) return Step::kPending;
+    if (st == Io::kClosed) {
+      *why = "it closed the connection";
+      return Step::kDrop;
+    }
+    if (st != Io::kOk) {
+      *why = h.in.why;
+      return Step::kDrop;
+    }
+    if (h.proven) {
+      const WireHeader& p = h.proofHdr;
+      if (h.in.hdr.type != kHello || h.in.hdr.rank != p.rank || h.in.hdr.nranks != p.nranks ||
+          h.in.hdr.pid != p.pid) {
+        *why = "after its proof " + unexpected(h.in, "its hello");
+        return Step::kDrop;
+      }
+      return Step::kJoined;
+    }
+    if (h.in.hdr.type != kProof || h.in.body.size() != 2 * kChallengeBytes) {
+      *why = unexpected(h.in, "a proof");
+      return Step::kDrop;
+    }
+    Challenge c1;
+    std::memcpy(c1.data(), h.in.body.data(), c1.size());
+    const WireHeader& p = h.in.hdr;
+    const Sha256Digest want = handshakeMac(id, Prover::kPeer, h.c0, c1, p.rank, p.nranks, p.pid);
+    if (!equalConstantTime(want.data(), h.in.body.data() + kChallengeBytes, want.size())) {
+      *why = "its proof of the unique id's secret is wrong (a process outside this job, or a rank given another id)";
+      return Step::kDrop;
+    }
+    h.proven = true;
+    h.proofHdr = p;
+    // A fresh socket's send buffer has room for these 64 bytes: never wait for it (deadline now).
+    int err = 0;
+    const std::string mine = bytesOf(handshakeMac(id, Prover::kRoot, h.c0, c1, p.rank, p.nranks, p.pid));
+    if (sendMessage(h.fd.get(), kRootProof, 0, 0, mine, Clock::now(), &err) != Io::kOk) {
+      *why = "it did not take rank 0's proof";
+      return Step::kDrop;
+    }
+    h.in = Incoming();
+  }
+}
+
+// Rank 0: accepts what waits on the listening socket. A connection from another uid is closed at once; any other
+// gets a fresh challenge and joins `pending`. Counts the refused ones in `refused`.
+void acceptConnections(int listenFd, const std::string& tag, std::vector<std::unique_ptr<Handshake>>& pending,
+                       int& refused) {
+  for (;;) {
+    int c = ::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      // EMFILE and the like: what waits stays in the backlog; the real ranks retry; the deadline bounds it all.
+      CONCCL_WARN(0, -1, "bootstrap " + tag + ": accept on the bootstrap socket failed: " + errnoText(errno));
+      return;
+    }
+    auto h = std::make_unique<Handshake>();
+    h->fd.reset(c);
+    h->until = Clock::now() + kHandshakeBudget;
+    std::string why = otherUserOf(c, &h->credPid);
+    if (why.empty() && pending.size() >= kMaxPendingHandshakes) {
+      why = std::to_string(pending.size()) + " connections are in the handshake already";
+    }
+    if (why.empty()) {
+      randomBytes(h->c0.data(), h->c0.size(), "a bootstrap challenge");
+      const std::string body(reinterpret_cast<const char*>(h->c0.data()), h->c0.size());
+      int err = 0;
+      if (sendMessage(c, kChallenge, 0, 0, body, Clock::now(), &err) != Io::kOk) why = "it did not take the challenge";
+    }
+    if (!why.empty()) {
+      ++refused;
+      CONCCL_WARN(0, -1, "bootstrap " + tag + ": refused a connection from pid " + pidText(h->credPid) + ": " + why);
+      continue;
+    }
+    pending.push_back(std::move(h));
+  }
+}
+
+// Rank 0's side of connect(): listens, authenticates every connection, collects one hello from each rank
+// 1..n-1, sends everyone the table. `fds`, `payloads`, `pids` are the Bootstrap's members (its destructor closes
+// whatever is left on a throw). Everything runs in one poll loop that never waits on one connection.
+void rootConnect(const UniqueIdData& id, const std::string& tag, int nranks, std::chrono::milliseconds timeout,
+                 Clock::time_point deadline, int& listenFd, std::vector<int>& fds, std::vector<std::string>& payloads,
                  std::vector<int64_t>& pids) {
   sockaddr_un addr;
   socklen_t addrLen = socketAddress(tag, &addr);
@@ -356,8 +580,8 @@ void rootConnect(const std::string& tag, int nranks, std::chrono::milliseconds t
     closeFd(listenFd);
     if (e == EADDRINUSE) {
       CONCCL_THROW(concclInvalidUsage,
-                   "rank 0 of this unique id already exists (rank 0 called concclCommInitRank twice, or the id was "
-                   "reused while its first communicator was still initialising)");
+                   "rank 0 of this unique id already exists (rank 0 called concclCommInitRank twice, the id was "
+                   "reused while its first communicator was still initialising, or another process holds the name)");
     }
     CONCCL_THROW(concclSystemError, "rank 0: bind of the bootstrap socket failed: " + errnoText(e));
   }
@@ -367,6 +591,7 @@ void rootConnect(const std::string& tag, int nranks, std::chrono::milliseconds t
   CONCCL_INFO(0, -1, "bootstrap " + tag + ": rank 0 listening for " + std::to_string(nranks - 1) + " rank(s)");
 
   fds.assign(nranks, -1);
+  // Only connections that completed the handshake are told: the others learn nothing.
   auto fail = [&](concclResult_t code, const std::string& text, int extraFd) {
     std::vector<int> tell = fds;
     tell.push_back(extraFd);
@@ -382,11 +607,20 @@ void rootConnect(const std::string& tag, int nranks, std::chrono::milliseconds t
     payloads[r].clear();
     pids[r] = 0;
   };
+  std::vector<std::unique_ptr<Handshake>> pending;
+  int refused = 0;  // connections refused or dropped before they joined
+  auto drop = [&](size_t i, const std::string& why) {
+    ++refused;
+    CONCCL_WARN(0, -1, "bootstrap " + tag + ": dropped a connection from pid " + pidText(pending[i]->credPid) +
+                           " before it joined (nothing but the handshake was sent to it): " + why);
+    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+  };
 
   auto start = Clock::now();
   int arrived = 0;
   while (arrived < nranks - 1) {
-    if (Clock::now() >= deadline) {
+    const auto now = Clock::now();
+    if (now >= deadline) {
       std::vector<int> missing, gone;
       for (int r = 1; r < nranks; ++r) {
         if (fds[r] < 0) (left[r] ? gone : missing).push_back(r);
@@ -398,7 +632,16 @@ void rootConnect(const std::string& tag, int nranks, std::chrono::milliseconds t
         text += "rank(s) " + rankList(gone) + ", which arrived but left again (gave up or exited) before every "
                 "rank had arrived";
       }
+      if (refused > 0) {
+        text += " (" + std::to_string(refused) + " connection(s) that did not prove they belong to this job were "
+                "refused: a rank given an id with another secret, or a process outside the job; see the warnings)";
+      }
       fail(concclTimeout, text, -1);
+    }
+    for (size_t i = pending.size(); i-- > 0;) {
+      if (pending[i]->until <= now) {
+        drop(i, "it did not complete the handshake within " + std::to_string(kHandshakeBudget.count()) + " ms");
+      }
     }
     std::vector<pollfd> pfds{{listenFd, POLLIN, 0}};
     std::vector<int> who{-1};
@@ -407,41 +650,40 @@ void rootConnect(const std::string& tag, int nranks, std::chrono::milliseconds t
       pfds.push_back({fds[r], POLLIN, 0});
       who.push_back(r);
     }
-    int k = ::poll(pfds.data(), pfds.size(), pollTimeoutMs(deadline));
+    const size_t firstPending = pfds.size();
+    auto wake = deadline;
+    for (const auto& h : pending) {
+      pfds.push_back({h->fd.get(), POLLIN, 0});
+      wake = std::min(wake, h->until);
+    }
+    int k = ::poll(pfds.data(), pfds.size(), pollTimeoutMs(wake));
     if (k < 0) {
       if (errno == EINTR) continue;
       fail(concclSystemError, "rank 0: poll on the bootstrap sockets failed: " + errnoText(errno), -1);
     }
     if (k == 0) continue;
     // A rank that leaves before the table is sent is forgotten: its slot is free for a retry.
-    for (size_t i = 1; i < pfds.size(); ++i) {
+    for (size_t i = 1; i < firstPending; ++i) {
       if (pfds[i].revents != 0 && peerGone(fds[who[i]])) {
         forget(who[i], "closed its bootstrap connection before every rank had arrived");
         --arrived;
       }
     }
-    if (!(pfds[0].revents & POLLIN)) continue;
-    while (arrived < nranks - 1) {
-      int c = ::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (c < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        fail(concclSystemError, "rank 0: accept on the bootstrap socket failed: " + errnoText(errno), -1);
-      }
-      Fd conn(c);
-      // Ranks send their hello right after connecting, so waiting for it here does not hold up the others.
-      Incoming in;
-      int err = 0;
-      Io st = recvMessage(conn.get(), kMaxHelloPayload, deadline, &in, &err);
-      if (st == Io::kTimeout) break;  // the loop reports the timeout
-      if (st != Io::kOk || in.hdr.type != kHello) {
-        std::string why = st == Io::kClosed ? "it closed the connection first"
-                          : st == Io::kOk   ? "message type " + std::to_string(in.hdr.type)
-                          : !in.why.empty() ? in.why
-                                            : errnoText(err);
-        CONCCL_WARN(0, -1, "bootstrap " + tag + ": dropped a connection that did not send a valid hello: " + why);
+    // Backwards, so that erasing one does not move those still to be looked at.
+    for (size_t i = pending.size(); i-- > 0;) {
+      if (arrived == nranks - 1) break;
+      if (pfds[firstPending + i].revents == 0) continue;
+      std::string why;
+      Step step = advanceHandshake(*pending[i], id, &why);
+      if (step == Step::kPending) continue;
+      if (step == Step::kDrop) {
+        drop(i, why);
         continue;
       }
+      Fd conn = std::move(pending[i]->fd);
+      Incoming in = std::move(pending[i]->in);
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+      // It holds the secret: from here on it is one of this job's ranks, told about errors like the others.
       const int r = in.hdr.rank;
       const std::string sender = "rank " + std::to_string(r) + " (pid " + pidText(in.hdr.pid) + ")";
       if (in.hdr.nranks != nranks) {
@@ -473,10 +715,17 @@ void rootConnect(const std::string& tag, int nranks, std::chrono::milliseconds t
       payloads[r] = std::move(in.body);
       ++arrived;
     }
+    if ((pfds[0].revents & POLLIN) && arrived < nranks - 1) acceptConnections(listenFd, tag, pending, refused);
   }
   // Release the abstract name at once: the id may be reused as soon as connect() returns, and a late
-  // duplicate is refused by the kernel instead of waiting in the backlog.
+  // duplicate is refused by the kernel instead of waiting in the backlog. Connections still in the handshake
+  // are closed unanswered.
   closeFd(listenFd);
+  if (!pending.empty()) {
+    CONCCL_INFO(0, -1, "bootstrap " + tag + ": closed " + std::to_string(pending.size()) +
+                           " connection(s) still in the handshake when every rank had arrived");
+  }
+  pending.clear();
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
   CONCCL_INFO(0, -1, "bootstrap " + tag + ": all " + std::to_string(nranks) + " ranks arrived in " +
                          std::to_string(ms) + " ms");
@@ -493,40 +742,60 @@ void rootConnect(const std::string& tag, int nranks, std::chrono::milliseconds t
                   std::to_string(timeout.count()));
 }
 
-// A non-root rank's side of connect(): connects to rank 0 (retrying until it listens), says hello, waits for
-// the table. Returns the connected socket.
-int peerConnect(const std::string& tag, int rank, int nranks, const std::string& payload,
+// One connect() to rank 0's name before `deadline`. 0: `sock` is connected; otherwise the errno.
+int connectOnce(const sockaddr_un& addr, socklen_t addrLen, Clock::time_point deadline, const std::string& me,
+                Fd& sock) {
+  int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (s < 0) CONCCL_THROW(concclSystemError, me + ": socket(AF_UNIX) failed: " + errnoText(errno));
+  sock.reset(s);
+  if (::connect(s, reinterpret_cast<const sockaddr*>(&addr), addrLen) == 0) return 0;
+  int e = errno;
+  if (e == EINPROGRESS) {
+    int err = 0;
+    if (waitFor(s, POLLOUT, deadline, &err) == Io::kOk) {
+      socklen_t len = sizeof(e);
+      if (::getsockopt(s, SOL_SOCKET, SO_ERROR, &e, &len) != 0) e = errno;
+      if (e == 0) return 0;
+    } else {
+      e = err ? err : ECONNREFUSED;
+    }
+  }
+  sock.reset();
+  return e;
+}
+
+// A non-root rank's side of connect(): connects to rank 0 (retrying until it listens and proves itself), says
+// hello, waits for the table. Returns the connected socket.
+int peerConnect(const UniqueIdData& id, const std::string& tag, int rank, int nranks, const std::string& payload,
                 std::chrono::milliseconds timeout, Clock::time_point deadline, std::vector<std::string>& payloads,
                 std::vector<int64_t>& pids) {
   const std::string me = "rank " + std::to_string(rank);
+  const auto verdictDeadline = deadline + verdictGrace(timeout);
   sockaddr_un addr;
   socklen_t addrLen = socketAddress(tag, &addr);
   Fd sock;
+  std::string refusal;  // why the last connection to the name did not lead to this job's rank 0
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
-    int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (s < 0) CONCCL_THROW(concclSystemError, me + ": socket(AF_UNIX) failed: " + errnoText(errno));
-    sock.reset(s);
-    int e = 0;
-    if (::connect(s, reinterpret_cast<const sockaddr*>(&addr), addrLen) == 0) break;
-    e = errno;
-    if (e == EINPROGRESS) {
-      int err = 0;
-      if (waitFor(s, POLLOUT, deadline, &err) == Io::kOk) {
-        socklen_t len = sizeof(e);
-        if (::getsockopt(s, SOL_SOCKET, SO_ERROR, &e, &len) != 0) e = errno;
-        if (e == 0) break;
-      } else {
-        e = err ? err : ECONNREFUSED;
-      }
-    }
-    sock.reset();
-    // ECONNREFUSED: nobody listens on the name yet (rank 0 has not arrived); EAGAIN: its backlog is full.
-    if (e != ECONNREFUSED && e != ENOENT && e != EAGAIN && e != EINTR) {
+    int e = connectOnce(addr, addrLen, deadline, me, sock);
+    if (e == 0) {
+      std::string why =
+          authenticateRoot(sock.get(), id, rank, nranks, std::min(verdictDeadline, Clock::now() + kHandshakeBudget));
+      if (why.empty()) break;
+      sock.reset();
+      // Once per connect(): a foreign process at the name would otherwise log at every retry.
+      if (refusal.empty()) CONCCL_WARN(rank, -1, "bootstrap " + tag + ": " + why + "; retrying");
+      refusal = why;
+    } else if (e != ECONNREFUSED && e != ENOENT && e != EAGAIN && e != EINTR) {
+      // ECONNREFUSED: nobody listens on the name yet (rank 0 has not arrived); EAGAIN: its backlog is full.
       CONCCL_THROW(concclSystemError, me + ": connecting to rank 0's bootstrap socket failed: " + errnoText(e));
     }
     auto now = Clock::now();
     if (now >= deadline) {
+      if (!refusal.empty()) {
+        CONCCL_THROW(concclTimeout, me + " could not authenticate with rank 0 of this id within " +
+                                        std::to_string(timeout.count()) + " ms: " + refusal);
+      }
       CONCCL_THROW(concclTimeout, me + " could not reach rank 0 of this id within " +
                                       std::to_string(timeout.count()) + " ms");
     }
@@ -534,8 +803,8 @@ int peerConnect(const std::string& tag, int rank, int nranks, const std::string&
     backoff = std::min(backoff * 2, std::chrono::milliseconds(10));
   }
 
+  // Rank 0 is authenticated: what it sends from here on is believed (and checked for shape).
   int err = 0;
-  const auto verdictDeadline = deadline + verdictGrace(timeout);
   Io st = sendMessage(sock.get(), kHello, rank, nranks, payload, verdictDeadline, &err);
   if (st == Io::kClosed) throwRootClosed(sock.get(), rank, "before this rank's hello was sent");
   if (st == Io::kTimeout) {
@@ -563,7 +832,7 @@ int peerConnect(const std::string& tag, int rank, int nranks, const std::string&
                                           (in.why.empty() ? errnoText(err) : in.why));
   }
   if (in.hdr.type == kError) throwReported(in.body);
-  if (in.hdr.type != kTable || in.hdr.nranks != nranks) {
+  if (in.hdr.type != kTable || in.hdr.rank != 0 || in.hdr.nranks != nranks) {
     CONCCL_THROW(concclSystemError, me + ": rank 0 sent an unexpected bootstrap message (type " +
                                         std::to_string(in.hdr.type) + ") instead of the table of ranks");
   }
@@ -583,16 +852,8 @@ int peerConnect(const std::string& tag, int rank, int nranks, const std::string&
 
 UniqueIdData makeUniqueId() {
   UniqueIdData data;
-  try {
-    std::random_device rd;
-    for (uint64_t& w : data.nonce) {
-      // random_device yields 32-bit values: two per word.
-      uint64_t hi = rd(), lo = rd();
-      w = (hi << 32) | (lo & 0xffffffffull);
-    }
-  } catch (const std::exception& e) {
-    CONCCL_THROW(concclSystemError, std::string("no entropy for a unique id: std::random_device failed: ") + e.what());
-  }
+  randomBytes(data.nonce, sizeof(data.nonce), "a unique id");
+  randomBytes(data.secret, sizeof(data.secret), "a unique id");
   return data;
 }
 
@@ -608,6 +869,12 @@ UniqueIdData parseUniqueId(const concclUniqueId& id) {
                                             " but this conccl uses version " +
                                             std::to_string(UniqueIdData::kVersion) +
                                             " (the id was made by another conccl build)");
+  }
+  uint8_t any = 0;
+  for (uint8_t b : data.secret) any |= b;
+  if (any == 0) {
+    CONCCL_THROW(concclInvalidArgument, "the unique id has no secret (all zero): it is damaged, or was not made by "
+                                        "concclGetUniqueId");
   }
   return data;
 }
@@ -648,10 +915,10 @@ std::unique_ptr<Bootstrap> Bootstrap::connect(const UniqueIdData& id, int rank, 
 
   auto deadline = Clock::now() + timeout;
   if (rank == 0) {
-    rootConnect(b->tag_, nranks, timeout, deadline, b->listenFd_, b->peerFds_, b->payloads_, b->pids_);
+    rootConnect(id, b->tag_, nranks, timeout, deadline, b->listenFd_, b->peerFds_, b->payloads_, b->pids_);
   } else {
     b->peerFds_.assign(1, -1);
-    b->peerFds_[0] = peerConnect(b->tag_, rank, nranks, payload, timeout, deadline, b->payloads_, b->pids_);
+    b->peerFds_[0] = peerConnect(id, b->tag_, rank, nranks, payload, timeout, deadline, b->payloads_, b->pids_);
   }
   return b;
 }
@@ -712,7 +979,7 @@ std::vector<std::string> Bootstrap::allGatherFromRoot(const std::string& mine, C
                                         (in.why.empty() ? errnoText(err) : in.why));
   }
   if (in.hdr.type == kError) throwReported(in.body);
-  if (in.hdr.type != kGathered) {
+  if (in.hdr.type != kGathered || in.hdr.rank != 0 || in.hdr.nranks != nranks_) {
     CONCCL_THROW(concclSystemError, me + ": rank 0 sent an unexpected bootstrap message (type " +
                                         std::to_string(in.hdr.type) + ") during an all-gather");
   }
@@ -767,7 +1034,7 @@ std::vector<std::string> Bootstrap::allGatherAsRoot(const std::string& mine, Clo
       if (st != Io::kOk) {
         fail(concclSystemError, "rank 0: bootstrap receive from rank " + std::to_string(r) + " failed: " + in[r].why);
       }
-      if (in[r].hdr.type != kGather || in[r].hdr.rank != r) {
+      if (in[r].hdr.type != kGather || in[r].hdr.rank != r || in[r].hdr.nranks != nranks_) {
         fail(concclSystemError, "rank " + std::to_string(r) + " sent an unexpected bootstrap message (type " +
                                     std::to_string(in[r].hdr.type) + ") during an all-gather");
       }
