@@ -10,11 +10,13 @@ must be one the conccl drop-in made: start the program with `conccl run` (LD_PRE
 communicator on conccl (all ranks on one node). The first call on a group whose NCCL communicator does not exist
 yet creates it with a one-element all-reduce (every rank calls the op, so that is collective too).
 
+Under torch.compile, call torch.ops.conccl.<op>(..., group.group_name) with the name computed outside the compiled
+function (dynamo may not trace ProcessGroup attributes). torch.library infers the schemas from the annotations, so
+this module must not use `from __future__ import annotations`.
+
 Call conccl.torch.release(group) before destroy_process_group(group): the ops library keeps a GEMM stream, events
 and a cuBLASLt workspace per communicator. No autograd formula is registered (forward only).
 """
-from __future__ import annotations
-
 import ctypes
 from typing import Dict, Optional, Tuple
 

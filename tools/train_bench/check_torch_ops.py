@@ -44,7 +44,8 @@ def main() -> int:
     want = gathered @ b
     a_full, c = ct.all_gather_matmul(a_shard, b)
     report("all_gather_matmul eager (A gathered exactly: %s)" % torch.equal(a_full, gathered), c, want)
-    compiled = torch.compile(lambda x, y: ct.all_gather_matmul(x, y)[1] * 2.0, fullgraph=True)
+    name = dist.group.WORLD.group_name  # outside the compiled functions: a plain string constant for dynamo
+    compiled = torch.compile(lambda x, y: torch.ops.conccl.all_gather_matmul(x, y, name)[1] * 2.0, fullgraph=True)
     report("all_gather_matmul torch.compile", compiled(a_shard, b), want * 2.0)
 
     a = torch.randn(world * m, k, dtype=torch.bfloat16, device=device)
@@ -53,7 +54,7 @@ def main() -> int:
     want = torch.empty(m, n, dtype=torch.bfloat16, device=device)
     dist.reduce_scatter_tensor(want, partial.float().to(torch.bfloat16))
     report("matmul_reduce_scatter eager", ct.matmul_reduce_scatter(a, b2), want)
-    compiled = torch.compile(lambda x, y: ct.matmul_reduce_scatter(x, y) + 1.0, fullgraph=True)
+    compiled = torch.compile(lambda x, y: torch.ops.conccl.matmul_reduce_scatter(x, y, name) + 1.0, fullgraph=True)
     report("matmul_reduce_scatter torch.compile", compiled(a, b2), want + 1.0)
 
     torch.cuda.synchronize()

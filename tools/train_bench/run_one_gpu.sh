@@ -5,7 +5,8 @@
 # The GPU machine cannot reach PyPI, so the package comes built from the CPU machine:
 #   here:  CMAKE_BUILD_PARALLEL_LEVEL=2 pip wheel . -w build-wheel --no-deps     (build-wheel/ is git-ignored)
 #   there: bash tools/train_bench/run_one_gpu.sh                                (carry build-wheel)
-# The wheel is unpacked into a scratch directory on PYTHONPATH (a zip; nothing is installed into the torch venv).
+# The wheel is unpacked into a scratch directory (a zip; nothing is installed into the torch venv) and its libraries
+# used through CONCCL_LIB_DIR, with the Python sources of this tree (python/) on PYTHONPATH.
 # Without a wheel, the package is used from this tree (python/) with the libraries in $CONCCL_LIB_DIR (default
 # gpu-stage/lib, as scripts/gpu-build.sh stages them: libconccl.so, libconccl_nccl.so, libconccl_ops.so).
 # Env: OUT, PY (default /opt/torch/.venv/bin/python), WHEEL, CONCCL_LIB_DIR, STEPS (measured, default 45),
@@ -35,8 +36,10 @@ say() { echo "$*" | tee -a "$summary"; }
 WHEEL="${WHEEL:-$(ls "$root"/build-wheel/conccl-*.whl 2>/dev/null | head -1)}"
 if [ -n "$WHEEL" ] && [ -f "$WHEEL" ]; then
   "$PY" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$WHEEL" "$work/site" || exit 2
-  export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
-  say "package: $WHEEL"
+  # The wheel's libraries with this tree's Python sources (a fix to python/ then needs no rebuild).
+  export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
+  export CONCCL_LIB_DIR="$work/site/conccl/lib"
+  say "package: python/ of this tree, libraries of $WHEEL"
 else
   export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
   export CONCCL_LIB_DIR="${CONCCL_LIB_DIR:-$root/gpu-stage/lib}"
