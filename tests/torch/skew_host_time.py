@@ -1,0 +1,178 @@
+"""Host time under skew (issue 24 item 6, case 5): how long a call holds rank 0's Python thread while its peer is late.
+
+Before every measured call the ranks meet on a gloo barrier; then rank 1 (the peer) sleeps --sleep-s (2 s) and
+makes the call, while rank 0 makes it at once and measures time.perf_counter() around the call only (async_op=True:
+the call's return, not its completion; completion is waited for afterwards, untimed). Ranks 2.. call at once too.
+NCCL enqueues and returns whatever the peer does (tens of us); a library that waits on the host for its peer holds
+the thread for the whole sleep.
+
+Ops (largest buffer): all_reduce 1 MiB, 64 MiB, 1 GiB (--max-mib to leave it out), all_gather_into_tensor 64 MiB
+(output), reduce_scatter_tensor 64 MiB (input), broadcast 64 MiB (root 0), all_to_all_single uneven 1 MiB in all,
+isend 1 MiB (rank 0 -> 1; the peer's irecv comes late). One untimed call of each op first (communicators, mappings).
+
+Output: a table on stdout (rank 0), and one JSON object per op to --out (JSON lines): op, bytes, calls, p50_us,
+max_us, samples_us, sleep_s, world, lib (conccl / NCCL, from the shim's line), tag. --assert-max-us X makes the run
+fail unless every op's p50 (or --assert-stat max) is at most X us (the target on conccl: 20).
+
+    LD_PRELOAD=.../libconccl_nccl.so python -m torch.distributed.run --standalone --nproc-per-node 2 \\
+        tests/torch/skew_host_time.py --out skew-conccl.jsonl --assert-max-us 20
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/torch/skew_host_time.py --sim-hosts \\
+        --out skew-nccl.jsonl
+"""
+import json
+import statistics
+import sys
+import time
+
+import tcommon
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+MIB = 1 << 20
+
+
+def ops_list(ctx, max_mib):
+    rank, world, dev = ctx.rank, ctx.world, ctx.device
+    f32 = torch.float32
+    out = []
+
+    def add(name, nbytes, make):
+        if nbytes <= max_mib * MIB:
+            out.append((name, nbytes, make))
+
+    for mib in (1, 64, 1024):
+        def mk_ar(n=mib * MIB // 4):
+            t = torch.ones(n, dtype=f32, device=dev)
+            return lambda: dist.all_reduce(t, async_op=True)
+        add(f"all_reduce {mib} MiB", mib * MIB, mk_ar)
+
+    def mk_ag():
+        n = 64 * MIB // 4
+        o = torch.empty(n, dtype=f32, device=dev)
+        i = torch.ones(n // world, dtype=f32, device=dev)
+        return lambda: dist.all_gather_into_tensor(o, i, async_op=True)
+    add("all_gather_into_tensor 64 MiB", 64 * MIB, mk_ag)
+
+    def mk_rs():
+        n = 64 * MIB // 4
+        i = torch.ones(n, dtype=f32, device=dev)
+        o = torch.empty(n // world, dtype=f32, device=dev)
+        return lambda: dist.reduce_scatter_tensor(o, i, async_op=True)
+    add("reduce_scatter_tensor 64 MiB", 64 * MIB, mk_rs)
+
+    def mk_bc():
+        t = torch.ones(64 * MIB // 4, dtype=f32, device=dev)
+        return lambda: dist.broadcast(t, src=0, async_op=True)
+    add("broadcast 64 MiB", 64 * MIB, mk_bc)
+
+    def mk_a2a():
+        total = MIB // 4  # elements each rank sends, uneven over peers
+        w = [p + 1 for p in range(world)]
+        split = [[total * ((r + p) % world + 1) // sum(w) for p in range(world)] for r in range(world)]
+        i = torch.ones(sum(split[rank]), dtype=f32, device=dev)
+        o = torch.empty(sum(split[p][rank] for p in range(world)), dtype=f32, device=dev)
+        return lambda: dist.all_to_all_single(o, i, output_split_sizes=[split[p][rank] for p in range(world)],
+                                              input_split_sizes=split[rank], async_op=True)
+    add("all_to_all_single uneven 1 MiB", MIB, mk_a2a)
+
+    def mk_p2p():
+        t = torch.ones(MIB // 4, dtype=f32, device=dev)
+        if rank == 0:
+            return lambda: dist.isend(t, 1)
+        if rank == 1:
+            return lambda: dist.irecv(t, 0)
+        return None  # ranks 2..: not involved
+    add("isend 1 MiB", MIB, mk_p2p)
+    return out
+
+
+def main():
+    p = tcommon.base_parser(__doc__, timeout_s=300)
+    p.add_argument("--sleep-s", type=float, default=2.0, help="how late the peer (rank 1) is, before every call")
+    p.add_argument("--calls", type=int, default=3, help="measured calls per op")
+    p.add_argument("--max-mib", type=int, default=1024, help="leave out ops whose largest buffer is larger")
+    p.add_argument("--ops", default="", help="comma list of op-name prefixes to run (default: all)")
+    p.add_argument("--out", help="JSON lines, one per op (rank 0)")
+    p.add_argument("--assert-max-us", type=float, default=None,
+                   help="fail unless every op's --assert-stat is at most this many microseconds")
+    p.add_argument("--assert-stat", choices=["p50", "max"], default="p50")
+    args = p.parse_args()
+    ctx = tcommon.setup(args)
+    rank, world = ctx.rank, ctx.world
+    if world < 2:
+        raise SystemExit("needs 2 or more ranks")
+    lib = ",".join(ctx.paths) or ("NCCL" if not tcommon.shim_loaded() else "?")
+    if args.backend == "gloo":
+        lib = "gloo"
+    wanted = [s.strip() for s in args.ops.split(",") if s.strip()]
+    results = []
+    for name, nbytes, make in ops_list(ctx, args.max_mib):
+        if wanted and not any(name.startswith(w) for w in wanted):
+            continue
+        call = make()
+        samples = []
+        err = None
+        try:
+            for k in range(args.calls + 1):  # call 0: untimed warm-up, peer not late
+                dist.barrier(group=ctx.cpu_pg)
+                if call is None:
+                    continue
+                if rank == 1 and k > 0:
+                    time.sleep(args.sleep_s)
+                t0 = time.perf_counter()
+                work = call()
+                t1 = time.perf_counter()
+                if k > 0:
+                    samples.append((t1 - t0) * 1e6)
+                if work is not None:
+                    work.wait()
+                ctx.sync()
+        except Exception as e:  # noqa: BLE001 - reported per op, the run goes on
+            err = f"{type(e).__name__}: {str(e)[:300]}"
+        dist.barrier(group=ctx.cpu_pg)
+        del call
+        if rank == 0:
+            row = {"op": name, "bytes": nbytes, "calls": len(samples), "sleep_s": args.sleep_s, "world": world,
+                   "lib": lib, "tag": args.tag,
+                   "p50_us": round(statistics.median(samples), 1) if samples else None,
+                   "max_us": round(max(samples), 1) if samples else None,
+                   "samples_us": [round(s, 1) for s in samples]}
+            if err:
+                row["error"] = err
+            results.append(row)
+            print(f"  {name:32s} p50 {row['p50_us'] if samples else '-':>12} us  max "
+                  f"{row['max_us'] if samples else '-':>12} us{('  ERROR ' + err) if err else ''}", flush=True)
+        if ctx.cuda:
+            torch.cuda.empty_cache()
+    failed = 0
+    if rank == 0:
+        print(f"\nhost time per call on rank 0, peer {args.sleep_s:g} s late, {world} ranks, {lib}:")
+        print(f"| op | p50 us | max us | calls |\n|---|---|---|---|")
+        for r in results:
+            print(f"| {r['op']} | {r['p50_us']} | {r['max_us']} | {r['calls']} |")
+        if args.out:
+            with open(args.out, "a") as f:
+                for r in results:
+                    f.write(json.dumps(r) + "\n")
+        bad = [r for r in results if r.get("error") or r["p50_us"] is None]
+        if args.assert_max_us is not None:
+            key = f"{args.assert_stat}_us"
+            bad += [r for r in results if r.get(key) is not None and r[key] > args.assert_max_us]
+        for r in bad:
+            print(f"FAIL {r['op']}: " + (r.get("error") or
+                                         f"{args.assert_stat} {r.get(args.assert_stat + '_us')} us > "
+                                         f"{args.assert_max_us} us"), flush=True)
+        failed = len(bad)
+        summary = ", ".join(f"{r['op'].split(' ')[0]}{'/' + r['op'].split(' ')[-2] if r['op'][-3:] == 'MiB' else ''}"
+                            f"={r['p50_us']}" for r in results)
+        verdict = "PASS" if not failed else "FAIL"
+        print(f"CASE skew {verdict} p50 us: {summary}"
+              + (f" (assert p50 <= {args.assert_max_us:g} us)" if args.assert_max_us is not None else ""), flush=True)
+    t = torch.tensor([failed], dtype=torch.int64)
+    dist.broadcast(t, src=0, group=ctx.cpu_pg)
+    return tcommon.finish(ctx, int(t.item()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
