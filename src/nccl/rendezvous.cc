@@ -179,7 +179,7 @@ RendezvousStatus rendezvousImpl(const RendezvousId& id, const std::array<uint8_t
   const std::string where = "the rendezvous root at " + rendezvousAddress(id);
   if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks) {
     *error = "rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " is not a valid rank";
-    return RendezvousStatus::kInvalidUsage;
+    return RendezvousStatus::kBadUsage;
   }
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(id.timeoutMs) + kGrace;
   sockaddr_in addr{};
@@ -193,7 +193,7 @@ RendezvousStatus rendezvousImpl(const RendezvousId& id, const std::array<uint8_t
     fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
       *error = errnoText("socket");
-      return RendezvousStatus::kSystemError;
+      return RendezvousStatus::kSocketError;
     }
     int c = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
     if (c < 0 && errno == EINPROGRESS) {
@@ -238,7 +238,7 @@ RendezvousStatus rendezvousImpl(const RendezvousId& id, const std::array<uint8_t
   std::array<uint8_t, 16> mine{};
   if (!randomBytes(mine.data(), mine.size())) {
     *error = errnoText("getrandom");
-    return RendezvousStatus::kSystemError;
+    return RendezvousStatus::kSocketError;
   }
   std::vector<uint8_t> hello;
   put(&hello, kHelloMagic);
@@ -250,7 +250,7 @@ RendezvousStatus rendezvousImpl(const RendezvousId& id, const std::array<uint8_t
   hello.insert(hello.end(), m.begin(), m.end());
   if (!sendAll(fd, hello.data(), hello.size(), deadline)) {
     *error = "sending the hello to " + where + " failed";
-    return RendezvousStatus::kSystemError;
+    return RendezvousStatus::kSocketError;
   }
 
   std::vector<uint8_t> reply(kReplyHeaderBytes);
@@ -294,12 +294,12 @@ RendezvousStatus rendezvousImpl(const RendezvousId& id, const std::array<uint8_t
   std::string message(reinterpret_cast<const char*>(p + answerBytes), messageBytes);
   if (status != static_cast<uint32_t>(RendezvousStatus::kOk)) {
     *error = where + ": " + message;
-    return status <= static_cast<uint32_t>(RendezvousStatus::kSystemError) ? static_cast<RendezvousStatus>(status)
-                                                                           : RendezvousStatus::kSystemError;
+    return status <= static_cast<uint32_t>(RendezvousStatus::kSocketError) ? static_cast<RendezvousStatus>(status)
+                                                                           : RendezvousStatus::kSocketError;
   }
   if (count != static_cast<uint32_t>(nranks)) {
     *error = where + " answered for " + std::to_string(count) + " ranks, this rank expected " + std::to_string(nranks);
-    return RendezvousStatus::kInvalidUsage;
+    return RendezvousStatus::kBadUsage;
   }
   out->hosts = std::move(hosts);
   out->answer = std::move(answer);
@@ -314,13 +314,13 @@ const char* rendezvousStatusName(RendezvousStatus s) {
       return "ok";
     case RendezvousStatus::kTimeout:
       return "timeout";
-    case RendezvousStatus::kInvalidUsage:
+    case RendezvousStatus::kBadUsage:
       return "invalid usage";
     case RendezvousStatus::kAnswerFailed:
       return "answer failed";
     case RendezvousStatus::kRefused:
       return "refused";
-    case RendezvousStatus::kSystemError:
+    case RendezvousStatus::kSocketError:
       return "system error";
   }
   return "invalid";
@@ -509,7 +509,7 @@ void RendezvousRoot::run(int listenFd, int wakeFd, Clock::time_point deadline) {
     if (pr < 0) {
       if (errno == EINTR) continue;
       outcome = errnoText("poll");
-      replyAll(RendezvousStatus::kSystemError, {}, "", "the rendezvous root failed: " + outcome);
+      replyAll(RendezvousStatus::kSocketError, {}, "", "the rendezvous root failed: " + outcome);
       break;
     }
     if (fds[1].revents != 0) {
@@ -562,7 +562,7 @@ void RendezvousRoot::run(int listenFd, int wakeFd, Clock::time_point deadline) {
     }
     if (!failure.empty()) {
       outcome = failure;
-      replyAll(RendezvousStatus::kInvalidUsage, {}, "", failure);
+      replyAll(RendezvousStatus::kBadUsage, {}, "", failure);
       break;
     }
     if (fds[0].revents != 0) {

@@ -60,10 +60,10 @@ std::string rendezvousAddress(const RendezvousId& id);
 enum class RendezvousStatus : uint32_t {
   kOk = 0,
   kTimeout = 1,        // some rank did not arrive in time (named in the message), or the root was unreachable
-  kInvalidUsage = 2,   // two ranks with one rank number, nranks that differ, a rank outside [0, nranks)
+  kBadUsage = 2,       // two ranks with one rank number, nranks that differ, a rank outside [0, nranks)
   kAnswerFailed = 3,   // the root could not make its answer (e.g. no real NCCL for ranks on several hosts)
   kRefused = 4,        // the root closed the connection without answering (wrong secret) or its reply was forged
-  kSystemError = 5,    // a socket call failed
+  kSocketError = 5,    // a socket call failed
 };
 const char* rendezvousStatusName(RendezvousStatus s);
 

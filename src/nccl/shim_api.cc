@@ -1,6 +1,7 @@
-// NCCL's C API, communicator and process level: version, errors, ids, communicators, registration, memory,
-// reduction ops, groups. The collectives are in shim_collectives.cc. Each function either runs on conccl's
-// public API, forwards to the real NCCL, or fails with an ncclResult_t and a message (ncclGetLastError).
+// NCCL's C API, communicator and process level: version, errors, communicators, registration, memory,
+// reduction ops, groups. Unique ids and ncclCommInitRank* are in shim_init.cc, the collectives in
+// shim_collectives.cc. Each function either runs on conccl's public API, forwards to the real NCCL, or fails with
+// an ncclResult_t and a message (ncclGetLastError).
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -36,101 +37,6 @@ std::unordered_set<void*>& concclAllocations() {
   return *s;
 }
 
-// NCCL lets one thread create several ranks of a communicator between ncclGroupStart and ncclGroupEnd (nccl-tests
-// with several GPUs per process does). conccl's init blocks for the peers and is refused inside its groups, so
-// inside a group the shim hands out the wrapper at once and runs the inits at the outermost ncclGroupEnd, one
-// thread per rank (the handle is usable after ncclGroupEnd, as with NCCL).
-struct PendingInit {
-  ncclComm_t wrapper;
-  int nranks;
-  concclUniqueId id;
-  int rank;
-  int device;
-  std::string call;
-  std::string reason;
-};
-thread_local std::vector<PendingInit> tlsPendingInits;
-
-ncclResult_t runPendingInits() {
-  std::vector<PendingInit> inits;
-  inits.swap(tlsPendingInits);
-  if (inits.empty()) return ncclSuccess;
-  std::vector<concclResult_t> results(inits.size(), concclSuccess);
-  std::vector<concclComm_t> comms(inits.size(), nullptr);
-  std::vector<std::string> messages(inits.size());  // conccl's last error is per thread: read it there
-  auto run = [&](size_t i) {
-    cudaError_t e = cudaSetDevice(inits[i].device);
-    if (e != cudaSuccess) {
-      results[i] = concclUnhandledCudaError;
-      return;
-    }
-    results[i] = concclCommInitRank(&comms[i], inits[i].nranks, inits[i].id, inits[i].rank);
-    if (results[i] != concclSuccess) messages[i] = concclGetLastError(nullptr);
-  };
-  if (inits.size() == 1) {
-    run(0);
-  } else {
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < inits.size(); ++i) threads.emplace_back(run, i);
-    for (auto& t : threads) t.join();
-  }
-  ncclResult_t first = ncclSuccess;
-  for (size_t i = 0; i < inits.size(); ++i) {
-    ncclResult_t r = ncclSuccess;
-    if (results[i] == concclSuccess) {
-      inits[i].wrapper->conccl = comms[i];
-      logComm(inits[i].wrapper, inits[i].call + " (at ncclGroupEnd)", inits[i].reason, inits[i].rank, inits[i].nranks);
-    } else if (results[i] == concclUnhandledCudaError && comms[i] == nullptr) {
-      r = fail(inits[i].wrapper, ncclUnhandledCudaError,
-               inits[i].call + ": cudaSetDevice(" + std::to_string(inits[i].device) + ") failed at ncclGroupEnd");
-    } else {
-      r = fail(
-          inits[i].wrapper, static_cast<ncclResult_t>(toNcclResult(results[i])),
-          inits[i].call + " on conccl (at ncclGroupEnd): " + concclGetErrorString(results[i]) + ": " + messages[i]);
-    }
-    if (first == ncclSuccess) first = r;
-  }
-  return first;
-}
-
-ncclResult_t initRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config,
-                      const char* call) {
-  if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string(call) + ": comm is NULL");
-  bool idIsConccl = untagConcclId(commId.internal, NCCL_UNIQUE_ID_BYTES);
-  Decision d = decideInitRank(shim().env, idIsConccl, realAvailable());
-  if (d.path == Path::kFail) return fail(nullptr, ncclInvalidUsage, std::string(call) + ": " + d.reason);
-  if (d.path == Path::kNccl) {
-    auto fn = realFn<decltype(&::ncclCommInitRankConfig)>("ncclCommInitRankConfig");
-    if (fn == nullptr) return fail(nullptr, ncclInvalidUsage, std::string(call) + ": real NCCL lacks it");
-    ncclComm_t real = nullptr;
-    ncclResult_t r = fn(&real, nranks, commId, rank, config);
-    if (r != ncclSuccess && r != ncclInProgress) return r;
-    *comm = wrapComm(Path::kNccl, nullptr, real, call, d.reason, rank, nranks);
-    return r;
-  }
-  // conccl ignores NCCL's tuning fields (CTAs, CGA size, net name, ...); a non-blocking config is honoured by
-  // completing init before returning, which NCCL's contract allows (ncclSuccess, never ncclInProgress).
-  concclUniqueId id;
-  static_assert(sizeof(id.internal) == sizeof(commId.internal));
-  std::memcpy(id.internal, commId.internal, sizeof(id.internal));
-  if (groupDepth() > 0) {
-    int device = -1;
-    if (cudaGetDevice(&device) != cudaSuccess) {
-      return fail(nullptr, ncclUnhandledCudaError, std::string(call) + ": cudaGetDevice failed");
-    }
-    auto* w = new ncclComm;
-    w->path = Path::kConccl;  // w->conccl stays NULL until ncclGroupEnd
-    tlsPendingInits.push_back({w, nranks, id, rank, device, call, d.reason});
-    *comm = w;
-    return ncclSuccess;
-  }
-  concclComm_t c = nullptr;
-  concclResult_t r = concclCommInitRank(&c, nranks, id, rank);
-  if (r != concclSuccess) return fromConccl(nullptr, r, call);
-  *comm = wrapComm(Path::kConccl, c, nullptr, call, d.reason, rank, nranks);
-  return ncclSuccess;
-}
-
 }  // namespace
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclGetVersion(int* version) {
@@ -156,56 +62,7 @@ CONCCL_NCCL_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
   return threadLastError();
 }
 
-CONCCL_NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
-  if (fromRealNccl(__builtin_return_address(0))) CONCCL_NCCL_FORWARD(nullptr, ncclGetUniqueId, uniqueId);
-  if (uniqueId == nullptr) return fail(nullptr, ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
-  std::string why;
-  LaunchScope scope = launchScopeFromEnv([](const char* n) { return std::getenv(n); }, &why);
-  Decision d = decideUniqueId(shim().env, scope, realAvailable());
-  if (d.path == Path::kFail) return fail(nullptr, ncclInvalidUsage, "ncclGetUniqueId: " + d.reason);
-  if (d.path == Path::kNccl) {
-    logInfo("ncclGetUniqueId -> NCCL (" + d.reason + (why.empty() ? "" : ": " + why) + ")");
-    CONCCL_NCCL_FORWARD(nullptr, ncclGetUniqueId, uniqueId);
-  }
-  concclUniqueId id;
-  concclResult_t r = concclGetUniqueId(&id);
-  if (r != concclSuccess) return fromConccl(nullptr, r, "ncclGetUniqueId");
-  std::memcpy(uniqueId->internal, id.internal, sizeof(id.internal));
-  if (!tagConcclId(uniqueId->internal, NCCL_UNIQUE_ID_BYTES)) {
-    return fail(nullptr, ncclInternalError, "ncclGetUniqueId: conccl's id has no room for the shim's mark");
-  }
-  logInfo("ncclGetUniqueId -> conccl (" + d.reason + ")");
-  return ncclSuccess;
-}
-
-CONCCL_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
-                                                       ncclConfig_t* config) {
-  return initRank(comm, nranks, commId, rank, config, "ncclCommInitRankConfig");
-}
-
-CONCCL_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
-  return initRank(comm, nranks, commId, rank, nullptr, "ncclCommInitRank");
-}
-
-CONCCL_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
-                                                         ncclUniqueId* commIds, ncclConfig_t* config) {
-  if (newcomm == nullptr || commIds == nullptr || nId < 1) {
-    return fail(nullptr, ncclInvalidArgument, "ncclCommInitRankScalable: bad arguments");
-  }
-  // conccl needs one id; with one conccl id this is ncclCommInitRankConfig.
-  ncclUniqueId first = commIds[0];
-  if (untagConcclId(first.internal, NCCL_UNIQUE_ID_BYTES)) {
-    if (nId != 1) return fail(nullptr, ncclInvalidUsage, "ncclCommInitRankScalable: several conccl ids");
-    return initRank(newcomm, nranks, commIds[0], myrank, config, "ncclCommInitRankScalable");
-  }
-  ncclComm_t real = nullptr;
-  auto fn = realFn<decltype(&::ncclCommInitRankScalable)>("ncclCommInitRankScalable");
-  if (fn == nullptr) return fail(nullptr, ncclInvalidUsage, "ncclCommInitRankScalable: no real NCCL");
-  ncclResult_t r = fn(&real, nranks, myrank, nId, commIds, config);
-  if (r != ncclSuccess && r != ncclInProgress) return r;
-  *newcomm = wrapComm(Path::kNccl, nullptr, real, "ncclCommInitRankScalable", "NCCL unique ids", myrank, nranks);
-  return r;
-}
+// ncclGetUniqueId, ncclCommInitRank, ncclCommInitRankConfig, ncclCommInitRankScalable: shim_init.cc.
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
   if (comm == nullptr || ndev < 1) return fail(nullptr, ncclInvalidArgument, "ncclCommInitAll: bad arguments");
@@ -285,6 +142,10 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int ke
   if (comm == nullptr || newcomm == nullptr) return fail(comm, ncclInvalidArgument, "ncclCommSplit: NULL argument");
   Decision d = decideSplit(forwarded(comm) ? Path::kNccl : Path::kConccl);
   if (d.path == Path::kConccl) return splitConccl(comm, color, key, newcomm);
+  // A shim communicator on NCCL, outside groups: its children on one host go to conccl (shim_split.cc).
+  if (d.path == Path::kNccl && isShimComm(comm) && shim().env.enabled && groupDepth() == 0) {
+    return splitNccl(comm, color, key, newcomm, config);
+  }
   if (d.path != Path::kNccl) return fail(comm, ncclInvalidUsage, "ncclCommSplit: " + d.reason);
   auto fn = realFn<decltype(&::ncclCommSplit)>("ncclCommSplit");
   if (fn == nullptr) return fail(comm, ncclInvalidUsage, "ncclCommSplit: real NCCL lacks it");

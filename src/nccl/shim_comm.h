@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "nccl/real_nccl.h"
 #include "nccl/routing.h"
@@ -39,6 +40,9 @@ struct ncclComm {
   // conccl path: made by ncclCommInitAll (or split from such a communicator), all ranks in this process. Its
   // split then makes the children with concclCommInitAll (which the host backend needs) instead of InitRank.
   bool singleProcess = false;
+  // [rank] = the host identity of each rank (routing.h), from the init's rendezvous or the split that made it;
+  // empty when unknown (ncclCommInitAll, ids made without a rendezvous).
+  std::vector<uint64_t> hosts;
   std::unique_ptr<conccl::nccl::PreMulState, conccl::nccl::PreMulStateDeleter> premul;
   std::string lastError;
 };
@@ -107,8 +111,17 @@ int& groupDepth();
 // 0 outside groups; inside one, an id unique to the calling thread's outermost group (process-wide counter).
 uint64_t& groupEpoch();
 
+// This process's host identity (CONCCL_HOSTID > NCCL_HOSTID > hostname + boot id), read once (shim_init.cc).
+const HostIdentity& thisHost();
+// Runs the ncclCommInitRank calls the calling thread made inside its group, at the outermost ncclGroupEnd
+// (shim_init.cc): one thread per rank, each meeting its peers and then initialising on its path.
+ncclResult_t runPendingInits();
+
 // ncclCommSplit of a conccl communicator (shim_split.cc).
 ncclResult_t splitConccl(ncclComm_t comm, int color, int key, ncclComm_t* newcomm);
+// ncclCommSplit of a shim communicator on the real NCCL (shim_split.cc): children whose ranks all share a host run
+// on conccl, the others are split by the real NCCL.
+ncclResult_t splitNccl(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config);
 
 // PreMulSum on conccl communicators (shim_premul.cc).
 ncclResult_t createPreMulSum(ncclComm_t comm, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,

@@ -8,6 +8,19 @@
 //      whose handles the other ranks pick up in this process.
 // NCCL_SPLIT_NOCOLOR ranks take part in step 1 and get a NULL communicator. The child inherits the parent's
 // resolved conccl configuration; NCCL's config fields (CTAs, split sharing, ...) ask nothing conccl does.
+// A conccl parent has all its ranks on one host, so its children do too: none of them can need the real NCCL.
+//
+// ncclCommSplit of a shim communicator on the real NCCL (splitNccl): a child whose ranks all share a host runs on
+// conccl, the other children on the real NCCL:
+//   1. every parent rank all-gathers (color, key, host, a fresh conccl unique id) over the parent with the real
+//      ncclAllGather, on a private stream, and waits for it;
+//   2. every rank computes the same placement (split_plan.h) and, per color, whether its ranks share a host;
+//   3. if any child spans hosts, every parent rank calls the real ncclCommSplit (collective over the parent) with
+//      its own color when its child spans hosts and NCCL_SPLIT_NOCOLOR when its child runs on conccl; otherwise the
+//      real split is not called at all (every rank knows that from the same table);
+//   4. the ranks of a child on one host make it with concclCommInitRank from the id of the child's rank 0.
+// The real split comes before any conccl init on every rank, so no rank waits in conccl for a peer that is still
+// inside the real NCCL's collective split.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -15,6 +28,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -190,7 +205,149 @@ ncclResult_t splitConccl(ncclComm_t comm, int color, int key, ncclComm_t* newcom
                       "split of a conccl communicator: color " + std::to_string(color) + ", key " +
                           std::to_string(key) + ", parent rank " + std::to_string(rank));
   (*newcomm)->singleProcess = comm->singleProcess;
+  if (comm->hosts.size() == static_cast<size_t>(nranks)) {
+    for (int parent : p.parents) (*newcomm)->hosts.push_back(comm->hosts[static_cast<size_t>(parent)]);
+  }
   return ncclSuccess;
+}
+
+namespace {
+
+struct NcclSplitEntry {
+  int32_t color;
+  int32_t key;
+  uint64_t host;
+  char id[CONCCL_UNIQUE_ID_BYTES];
+};
+
+// All-gather of one NcclSplitEntry per rank over an NCCL parent, with the real ncclAllGather on device memory of
+// the parent's device and a private stream, synchronised before returning.
+std::string allGatherOverNccl(ncclComm_t parent, int device, int nranks, const NcclSplitEntry& mine,
+                              std::vector<NcclSplitEntry>* all) {
+  auto allGather = realFn<decltype(&::ncclAllGather)>("ncclAllGather");
+  auto asyncError = realFn<decltype(&::ncclCommGetAsyncError)>("ncclCommGetAsyncError");
+  if (allGather == nullptr || asyncError == nullptr) return "the real NCCL lacks ncclAllGather";
+  all->assign(static_cast<size_t>(nranks), NcclSplitEntry{});
+  const size_t bytes = sizeof(NcclSplitEntry);
+  CudaDeviceGuard guard(device);
+  if (!guard.ok()) return "cudaSetDevice(" + std::to_string(device) + ") failed";
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  char* buf = nullptr;
+  cudaStream_t stream = nullptr;
+  std::string error;
+  const size_t recvOffset = 256;
+  ncclResult_t r = ncclSuccess;
+  if (cudaMalloc(&buf, recvOffset + bytes * static_cast<size_t>(nranks)) != cudaSuccess) {
+    error = "cudaMalloc failed";
+  } else if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+    error = "cudaStreamCreateWithFlags failed";
+  } else if (cudaMemcpyAsync(buf, &mine, bytes, cudaMemcpyHostToDevice, stream) != cudaSuccess) {
+    error = "cudaMemcpyAsync failed";
+  } else if ((r = allGather(buf, buf + recvOffset, bytes, ncclUint8, realComm(parent), stream)) != ncclSuccess &&
+             r != ncclInProgress) {
+    error = std::string("the real ncclAllGather: ") + ncclResultString(r);
+  } else {
+    // A non-blocking parent may return ncclInProgress: poll until the call is enqueued, bounded.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+    while (r == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+      if (asyncError(realComm(parent), &r) != ncclSuccess) break;
+      if (r == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (r != ncclSuccess) {
+      error = std::string("the real ncclAllGather did not complete: ") + ncclResultString(r);
+    } else if (cudaMemcpyAsync(all->data(), buf + recvOffset, bytes * static_cast<size_t>(nranks),
+                               cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
+               cudaStreamSynchronize(stream) != cudaSuccess) {
+      error = "copying the gathered table back failed";
+    }
+  }
+  if (stream != nullptr) cudaStreamDestroy(stream);
+  if (buf != nullptr) cudaFree(buf);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  return error;
+}
+
+}  // namespace
+
+ncclResult_t splitNccl(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  const char* call = "ncclCommSplit";
+  auto split = realFn<decltype(&::ncclCommSplit)>("ncclCommSplit");
+  auto userRank = realFn<decltype(&::ncclCommUserRank)>("ncclCommUserRank");
+  auto count = realFn<decltype(&::ncclCommCount)>("ncclCommCount");
+  auto cuDevice = realFn<decltype(&::ncclCommCuDevice)>("ncclCommCuDevice");
+  if (split == nullptr || userRank == nullptr || count == nullptr || cuDevice == nullptr) {
+    return fail(comm, ncclInvalidUsage, "ncclCommSplit: the real NCCL lacks ncclCommSplit or its queries");
+  }
+  int rank = -1, nranks = 0, device = -1;
+  if (userRank(comm->real, &rank) != ncclSuccess || count(comm->real, &nranks) != ncclSuccess ||
+      cuDevice(comm->real, &device) != ncclSuccess) {
+    return fail(comm, ncclInvalidUsage, "ncclCommSplit: the real NCCL could not say the parent's rank, size, device");
+  }
+  NcclSplitEntry mine{};
+  mine.color = color;
+  mine.key = key;
+  mine.host = thisHost().id;
+  concclUniqueId id;
+  if (concclGetUniqueId(&id) != concclSuccess) {
+    return fail(comm, ncclSystemError, std::string("ncclCommSplit: concclGetUniqueId: ") + concclGetLastError(nullptr));
+  }
+  std::memcpy(mine.id, id.internal, sizeof(mine.id));
+  std::vector<NcclSplitEntry> all;
+  std::string error = allGatherOverNccl(comm, device, nranks, mine, &all);
+  if (!error.empty()) return fail(comm, ncclSystemError, "ncclCommSplit: exchanging colors, keys and hosts: " + error);
+
+  std::vector<SplitRequest> requests;
+  for (const NcclSplitEntry& e : all) requests.push_back({e.color, e.key});
+  SplitPlacement p = placeInSplit(requests, rank);
+  if (!p.error.empty()) return fail(comm, ncclInvalidArgument, "ncclCommSplit: " + p.error);
+  // Per color, whether its ranks share a host; whether any child needs the real NCCL.
+  std::map<int, std::set<uint64_t>> hostsOfColor;
+  for (const NcclSplitEntry& e : all) {
+    if (e.color != kSplitNoColor) hostsOfColor[e.color].insert(e.host);
+  }
+  bool anyAcrossHosts = false;
+  for (auto& [c, hosts] : hostsOfColor) anyAcrossHosts |= hosts.size() > 1;
+  std::vector<uint64_t> childHosts;
+  for (int parent : p.parents) childHosts.push_back(all[static_cast<size_t>(parent)].host);
+  Decision d = p.member ? decideNcclSplitChild(childHosts, true) : Decision{Path::kNccl, "NCCL_SPLIT_NOCOLOR"};
+
+  ncclComm_t real = nullptr;
+  ncclResult_t rr = ncclSuccess;
+  if (anyAcrossHosts) {
+    rr = split(comm->real, d.path == Path::kNccl ? color : kSplitNoColor, key, &real, config);
+    if (rr != ncclSuccess && rr != ncclInProgress) return rr;
+  }
+  if (!p.member) {
+    *newcomm = nullptr;
+    logInfo("ncclCommSplit: parent rank " + std::to_string(rank) + " passed NCCL_SPLIT_NOCOLOR: no communicator");
+    return rr;
+  }
+  if (d.path == Path::kNccl) {
+    *newcomm = real == nullptr ? nullptr : wrapComm(Path::kNccl, nullptr, real, call, d.reason);
+    if (*newcomm != nullptr) (*newcomm)->hosts = childHosts;
+    return rr;
+  }
+  if (real != nullptr) {
+    // NCCL_SPLIT_NOCOLOR was passed: the real NCCL gives no communicator. Never reached; kept as a guard.
+    auto destroy = realFn<decltype(&::ncclCommDestroy)>("ncclCommDestroy");
+    if (destroy) destroy(real);
+  }
+  const NcclSplitEntry& leader = all[static_cast<size_t>(p.parents[0])];
+  concclUniqueId childId;
+  std::memcpy(childId.internal, leader.id, sizeof(childId.internal));
+  concclComm_t child = nullptr;
+  {
+    CudaDeviceGuard guard(device);
+    if (!guard.ok()) return fail(comm, ncclUnhandledCudaError, "ncclCommSplit: cudaSetDevice failed");
+    concclResult_t r = concclCommInitRank(&child, static_cast<int>(p.parents.size()), childId, p.newRank);
+    if (r != concclSuccess) return fromConccl(comm, r, "ncclCommSplit (conccl child of an NCCL communicator)");
+  }
+  *newcomm = wrapComm(Path::kConccl, child, nullptr, call,
+                      d.reason + ": color " + std::to_string(color) + ", key " + std::to_string(key) +
+                          ", parent rank " + std::to_string(rank));
+  (*newcomm)->hosts = childHosts;
+  return rr;
 }
 
 }  // namespace conccl::nccl

@@ -40,7 +40,7 @@ RendezvousRoot::Answer decidingAnswer(bool realNccl = true) {
 }
 
 struct RankOutcome {
-  RendezvousStatus status = RendezvousStatus::kSystemError;
+  RendezvousStatus status = RendezvousStatus::kSocketError;
   RendezvousResult result;
   std::string error;
 };
@@ -265,7 +265,7 @@ TEST(NcclRendezvous, TwoRanksWithOneNumberOrDisagreeingSizesFailEveryone) {
   for (size_t i = 0; i < out.size(); ++i) {
     EXPECT_NE(out[i].status, RendezvousStatus::kOk);
     if (i > 0) {
-      EXPECT_EQ(out[i].status, RendezvousStatus::kInvalidUsage) << out[i].error;
+      EXPECT_EQ(out[i].status, RendezvousStatus::kBadUsage) << out[i].error;
       EXPECT_NE(out[i].error.find("as rank 1"), std::string::npos) << out[i].error;
     }
   }
@@ -277,10 +277,10 @@ TEST(NcclRendezvous, TwoRanksWithOneNumberOrDisagreeingSizesFailEveryone) {
   std::this_thread::sleep_for(100ms);
   b.status = rendezvous(root->id(), 1, 3, 1, &b.result, &b.error);
   ta.join();
-  EXPECT_EQ(a.status, RendezvousStatus::kInvalidUsage);
-  EXPECT_EQ(b.status, RendezvousStatus::kInvalidUsage);
+  EXPECT_EQ(a.status, RendezvousStatus::kBadUsage);
+  EXPECT_EQ(b.status, RendezvousStatus::kBadUsage);
   EXPECT_NE(b.error.find("nranks 3"), std::string::npos) << b.error;
-  EXPECT_EQ(rendezvous(root->id(), 2, 2, 1, &b.result, &b.error), RendezvousStatus::kInvalidUsage);  // bad rank
+  EXPECT_EQ(rendezvous(root->id(), 2, 2, 1, &b.result, &b.error), RendezvousStatus::kBadUsage);  // bad rank
 }
 
 TEST(NcclRendezvous, TheRootsFailureReachesEveryRank) {

@@ -1,5 +1,5 @@
-// libconccl_nccl.so with the shim on (the default) and the fake NCCL as the real one, on the CPU: the per-job
-// unique-id decision and its mark, the version the shim reports, and calls the real NCCL makes back into a
+// libconccl_nccl.so with the shim on (the default) and the fake NCCL as the real one, on the CPU: the unique id
+// (a rendezvous id, routing.h), the version the shim reports, and calls the real NCCL makes back into a
 // preloaded shim. No conccl communicator is created (that needs a GPU: the GPU session's nccl-tests do it).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -39,34 +39,33 @@ TEST_F(NcclShimOn, ReportsTheNcclVersionItImplements) {
   EXPECT_NE(std::strstr(SHIM(ncclGetLastError)(nullptr), "version is NULL"), nullptr);
 }
 
-TEST_F(NcclShimOn, OneNodeJobsGetAMarkedConcclIdOthersTheRealNcclsId) {
+TEST_F(NcclShimOn, TheIdIsARendezvousIdWhateverTheJobsSize) {
+  // Each communicator decides at init from where its ranks are (test_nccl_shim_locality), not from the launcher.
+  for (const char* world : {"2", "16"}) {
+    setenv("WORLD_SIZE", world, 1);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof(id));
+    ASSERT_EQ(SHIM(ncclGetUniqueId)(&id), ncclSuccess);
+    uint64_t tail = 0;
+    std::memcpy(&tail, id.internal + NCCL_UNIQUE_ID_BYTES - 8, 8);
+    EXPECT_EQ(tail, 0x43434c5348523031ull);  // routing.h kRendezvousIdTag
+    EXPECT_NE(static_cast<unsigned char>(id.internal[0]), 0xAB);  // not the fake's
+  }
   unsetenv("WORLD_SIZE");
   unsetenv("LOCAL_WORLD_SIZE");
-  ncclUniqueId id;
-  std::memset(&id, 0, sizeof(id));
-  ASSERT_EQ(SHIM(ncclGetUniqueId)(&id), ncclSuccess);
-  uint64_t tail = 0;
-  std::memcpy(&tail, id.internal + NCCL_UNIQUE_ID_BYTES - 8, 8);
-  EXPECT_EQ(tail, 0x43434c53484d3031ull);  // routing.h kConcclIdTag
-  EXPECT_NE(static_cast<unsigned char>(id.internal[0]), 0xAB);
-
-  setenv("WORLD_SIZE", "16", 1);
-  setenv("LOCAL_WORLD_SIZE", "8", 1);
-  ASSERT_EQ(SHIM(ncclGetUniqueId)(&id), ncclSuccess);
-  EXPECT_EQ(static_cast<unsigned char>(id.internal[0]), 0xAB);  // the fake's
-  std::memcpy(&tail, id.internal + NCCL_UNIQUE_ID_BYTES - 8, 8);
-  EXPECT_EQ(tail, 0u);
-  // ... and a communicator made from it is the real NCCL's.
+  // An id the real NCCL made is the real NCCL's communicator, whatever the shim's switches.
+  ncclUniqueId nccl;
+  std::memset(&nccl, 0, sizeof(nccl));
+  std::memset(nccl.internal, 0xAB, 16);
   ncclComm_t comm = nullptr;
-  ASSERT_EQ(SHIM(ncclCommInitRank)(&comm, 16, id, 3), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclCommInitRank)(&comm, 16, nccl, 3), ncclSuccess);
   int rank = -1;
   EXPECT_EQ(SHIM(ncclCommUserRank)(comm, &rank), ncclSuccess);
   EXPECT_EQ(rank, 3);
   int x = 0;
   EXPECT_EQ(SHIM(ncclAllReduce)(&x, &x, 1, ncclFloat8e4m3, ncclSum, comm, nullptr), ncclSuccess);  // NCCL's to judge
   EXPECT_EQ(SHIM(ncclCommDestroy)(comm), ncclSuccess);
-  unsetenv("WORLD_SIZE");
-  unsetenv("LOCAL_WORLD_SIZE");
 }
 
 TEST_F(NcclShimOn, UnknownMemoryIsTheRealNcclsToFree) {
