@@ -47,6 +47,7 @@
 #include "core/bootstrap.h"
 #include "exec/executor.h"
 #include "gpu/multiprocess/scenario_chunked.h"
+#include "gpu/multiprocess/scenario_deferred.h"
 #include "gpu/multiprocess/scenario_staged.h"
 #include "gpu/multiprocess/worker_util.h"
 
@@ -661,6 +662,11 @@ int main(int argc, char** argv) {
   const bool unstaged = scenario == "collectives-unstaged" || scenario == "errors" || scenario == "dead-peer" ||
                         scenario == "hung-peer" || scenario.rfind("symmetric", 0) == 0;
   setenv("CONCCL_STAGED_MAX_BYTES", unstaged ? "0" : "8388608", 1);
+  // Scenarios about the blocking form's synchronous errors (an error returned by the call itself on every rank, a
+  // missing peer noticed inside the call) run with calls that wait on the host; all others defer (the default).
+  const bool blocking = scenario == "errors" || scenario == "sendrecv-mismatch" || scenario == "dead-peer" ||
+                        scenario == "hung-peer";
+  setenv("CONCCL_DEFER_CALLS", blocking ? "0" : "1", 1);
   if (scenario == "collectives-unstaged") scenario = "collectives";
   gNranks = std::atoi(argv[2]);
   gRank = std::atoi(argv[3]);
@@ -705,6 +711,22 @@ int main(int argc, char** argv) {
       conccl::mpworker::scenarioNoRendezvous(gComm, gRank, gNranks, stream);
     } else if (scenario == "staged-mismatch") {
       conccl::mpworker::scenarioStagedMismatch(gComm, gRank, gNranks, stream, timeoutMs);
+      checkNoMappingsLeft("after abort");
+      checkNothingNamedLeft("after abort");
+      cudaStreamDestroy(stream);
+      return 0;
+    } else if (scenario == "deferred-skew") {
+      conccl::mpworker::scenarioDeferredSkew(gComm, gRank, gNranks, stream);
+    } else if (scenario == "cross-order") {
+      conccl::mpworker::scenarioCrossOrder(gComm, gRank, gNranks, stream);
+    } else if (scenario == "memory-kinds") {
+      conccl::mpworker::scenarioMemoryKinds(gComm, gRank, gNranks, stream);
+    } else if (scenario == "deferred-kill" || scenario == "deferred-kill-gpu" || scenario == "deferred-abort") {
+      if (scenario == "deferred-abort") {
+        conccl::mpworker::scenarioDeferredAbort(gComm, gRank, gNranks, stream);
+      } else {
+        conccl::mpworker::scenarioDeferredKill(gComm, gRank, gNranks, stream, scenario == "deferred-kill-gpu");
+      }
       checkNoMappingsLeft("after abort");
       checkNothingNamedLeft("after abort");
       cudaStreamDestroy(stream);

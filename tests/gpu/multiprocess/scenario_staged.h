@@ -9,10 +9,9 @@
 namespace conccl::mpworker {
 
 // "no-rendezvous": every collective but AllToAllv, rank 0 calling while its peers sleep 200 ms first: rank 0's call
-// must return at once and every result must match the reference. Then a call above the threshold, where rank 0 must
-// wait for its peers (the measurement can see a wait), a hot path of 300 staged calls (host time printed), and
-// cudaMallocAsync memory, which staged calls take and the regular path refuses. The worker sets
-// CONCCL_STAGED_MAX_BYTES to 8 MiB for it.
+// must return at once and every result must match the reference. Then a call above the threshold, which is deferred
+// (returns at once too), a hot path of 300 staged calls (host time printed), and cudaMallocAsync memory below and
+// above the threshold (staged either way). The worker sets CONCCL_STAGED_MAX_BYTES to 8 MiB for it.
 void scenarioNoRendezvous(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
 
 // "staged-mismatch": the last rank passes another count to a staged AllReduce. Every rank's call returns (or the last

@@ -1,0 +1,503 @@
+// See scenario_deferred.h. Inputs are regenerated on every process from shared seeds (tests/common), so each rank
+// checks its own result against the reference of the whole call.
+#include "gpu/multiprocess/scenario_deferred.h"
+
+#include <cuda.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/host_driver.h"  // callCollective, reference (header-only)
+#include "gpu/multiprocess/worker_util.h"
+
+namespace conccl::mpworker {
+namespace {
+
+namespace t = conccl::test;
+using Clock = std::chrono::steady_clock;
+
+double usSince(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
+
+// One call of a round: enqueued with its inputs in place, timed on the host, checked after the round.
+struct PreparedCall {
+  t::Coll coll = t::Coll::kAllReduce;
+  size_t count = 0;
+  int root = 0;
+  std::vector<t::Bytes> want;  // [rank]
+  std::unique_ptr<Buf> send, recv;
+  size_t recvBytes = 0;
+};
+
+std::unique_ptr<PreparedCall> prepare(t::Coll c, size_t count, int rank, int nranks, uint64_t seed,
+                                      cudaStream_t stream) {
+  auto p = std::make_unique<PreparedCall>();
+  p->coll = c;
+  p->count = count;
+  p->root = nranks - 1;
+  std::vector<t::Bytes> send(static_cast<size_t>(nranks));
+  for (int r = 0; r < nranks; ++r) {
+    std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(r));
+    send[static_cast<size_t>(r)] = t::randomData(t::sendElems(c, count, nranks, r, p->root), concclFloat32, rng);
+  }
+  p->want = t::reference(c, send, count, concclFloat32, concclSum, p->root);
+  const t::Bytes& mine = send[static_cast<size_t>(rank)];
+  p->recvBytes = t::recvElems(c, count, nranks, rank, p->root) * 4;
+  p->send = std::make_unique<Buf>(mine.size());
+  p->recv = std::make_unique<Buf>(p->recvBytes);
+  cudaOk(cudaMemsetAsync(p->recv->p, 0x5a, p->recvBytes == 0 ? 1 : p->recvBytes, stream), "memset");
+  if (!mine.empty()) {
+    cudaOk(cudaMemcpyAsync(p->send->p, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
+  }
+  return p;
+}
+
+void check(const PreparedCall& p, int rank, int nranks, cudaStream_t stream, const std::string& what) {
+  t::Bytes got(p.recvBytes);
+  if (!got.empty()) cudaOk(cudaMemcpyAsync(got.data(), p.recv->p, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+  syncBounded(stream, what.c_str(), 120);
+  const size_t wrong =
+      t::countWrong(got, p.want[static_cast<size_t>(rank)], concclFloat32, sched::isReduction(p.coll), nranks);
+  if (wrong != 0) {
+    throw std::runtime_error(what + ": " + std::to_string(wrong) + " wrong elements on rank " + std::to_string(rank));
+  }
+}
+
+// AllToAllv with uneven counts: rank s sends k(s, d) = base + (3s + 5d) % 7 * step elements to rank d, each element
+// s * 65536 + (i % 65536) (exact in float).
+struct AllToAllvCall {
+  std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;
+  std::unique_ptr<Buf> send, recv;
+  size_t recvTotal = 0;
+};
+
+size_t uneven(int s, int d, size_t base) { return base + static_cast<size_t>((3 * s + 5 * d) % 7) * (base / 4 + 1); }
+
+std::unique_ptr<AllToAllvCall> prepareAllToAllv(size_t base, int rank, int nranks, cudaStream_t stream) {
+  auto a = std::make_unique<AllToAllvCall>();
+  size_t sendTotal = 0;
+  for (int d = 0; d < nranks; ++d) {
+    a->sendDispls.push_back(sendTotal);
+    a->sendCounts.push_back(uneven(rank, d, base));
+    sendTotal += a->sendCounts.back();
+    a->recvDispls.push_back(a->recvTotal);
+    a->recvCounts.push_back(uneven(d, rank, base));
+    a->recvTotal += a->recvCounts.back();
+  }
+  std::vector<float> host(sendTotal);
+  for (int d = 0; d < nranks; ++d) {
+    for (size_t i = 0; i < a->sendCounts[static_cast<size_t>(d)]; ++i) {
+      host[a->sendDispls[static_cast<size_t>(d)] + i] = static_cast<float>(rank * 65536 + static_cast<int>(i % 65536));
+    }
+  }
+  a->send = std::make_unique<Buf>(sendTotal * 4);
+  a->recv = std::make_unique<Buf>(a->recvTotal * 4);
+  cudaOk(cudaMemcpyAsync(a->send->p, host.data(), sendTotal * 4, cudaMemcpyHostToDevice, stream), "h2d");
+  cudaOk(cudaMemsetAsync(a->recv->p, 0x5a, a->recvTotal * 4, stream), "memset");
+  return a;
+}
+
+concclResult_t callAllToAllv(const AllToAllvCall& a, concclComm_t comm, cudaStream_t stream) {
+  return concclAllToAllv(a.send->p, a.sendCounts.data(), a.sendDispls.data(), a.recv->p, a.recvCounts.data(),
+                         a.recvDispls.data(), concclFloat32, comm, stream);
+}
+
+void checkAllToAllv(const AllToAllvCall& a, int nranks, cudaStream_t stream) {
+  std::vector<float> got(a.recvTotal);
+  cudaOk(cudaMemcpyAsync(got.data(), a.recv->p, a.recvTotal * 4, cudaMemcpyDeviceToHost, stream), "d2h");
+  syncBounded(stream, "AllToAllv", 120);
+  for (int s = 0; s < nranks; ++s) {
+    for (size_t i = 0; i < a.recvCounts[static_cast<size_t>(s)]; ++i) {
+      const float want = static_cast<float>(s * 65536 + static_cast<int>(i % 65536));
+      if (got[a.recvDispls[static_cast<size_t>(s)] + i] != want) {
+        throw std::runtime_error("AllToAllv: element " + std::to_string(i) + " from rank " + std::to_string(s) +
+                                 " is wrong");
+      }
+    }
+  }
+}
+
+// A Send/Recv ring: rank r sends `count` floats (value r + i % 1024) to r + 1 and receives from r - 1, in a group.
+struct RingCall {
+  std::unique_ptr<Buf> send, recv;
+  size_t count = 0;
+};
+
+std::unique_ptr<RingCall> prepareRing(size_t count, int rank, cudaStream_t stream) {
+  auto r = std::make_unique<RingCall>();
+  r->count = count;
+  std::vector<float> host(count);
+  for (size_t i = 0; i < count; ++i) host[i] = static_cast<float>(rank * 4096 + static_cast<int>(i % 1024));
+  r->send = std::make_unique<Buf>(count * 4);
+  r->recv = std::make_unique<Buf>(count * 4);
+  cudaOk(cudaMemcpyAsync(r->send->p, host.data(), count * 4, cudaMemcpyHostToDevice, stream), "h2d");
+  return r;
+}
+
+concclResult_t callRing(const RingCall& r, int rank, int nranks, concclComm_t comm, cudaStream_t stream) {
+  concclResult_t res = concclGroupStart();
+  if (res != concclSuccess) return res;
+  concclSend(r.send->p, r.count, concclFloat32, (rank + 1) % nranks, comm, stream);
+  concclRecv(r.recv->p, r.count, concclFloat32, (rank + nranks - 1) % nranks, comm, stream);
+  return concclGroupEnd();
+}
+
+void checkRing(const RingCall& r, int rank, int nranks, cudaStream_t stream) {
+  std::vector<float> got(r.count);
+  cudaOk(cudaMemcpyAsync(got.data(), r.recv->p, r.count * 4, cudaMemcpyDeviceToHost, stream), "d2h");
+  syncBounded(stream, "Send/Recv ring", 120);
+  const int from = (rank + nranks - 1) % nranks;
+  for (size_t i = 0; i < r.count; ++i) {
+    if (got[i] != static_cast<float>(from * 4096 + static_cast<int>(i % 1024))) {
+      throw std::runtime_error("Send/Recv ring: element " + std::to_string(i) + " is wrong");
+    }
+  }
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+double maxHostUs() {
+  const char* env = std::getenv("CONCCL_TEST_MAX_HOST_US");
+  return env != nullptr ? std::atof(env) : 20.0;
+}
+
+// A round: peers sleep first, rank 0 issues `calls` timed, then everyone checks. Returns rank 0's host times (us).
+template <typename Issue>
+std::vector<double> skewedRound(int rank, int calls, int delayMs, Issue&& issue) {
+  if (rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+  std::vector<double> us;
+  for (int i = 0; i < calls; ++i) {
+    const auto t0 = Clock::now();
+    issue(i);
+    us.push_back(usSince(t0));
+  }
+  return us;
+}
+
+}  // namespace
+
+void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  constexpr int kDelayMs = 2000;
+  const double limitUs = maxHostUs();
+  std::string report;
+  bool tooSlow = false;
+  auto record = [&](const std::string& what, const std::vector<double>& us) {
+    const double p50 = percentile(us, 0.5), mx = percentile(us, 1.0);
+    report += "\n  " + what + ": p50 " + std::to_string(p50).substr(0, 6) + " us, max " + std::to_string(mx).substr(0, 8) +
+              " us (" + std::to_string(us.size()) + " calls)";
+    if (rank == 0 && p50 > limitUs) tooSlow = true;
+  };
+  uint64_t seed = 9000;
+  // AllReduce at 1 MiB, 64 MiB, 1 GiB: five calls each, on one buffer pair (the result of the last is checked).
+  for (size_t bytes : {size_t{1} << 20, size_t{64} << 20, size_t{1} << 30}) {
+    const size_t count = bytes / 4;
+    Buf in(bytes), out(bytes);
+    std::vector<float> host(count, static_cast<float>(rank + 1));
+    cudaOk(cudaMemcpyAsync(in.p, host.data(), bytes, cudaMemcpyHostToDevice, stream), "h2d");
+    syncBounded(stream, "inputs", 120);
+    const auto us = skewedRound(rank, 5, kDelayMs, [&](int) {
+      ok(concclAllReduce(in.p, out.p, count, concclFloat32, concclSum, comm, stream), comm, "AllReduce (skewed)");
+    });
+    cudaOk(cudaMemcpyAsync(host.data(), out.p, bytes, cudaMemcpyDeviceToHost, stream), "d2h");
+    syncBounded(stream, "AllReduce (skewed)", 240);
+    const float want = static_cast<float>(nranks * (nranks + 1) / 2);
+    for (size_t i = 0; i < count; i += 1 + i % 61) {
+      if (host[i] != want) throw std::runtime_error("skewed AllReduce: element " + std::to_string(i) + " is wrong");
+    }
+    record("AllReduce " + std::to_string(bytes >> 20) + " MiB", us);
+  }
+  // Every other collective at 64 MiB in the largest buffer, then AllToAllv (uneven) and a Send/Recv ring of 1 MiB.
+  const t::Coll colls[] = {t::Coll::kAllGather, t::Coll::kReduceScatter, t::Coll::kBroadcast, t::Coll::kReduce,
+                           t::Coll::kAllToAll,  t::Coll::kGather,        t::Coll::kScatter};
+  std::vector<std::unique_ptr<PreparedCall>> prepared;
+  for (t::Coll c : colls) {
+    const bool perRankCount = c == t::Coll::kAllGather || c == t::Coll::kReduceScatter || c == t::Coll::kAllToAll ||
+                              c == t::Coll::kGather || c == t::Coll::kScatter;
+    const size_t count = (size_t{64} << 20) / 4 / (perRankCount ? static_cast<size_t>(nranks) : 1);
+    prepared.push_back(prepare(c, count, rank, nranks, seed++, stream));
+  }
+  auto a2av = prepareAllToAllv((size_t{1} << 18) / static_cast<size_t>(nranks), rank, nranks, stream);
+  auto ring = prepareRing(size_t{1} << 18, rank, stream);
+  syncBounded(stream, "inputs", 120);
+  const auto us = skewedRound(rank, static_cast<int>(prepared.size()) + 2, kDelayMs, [&](int i) {
+    if (i < static_cast<int>(prepared.size())) {
+      const PreparedCall& p = *prepared[static_cast<size_t>(i)];
+      ok(t::callCollective(p.coll, p.send->p, p.recv->p, p.count, concclFloat32, concclSum, p.root, comm, stream),
+         comm, collKindName(p.coll));
+    } else if (i == static_cast<int>(prepared.size())) {
+      ok(callAllToAllv(*a2av, comm, stream), comm, "AllToAllv (skewed)");
+    } else {
+      ok(callRing(*ring, rank, nranks, comm, stream), comm, "Send/Recv ring (skewed)");
+    }
+  });
+  for (auto& p : prepared) check(*p, rank, nranks, stream, std::string("skewed ") + collKindName(p->coll));
+  checkAllToAllv(*a2av, nranks, stream);
+  checkRing(*ring, rank, nranks, stream);
+  record("7 collectives at 64 MiB + AllToAllv 1 MiB + Send/Recv 1 MiB", us);
+  for (size_t i = 0; i < us.size(); ++i) {
+    report += (i == 0 ? "\n  per call:" : ",") + std::string(" ") +
+              (i < prepared.size() ? collKindName(prepared[i]->coll) : i == prepared.size() ? "AllToAllv" : "SendRecv") +
+              " " + std::to_string(us[i]).substr(0, 6);
+  }
+  std::fprintf(stderr, "rank %d: host time per call with the peers %d ms late:%s\n", rank, kDelayMs, report.c_str());
+  if (tooSlow) {
+    throw std::runtime_error("rank 0's p50 host time exceeded " + std::to_string(limitUs) +
+                             " us with a late peer (CONCCL_TEST_MAX_HOST_US)");
+  }
+}
+
+void scenarioCrossOrder(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  // B's id travels on A.
+  concclUniqueId id{};
+  if (rank == 0) ok(concclGetUniqueId(&id), nullptr, "concclGetUniqueId");
+  {
+    Buf idBuf(sizeof(id));
+    cudaOk(cudaMemcpyAsync(idBuf.p, &id, sizeof(id), cudaMemcpyHostToDevice, stream), "h2d");
+    ok(concclBroadcast(idBuf.p, idBuf.p, sizeof(id), concclUint8, 0, comm, stream), comm, "Broadcast of B's id");
+    cudaOk(cudaMemcpyAsync(&id, idBuf.p, sizeof(id), cudaMemcpyDeviceToHost, stream), "d2h");
+    syncBounded(stream, "Broadcast of B's id");
+  }
+  concclComm_t second = nullptr;
+  ok(concclCommInitRank(&second, nranks, id, rank), nullptr, "concclCommInitRank (B)");
+  cudaStream_t streamB = nullptr;
+  cudaOk(cudaStreamCreateWithFlags(&streamB, cudaStreamNonBlocking), "stream B");
+  const size_t p2pCount = (size_t{64} << 20) / 4;
+  Buf sendB(p2pCount * 4), recvB(p2pCount * 4);
+  std::vector<float> host(p2pCount);
+  for (size_t i = 0; i < p2pCount; ++i) host[i] = static_cast<float>(i % 4099);
+  cudaOk(cudaMemcpy(sendB.p, host.data(), p2pCount * 4, cudaMemcpyHostToDevice), "h2d");
+  const t::Coll colls[] = {t::Coll::kAllReduce, t::Coll::kAllGather, t::Coll::kReduceScatter, t::Coll::kBroadcast,
+                           t::Coll::kReduce,    t::Coll::kAllToAll,  t::Coll::kGather,        t::Coll::kScatter};
+  uint64_t seed = 7000;
+  std::string done;
+  for (int order = 0; order < 2; ++order) {
+    for (int k = 0; k <= static_cast<int>(std::size(colls)); ++k) {  // the last k: AllToAllv
+      const bool a2av = k == static_cast<int>(std::size(colls));
+      std::unique_ptr<PreparedCall> p;
+      std::unique_ptr<AllToAllvCall> v;
+      if (a2av) {
+        v = prepareAllToAllv((size_t{1} << 20) / static_cast<size_t>(nranks), rank, nranks, stream);
+      } else {
+        p = prepare(colls[k], (size_t{16} << 20) / 4 / static_cast<size_t>(nranks), rank, nranks, seed++, stream);
+      }
+      syncBounded(stream, "inputs");
+      cudaOk(cudaMemsetAsync(recvB.p, 0, p2pCount * 4, streamB), "memset");
+      auto collective = [&] {
+        if (a2av) {
+          ok(callAllToAllv(*v, comm, stream), comm, "AllToAllv on A");
+        } else {
+          ok(t::callCollective(p->coll, p->send->p, p->recv->p, p->count, concclFloat32, concclSum, p->root, comm,
+                               stream),
+             comm, collKindName(p->coll));
+        }
+      };
+      // order 0: rank 0 sends first, rank 1 runs the collective first; order 1: the other way round.
+      const int sender = order == 0 ? 0 : 1, receiver = 1 - sender;
+      if (rank == sender) {
+        ok(concclSend(sendB.p, p2pCount, concclFloat32, receiver, second, streamB), second, "Send on B");
+        collective();
+      } else if (rank == receiver) {
+        collective();
+        ok(concclRecv(recvB.p, p2pCount, concclFloat32, sender, second, streamB), second, "Recv on B");
+      } else {
+        collective();
+      }
+      if (a2av) {
+        checkAllToAllv(*v, nranks, stream);
+      } else {
+        check(*p, rank, nranks, stream, std::string("cross-order ") + collKindName(p->coll));
+      }
+      syncBounded(streamB, "Send/Recv on B", 120);
+      if (rank == receiver) {
+        std::vector<float> got(p2pCount);
+        cudaOk(cudaMemcpy(got.data(), recvB.p, p2pCount * 4, cudaMemcpyDeviceToHost), "d2h");
+        if (got != host) throw std::runtime_error("cross-order: the received 64 MiB are wrong");
+      }
+      if (order == 0) done += std::string(" ") + (a2av ? "AllToAllv" : collKindName(colls[k]));
+    }
+  }
+  ok(concclCommDestroy(second), nullptr, "concclCommDestroy (B)");
+  cudaStreamDestroy(streamB);
+  std::fprintf(stderr, "rank %d: Send/Recv on B against%s on A, both orders: OK\n", rank, done.c_str());
+}
+
+namespace {
+
+// VMM memory as PyTorch's expandable segments map it: cuMemCreate + cuMemMap + cuMemSetAccess, no IPC handle type.
+struct VmmBuffer {
+  CUdeviceptr ptr = 0;
+  size_t bytes = 0;
+  CUmemGenericAllocationHandle handle = 0;
+  VmmBuffer(size_t want, int device) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    size_t granularity = 0;
+    if (cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS) {
+      throw std::runtime_error("cuMemGetAllocationGranularity failed");
+    }
+    bytes = (want + granularity - 1) / granularity * granularity;
+    if (cuMemCreate(&handle, bytes, &prop, 0) != CUDA_SUCCESS) throw std::runtime_error("cuMemCreate failed");
+    if (cuMemAddressReserve(&ptr, bytes, 0, 0, 0) != CUDA_SUCCESS) throw std::runtime_error("cuMemAddressReserve");
+    if (cuMemMap(ptr, bytes, 0, handle, 0) != CUDA_SUCCESS) throw std::runtime_error("cuMemMap failed");
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (cuMemSetAccess(ptr, bytes, &access, 1) != CUDA_SUCCESS) throw std::runtime_error("cuMemSetAccess failed");
+  }
+  ~VmmBuffer() {
+    cuMemUnmap(ptr, bytes);
+    cuMemAddressFree(ptr, bytes);
+    cuMemRelease(handle);
+  }
+  void* p() const { return reinterpret_cast<void*>(ptr); }
+};
+
+}  // namespace
+
+void scenarioMemoryKinds(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  int device = 0;
+  cudaOk(cudaGetDevice(&device), "cudaGetDevice");
+  const t::Coll colls[] = {t::Coll::kAllReduce, t::Coll::kAllGather, t::Coll::kReduceScatter, t::Coll::kBroadcast,
+                           t::Coll::kReduce,    t::Coll::kAllToAll,  t::Coll::kGather,        t::Coll::kScatter};
+  uint64_t seed = 8000;
+  std::string report;
+  for (int kind = 0; kind < 2; ++kind) {  // 0: VMM (expandable segments), 1: cudaMallocAsync pool
+    for (size_t bytes : {size_t{16} << 20, size_t{64} << 20}) {
+      for (t::Coll c : colls) {
+        const size_t count = bytes / 4 / static_cast<size_t>(nranks);
+        std::mt19937_64 rng0(0);
+        std::vector<t::Bytes> send(static_cast<size_t>(nranks));
+        for (int r = 0; r < nranks; ++r) {
+          std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(r));
+          send[static_cast<size_t>(r)] = t::randomData(t::sendElems(c, count, nranks, r, 0), concclFloat32, rng);
+        }
+        ++seed;
+        const std::vector<t::Bytes> want = t::reference(c, send, count, concclFloat32, concclSum, 0);
+        const t::Bytes& mine = send[static_cast<size_t>(rank)];
+        const size_t recvBytes = t::recvElems(c, count, nranks, rank, 0) * 4;
+        std::unique_ptr<VmmBuffer> vs, vr;
+        void* sp = nullptr;
+        void* rp = nullptr;
+        if (kind == 0) {
+          vs = std::make_unique<VmmBuffer>(std::max<size_t>(mine.size(), 1), device);
+          vr = std::make_unique<VmmBuffer>(std::max<size_t>(recvBytes, 1), device);
+          sp = vs->p();
+          rp = vr->p();
+        } else {
+          cudaOk(cudaMallocAsync(&sp, std::max<size_t>(mine.size(), 1), stream), "cudaMallocAsync");
+          cudaOk(cudaMallocAsync(&rp, std::max<size_t>(recvBytes, 1), stream), "cudaMallocAsync");
+        }
+        if (!mine.empty()) cudaOk(cudaMemcpyAsync(sp, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
+        ok(t::callCollective(c, sp, rp, count, concclFloat32, concclSum, 0, comm, stream), comm, collKindName(c));
+        t::Bytes got(recvBytes);
+        if (!got.empty()) cudaOk(cudaMemcpyAsync(got.data(), rp, recvBytes, cudaMemcpyDeviceToHost, stream), "d2h");
+        if (kind == 1) {
+          cudaOk(cudaFreeAsync(sp, stream), "cudaFreeAsync");
+          cudaOk(cudaFreeAsync(rp, stream), "cudaFreeAsync");
+        }
+        syncBounded(stream, collKindName(c), 120);
+        const size_t wrong = t::countWrong(got, want[static_cast<size_t>(rank)], concclFloat32, sched::isReduction(c),
+                                           nranks);
+        if (wrong != 0) {
+          throw std::runtime_error(std::string(kind == 0 ? "VMM" : "pool") + " memory, " + collKindName(c) + " of " +
+                                   std::to_string(bytes >> 20) + " MiB: " + std::to_string(wrong) + " wrong elements");
+        }
+      }
+      report += std::string(" ") + (kind == 0 ? "VMM" : "pool") + " " + std::to_string(bytes >> 20) + " MiB OK;";
+    }
+  }
+  std::fprintf(stderr, "rank %d: every collective on memory CUDA IPC cannot share:%s\n", rank, report.c_str());
+}
+
+void scenarioDeferredKill(concclComm_t& comm, int rank, int nranks, cudaStream_t stream, bool onGpu) {
+  const size_t count = onGpu ? (size_t{1} << 18) : (size_t{16} << 20);  // 1 MiB (staged) or 64 MiB (deferred)
+  Buf a(count * 4), b(count * 4);
+  ok(concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, comm, stream), comm, "AllReduce before");
+  syncBounded(stream, "AllReduce before", 120);
+  // Every rank passes this point together (the call above completed everywhere); the victim dies 300 ms later.
+  const bool victim = rank == nranks - 1;
+  const auto t0 = Clock::now();
+  if (victim) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kill(getpid(), SIGKILL);
+  }
+  ok(concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, comm, stream), comm, "AllReduce (peer dies)");
+  const double enqueueMs = usSince(t0) / 1000.0;
+  concclResult_t async = concclSuccess;
+  while (async == concclSuccess && usSince(t0) < 30e6) {
+    ok(concclCommGetAsyncError(comm, &async), comm, "concclCommGetAsyncError");
+    if (async == concclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const double sinceKillMs = usSince(t0) / 1000.0 - 300.0;
+  if (async == concclSuccess) throw std::runtime_error("the killed peer was never reported");
+  if (sinceKillMs > 1000.0) {
+    throw std::runtime_error("the killed peer was reported " + std::to_string(sinceKillMs) + " ms after the kill");
+  }
+  syncBounded(stream, "stream after the kill", 30);
+  ok(concclCommAbort(comm), nullptr, "concclCommAbort");
+  comm = nullptr;
+  std::fprintf(stderr, "rank %d: peer killed while waiting on the %s: call returned in %.2f ms, reported %.0f ms after "
+               "the kill (%s): %s\n", rank, onGpu ? "GPU" : "host", enqueueMs, sinceKillMs, concclGetErrorString(async),
+               concclGetLastError(nullptr));
+}
+
+void scenarioDeferredAbort(concclComm_t& comm, int rank, int nranks, cudaStream_t stream) {
+  (void)nranks;
+  const size_t count = size_t{16} << 20;  // 64 MiB: deferred
+  Buf a(count * 4), b(count * 4);
+  ok(concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, comm, stream), comm, "AllReduce before");
+  syncBounded(stream, "AllReduce before", 120);
+  if (rank != 0) {
+    // The peers never make the next call: they wait to hear of rank 0's abort, then abort too.
+    concclResult_t async = concclSuccess;
+    const auto t0 = Clock::now();
+    while (async == concclSuccess && usSince(t0) < 30e6) {
+      ok(concclCommGetAsyncError(comm, &async), comm, "concclCommGetAsyncError");
+      if (async == concclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (async == concclSuccess) throw std::runtime_error("rank 0's abort was never reported");
+    ok(concclCommAbort(comm), nullptr, "concclCommAbort");
+    comm = nullptr;
+    return;
+  }
+  for (int i = 0; i < 4; ++i) {
+    ok(concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, comm, stream), comm, "AllReduce (deferred)");
+  }
+  // Another thread aborts while the calls are deferred (the proxy waits in the first one's rendezvous); then this
+  // thread calls again, racing the abort: the call fails or succeeds, never crashes.
+  std::atomic<int> abortRc{-1};
+  concclComm_t target = comm;
+  const auto t0 = Clock::now();
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    abortRc = concclCommAbort(target);
+  });
+  while (abortRc.load() == -1) {
+    (void)concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, comm, stream);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  aborter.join();
+  const double ms = usSince(t0) / 1000.0;
+  comm = nullptr;
+  if (abortRc.load() != concclSuccess) throw std::runtime_error("concclCommAbort from another thread failed");
+  if (ms > 5000) throw std::runtime_error("abort took " + std::to_string(ms) + " ms");
+  syncBounded(stream, "stream after the abort", 30);
+  std::fprintf(stderr, "rank 0: abort from another thread with deferred calls pending returned after %.0f ms\n", ms);
+}
+
+}  // namespace conccl::mpworker

@@ -1,0 +1,36 @@
+// Scenarios of conccl_mp_worker about deferred calls (core/process_clique_proxy.cc): calls across processes that
+// never wait on the host for their peers, at any size, for every collective, AllToAllv and Send/Recv, on every kind
+// of memory PyTorch hands out. Throw std::runtime_error on failure.
+#pragma once
+
+#include <conccl/conccl.h>
+#include <cuda_runtime_api.h>
+
+namespace conccl::mpworker {
+
+// "deferred-skew": the peers of rank 0 sleep 2 s before each round; rank 0 times each call of the round (host time
+// only). Rounds: AllReduce of 1 MiB, 64 MiB and 1 GiB (5 calls each); every other collective, AllToAllv with uneven
+// counts and a Send/Recv ring at 64 MiB / 1 MiB. Every result is checked. Prints p50 / max host time per call and
+// fails when rank 0's p50 exceeds CONCCL_TEST_MAX_HOST_US (default 20) for any round.
+void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
+
+// "cross-order": a second communicator B (every rank; its id travels by a Broadcast on the first one, A), each on
+// its own stream: rank 0 sends 64 MiB to rank 1 on B, then runs a 64 MiB collective on A; rank 1 runs the collective
+// first, then receives on B; the other ranks run only the collective. Every collective kind and AllToAllv, both
+// orders. Valid under NCCL; must finish, with every result right.
+void scenarioCrossOrder(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
+
+// "memory-kinds": every collective at 16 MiB and 64 MiB per buffer on VMM memory (cuMemCreate, as PyTorch's
+// expandable segments) and cudaMallocAsync pool memory, results checked.
+void scenarioMemoryKinds(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
+
+// "deferred-kill" / "deferred-kill-gpu": the last rank kills itself (SIGKILL) while the others wait for it: on the host
+// (a deferred 64 MiB call) or on the GPU (a staged 1 MiB call already launched). Every other rank must see
+// concclCommGetAsyncError != success within 1 s of the kill; its stream drains, abort leaves nothing behind.
+void scenarioDeferredKill(concclComm_t& comm, int rank, int nranks, cudaStream_t stream, bool onGpu);
+
+// "deferred-abort": rank 0 defers calls its peers never make; another thread of rank 0 aborts the communicator
+// after 300 ms: the abort returns within the bound, the stream drains, and the peers see the error.
+void scenarioDeferredAbort(concclComm_t& comm, int rank, int nranks, cudaStream_t stream);
+
+}  // namespace conccl::mpworker
