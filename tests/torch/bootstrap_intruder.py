@@ -1,0 +1,130 @@
+"""A foreign process that races a job's ranks to conccl's bootstrap (issue 24 item 6, case 6c).
+
+conccl's multi-process bootstrap (src/core/bootstrap.{h,cc}) is an abstract Unix socket, "@conccl-boot-<32 hex>",
+bound by rank 0 while the communicator initialises; the other ranks connect and send a hello (a 32-byte header:
+u32 magic "CCB1", u32 type 1, i32 rank, i32 nranks, i64 pid, u64 length, then the payload). Abstract sockets are
+listed in /proc/net/unix, so any process of the node can find and connect to one.
+
+This helper polls /proc/net/unix every --poll-ms for abstract names containing "conccl", connects once to each new
+one, sends a hello claiming to be the last rank (--nranks - 1) of --nranks, keeps the connection open and records
+everything it receives until --duration-s has passed. It learned something if it received any message other than an
+error (type 3): a table of every rank's hello (type 2) or an all-gather result (type 5), or bytes that do not parse.
+
+Exit status: 0 = it raced at least one bootstrap socket and learned nothing; 1 = it learned something; 2 = it never
+saw a conccl socket (the test could not race the job: inconclusive, counted as a failure by the runner). The job
+itself must still pass (fault_cases.py --mode intruder-job); tests/torch/run_all.sh checks both.
+"""
+import argparse
+import json
+import os
+import select
+import socket
+import struct
+import sys
+import time
+
+WIRE_MAGIC = 0x31424343  # "CCB1"
+HEADER = struct.Struct("<IIiiqQ")
+TYPES = {1: "hello", 2: "table", 3: "error", 4: "gather", 5: "gathered"}
+
+
+def abstract_names():
+    names = set()
+    try:
+        with open("/proc/net/unix") as f:
+            next(f, None)
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 8 and parts[7].startswith("@") and "conccl" in parts[7]:
+                    names.add(parts[7][1:])
+    except OSError:
+        pass
+    return names
+
+
+def parse(buf):
+    msgs, off = [], 0
+    while len(buf) - off >= HEADER.size:
+        magic, typ, rank, nranks, pid, length = HEADER.unpack_from(buf, off)
+        if magic != WIRE_MAGIC:
+            msgs.append({"type": "unparsed", "bytes": len(buf) - off})
+            return msgs
+        body = buf[off + HEADER.size: off + HEADER.size + length]
+        msgs.append({"type": TYPES.get(typ, str(typ)), "rank": rank, "nranks": nranks, "pid": pid,
+                     "length": length, "received": len(body),
+                     "text": body[4:200].decode(errors="replace") if typ == 3 else None})
+        off += HEADER.size + length
+    if off < len(buf):
+        msgs.append({"type": "partial", "bytes": len(buf) - off})
+    return msgs
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nranks", type=int, required=True, help="the job's world size; the hello claims rank nranks-1")
+    p.add_argument("--duration-s", type=float, default=20.0)
+    p.add_argument("--poll-ms", type=float, default=1.0)
+    p.add_argument("--payload-bytes", type=int, default=256, help="size of the (zero) payload of the fake hello")
+    p.add_argument("--out", help="JSON report")
+    p.add_argument("--ready-file", help="touched once polling has started")
+    args = p.parse_args()
+
+    seen, conns, report = set(), {}, {"connected": [], "failed": [], "received": {}}
+    end = time.time() + args.duration_s
+    if args.ready_file:
+        open(args.ready_file, "w").close()
+    while time.time() < end:
+        for name in abstract_names() - seen:
+            seen.add(name)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(0.5)
+            try:
+                s.connect("\0" + name)
+                hello = HEADER.pack(WIRE_MAGIC, 1, args.nranks - 1, args.nranks, os.getpid(), args.payload_bytes)
+                s.sendall(hello + bytes(args.payload_bytes))
+                s.setblocking(False)
+                conns[name] = (s, bytearray())
+                report["connected"].append({"name": name, "t": time.time()})
+                print(f"intruder: connected to @{name} claiming rank {args.nranks - 1} of {args.nranks}", flush=True)
+            except OSError as e:
+                report["failed"].append({"name": name, "error": str(e)})
+                s.close()
+        live = [s for s, _ in conns.values() if s.fileno() >= 0]
+        if live:
+            r, _, _ = select.select(live, [], [], args.poll_ms / 1e3)
+            for name, (s, buf) in conns.items():
+                if s in r:
+                    try:
+                        chunk = s.recv(1 << 20)
+                    except OSError:
+                        chunk = b""
+                    if chunk:
+                        buf.extend(chunk)
+                    else:
+                        s.close()  # closed by the other end
+        else:
+            time.sleep(args.poll_ms / 1e3)
+    learned = []
+    for name, (s, buf) in conns.items():
+        msgs = parse(bytes(buf))
+        report["received"][name] = {"bytes": len(buf), "messages": msgs}
+        bad = [m for m in msgs if m["type"] != "error"]
+        if bad:
+            learned.append(f"@{name}: {len(buf)} bytes, messages {[m['type'] for m in msgs]}")
+        if s.fileno() >= 0:
+            s.close()
+    report["seen"] = sorted(seen)
+    report["learned"] = learned
+    status = 1 if learned else (0 if report["connected"] else 2)
+    report["status"] = {0: "raced the bootstrap, learned nothing", 1: "LEARNED something",
+                        2: "never saw a conccl bootstrap socket (inconclusive)"}[status]
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+    print(f"intruder: {report['status']}; sockets seen {len(seen)}, connected {len(report['connected'])}"
+          + (f"; learned: {learned}" if learned else ""), flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
