@@ -154,9 +154,10 @@ def render(report: Dict) -> List[str]:
     r = report["routing"]
     lines.append(f"communicators under `conccl run` in this environment: {r['path']} ({r['reason']}); "
                  f"collectives on conccl: {r['collectives']}")
-    lines.append("  rule (src/nccl/routing.cc): a job whose ranks are all on this node (torchrun: WORLD_SIZE == "
-                 "LOCAL_WORLD_SIZE; Open MPI, Slurm alike) -> conccl; a job spanning nodes, or CONCCL_NCCL_SHIM=0 "
-                 "-> the real NCCL; new_group / ncclCommSplit follow the parent")
+    lines.append("  rule (src/nccl/shim_init.cc): each communicator finds out at init whether its ranks share this "
+                 "host -> conccl, else -> the real NCCL; CONCCL_NCCL_SHIM=0 -> the real NCCL; without a usable "
+                 "network interface the launchers' variables decide (WORLD_SIZE != LOCAL_WORLD_SIZE ... -> NCCL), "
+                 "which is what the line above evaluates")
     return lines
 
 

@@ -1,5 +1,9 @@
-"""Which communicators the drop-in runs on conccl: the rule of src/nccl/routing.cc (decideUniqueId and
-launchScopeFromEnv), restated for `conccl info`. Pure logic on an environment mapping.
+"""Which communicators the drop-in runs on conccl, restated for `conccl info`. Pure logic on an environment mapping.
+
+Since commit 670c2ea the shim decides per communicator at init (src/nccl/shim_init.cc): its ranks meet at a
+rendezvous and the communicator runs on conccl when they all share a host, on the real NCCL otherwise. The rule below
+(src/nccl/routing.cc, decideUniqueId and launchScopeFromEnv) is what the shim falls back to without a usable network
+interface, and what decide() evaluates:
 
 The path of a communicator is decided once, by the process that calls ncclGetUniqueId, and every rank follows it:
   - CONCCL_NCCL_SHIM=0 (or a value that is neither 0 nor 1)  -> NCCL (everything forwarded);
