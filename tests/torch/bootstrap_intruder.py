@@ -67,13 +67,14 @@ def main():
     p.add_argument("--payload-bytes", type=int, default=256, help="size of the (zero) payload of the fake hello")
     p.add_argument("--out", help="JSON report")
     p.add_argument("--ready-file", help="touched once polling has started")
+    p.add_argument("--stop-file", help="stop early (before --duration-s) once this file exists")
     args = p.parse_args()
 
     seen, conns, report = set(), {}, {"connected": [], "failed": [], "received": {}}
     end = time.time() + args.duration_s
     if args.ready_file:
         open(args.ready_file, "w").close()
-    while time.time() < end:
+    while time.time() < end and not (args.stop_file and os.path.exists(args.stop_file)):
         for name in abstract_names() - seen:
             seen.add(name)
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -107,6 +107,7 @@ def main():
         lib = "gloo"
     wanted = [s.strip() for s in args.ops.split(",") if s.strip()]
     results = []
+    t_all = time.perf_counter()
     for name, nbytes, make in ops_list(ctx, args.max_mib):
         if wanted and not any(name.startswith(w) for w in wanted):
             continue
@@ -167,7 +168,7 @@ def main():
         summary = ", ".join(f"{r['op'].split(' ')[0]}{'/' + r['op'].split(' ')[-2] if r['op'][-3:] == 'MiB' else ''}"
                             f"={r['p50_us']}" for r in results)
         verdict = "PASS" if not failed else "FAIL"
-        print(f"CASE skew {verdict} p50 us: {summary}"
+        print(f"CASE skew {verdict} {time.perf_counter() - t_all:.1f}s p50 us: {summary}"
               + (f" (assert p50 <= {args.assert_max_us:g} us)" if args.assert_max_us is not None else ""), flush=True)
     t = torch.tensor([failed], dtype=torch.int64)
     dist.broadcast(t, src=0, group=ctx.cpu_pg)
