@@ -115,7 +115,10 @@ def setup(args, init_probe=True):
     cpu_pg = dist.new_group(backend="gloo") if args.backend != "gloo" else dist.group.WORLD
     ctx = Ctx(args, rank, world, local_rank, device, cpu_pg)
     ctx.paths = paths
-    if args.expect_path and args.device == "cuda":
+    lazy_unseen = not init_probe and not (args.device_id and args.backend == "nccl")
+    if lazy_unseen:
+        ctx.paths = ["not yet made (lazy init)"]
+    elif args.expect_path and args.device == "cuda":
         shim = shim_loaded()
         got = paths if paths else (["NCCL"] if not shim else [])
         if got != [args.expect_path]:
