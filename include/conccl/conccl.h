@@ -327,6 +327,12 @@ CONCCL_API concclResult_t concclCommGetConfig(concclComm_t comm, concclConfig_t*
  * drops those calls. */
 CONCCL_API concclResult_t concclGroupStart(void);
 CONCCL_API concclResult_t concclGroupEnd(void);
+/* Ends one nesting level like concclGroupEnd, but the outermost level launches nothing: the calls recorded since
+ * the outermost concclGroupStart are dropped (their arguments were checked when they were made; no stream is
+ * touched, no peer is waited for) and the thread's next group starts empty. dropped (may be NULL) receives how many
+ * calls were dropped (0 below the outermost level). concclInvalidUsage without a matching concclGroupStart. The
+ * NCCL drop-in runs ncclGroupSimulateEnd on it. */
+CONCCL_API concclResult_t concclGroupDiscard(size_t* dropped);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Collectives. Counts are in elements of datatype. Buffers of distinct ranks must not overlap.   */

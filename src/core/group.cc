@@ -226,6 +226,16 @@ void groupEnd() {
   runCalls(std::move(calls));
 }
 
+size_t groupDiscard() {
+  if (tGroup.depth == 0) CONCCL_THROW(concclInvalidUsage, "concclGroupDiscard without a matching concclGroupStart");
+  if (--tGroup.depth > 0) return 0;
+  // Recorded calls hold no resource (plain arguments; tickets, uses and events are taken at launch), so dropping
+  // them leaves nothing behind.
+  const size_t dropped = tGroup.calls.size();
+  tGroup.calls.clear();
+  return dropped;
+}
+
 size_t groupForgetComm(concclComm* comm) {
   auto& calls = tGroup.calls;
   size_t before = calls.size();

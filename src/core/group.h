@@ -14,6 +14,9 @@ void groupStart();
 // communicator involved gets its own error message.
 void groupEnd();
 bool inGroup();
+// Ends one nesting level; at the outermost level drops what was recorded instead of launching it. Returns how many
+// calls were dropped. Throws concclInvalidUsage outside a group.
+size_t groupDiscard();
 
 // Removes the calling thread's recorded (not yet launched) calls on `comm`; returns how many. Used by
 // destroy/abort so that concclGroupEnd never touches a freed communicator.
