@@ -61,6 +61,11 @@ using Challenge = std::array<uint8_t, kChallengeBytes>;
 constexpr std::chrono::milliseconds kHandshakeBudget{2000};
 // Rank 0 refuses further connections while this many are in the handshake (each costs a descriptor).
 constexpr size_t kMaxPendingHandshakes = 64;
+// Rank 0 logs this many refused connections at WARN, the rest at INFO (a rank given another id retries, and would
+// log a line every 100 ms), and counts them all in its timeout message.
+constexpr int kRefusalWarnings = 8;
+// A rank waits this long before it connects again after a listener failed the handshake.
+constexpr std::chrono::milliseconds kRefusedRetry{100};
 
 constexpr uint64_t kMaxHelloPayload = 64ull << 10;
 constexpr uint64_t kMaxBlob = 64ull << 20;
@@ -482,6 +487,23 @@ struct Handshake {
 
 enum class Step { kPending, kJoined, kDrop };
 
+// Rank 0: the connections it refused, counted and logged.
+struct RefusalLog {
+  const std::string& tag;
+  int count = 0;
+  void note(int64_t pid, const std::string& what) {
+    ++count;
+    std::string line = "bootstrap " + tag + ": " + what + " (pid " + std::to_string(pid) + ")";
+    if (count < kRefusalWarnings) {
+      CONCCL_WARN(0, -1, line);
+    } else if (count == kRefusalWarnings) {
+      CONCCL_WARN(0, -1, line + "; further refusals are logged at INFO");
+    } else {
+      CONCCL_INFO(0, -1, line);
+    }
+  }
+};
+
 // Rank 0: reads what `h` has sent and moves its handshake on; never waits. kJoined: it proved it holds the secret,
 // rank 0 proved the same to it, and its hello (same rank, nranks and pid as its proof) is in h.in. kDrop: `why`.
 Step advanceHandshake(Handshake& h, const UniqueIdData& id, std::string* why) {
@@ -498,8 +520,8 @@ Step advanceHandshake(Handshake& h, const UniqueIdData& id, std::string* why) {
     }
     if (h.proven) {
       const WireHeader& p = h.proofHdr;
-      if (h.in.hdr.type != kHello || h.in.hdr.rank != p.rank || h.in.hdr.nranks != p.nranks ||
-          h.in.hdr.pid != p.pid) {
+      const WireHeader& q = h.in.hdr;
+      if (q.type != kHello || q.rank != p.rank || q.nranks != p.nranks || q.pid != p.pid) {
         *why = "after its proof " + unexpected(h.in, "its hello");
         return Step::kDrop;
       }
@@ -531,9 +553,9 @@ Step advanceHandshake(Handshake& h, const UniqueIdData& id, std::string* why) {
 }
 
 // Rank 0: accepts what waits on the listening socket. A connection from another uid is closed at once; any other
-// gets a fresh challenge and joins `pending`. Counts the refused ones in `refused`.
+// gets a fresh challenge and joins `pending`.
 void acceptConnections(int listenFd, const std::string& tag, std::vector<std::unique_ptr<Handshake>>& pending,
-                       int& refused) {
+                       RefusalLog& refusals) {
   for (;;) {
     int c = ::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (c < 0) {
@@ -557,8 +579,7 @@ void acceptConnections(int listenFd, const std::string& tag, std::vector<std::un
       if (sendMessage(c, kChallenge, 0, 0, body, Clock::now(), &err) != Io::kOk) why = "it did not take the challenge";
     }
     if (!why.empty()) {
-      ++refused;
-      CONCCL_WARN(0, -1, "bootstrap " + tag + ": refused a connection from pid " + pidText(h->credPid) + ": " + why);
+      refusals.note(h->credPid, "refused a connection: " + why);
       continue;
     }
     pending.push_back(std::move(h));
@@ -608,11 +629,10 @@ void rootConnect(const UniqueIdData& id, const std::string& tag, int nranks, std
     pids[r] = 0;
   };
   std::vector<std::unique_ptr<Handshake>> pending;
-  int refused = 0;  // connections refused or dropped before they joined
+  RefusalLog refusals{tag};  // connections refused or dropped before they joined
   auto drop = [&](size_t i, const std::string& why) {
-    ++refused;
-    CONCCL_WARN(0, -1, "bootstrap " + tag + ": dropped a connection from pid " + pidText(pending[i]->credPid) +
-                           " before it joined (nothing but the handshake was sent to it): " + why);
+    refusals.note(pending[i]->credPid,
+                  "dropped a connection before it joined (it was sent nothing but the handshake): " + why);
     pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
   };
 
@@ -632,9 +652,10 @@ void rootConnect(const UniqueIdData& id, const std::string& tag, int nranks, std
         text += "rank(s) " + rankList(gone) + ", which arrived but left again (gave up or exited) before every "
                 "rank had arrived";
       }
-      if (refused > 0) {
-        text += " (" + std::to_string(refused) + " connection(s) that did not prove they belong to this job were "
-                "refused: a rank given an id with another secret, or a process outside the job; see the warnings)";
+      if (refusals.count > 0) {
+        text += " (" + std::to_string(refusals.count) +
+                " connection(s) that did not prove they belong to this job were refused: a rank given an id with "
+                "another secret, or a process outside the job; see the warnings)";
       }
       fail(concclTimeout, text, -1);
     }
@@ -715,15 +736,16 @@ void rootConnect(const UniqueIdData& id, const std::string& tag, int nranks, std
       payloads[r] = std::move(in.body);
       ++arrived;
     }
-    if ((pfds[0].revents & POLLIN) && arrived < nranks - 1) acceptConnections(listenFd, tag, pending, refused);
+    if ((pfds[0].revents & POLLIN) && arrived < nranks - 1) acceptConnections(listenFd, tag, pending, refusals);
   }
   // Release the abstract name at once: the id may be reused as soon as connect() returns, and a late
   // duplicate is refused by the kernel instead of waiting in the backlog. Connections still in the handshake
   // are closed unanswered.
   closeFd(listenFd);
   if (!pending.empty()) {
-    CONCCL_INFO(0, -1, "bootstrap " + tag + ": closed " + std::to_string(pending.size()) +
-                           " connection(s) still in the handshake when every rank had arrived");
+    CONCCL_INFO(0, -1,
+                "bootstrap " + tag + ": closed " + std::to_string(pending.size()) +
+                    " connection(s) still in the handshake when every rank had arrived");
   }
   pending.clear();
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
@@ -778,6 +800,7 @@ int peerConnect(const UniqueIdData& id, const std::string& tag, int rank, int nr
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
     int e = connectOnce(addr, addrLen, deadline, me, sock);
+    auto pause = backoff;
     if (e == 0) {
       std::string why =
           authenticateRoot(sock.get(), id, rank, nranks, std::min(verdictDeadline, Clock::now() + kHandshakeBudget));
@@ -786,6 +809,7 @@ int peerConnect(const UniqueIdData& id, const std::string& tag, int rank, int nr
       // Once per connect(): a foreign process at the name would otherwise log at every retry.
       if (refusal.empty()) CONCCL_WARN(rank, -1, "bootstrap " + tag + ": " + why + "; retrying");
       refusal = why;
+      pause = kRefusedRetry;
     } else if (e != ECONNREFUSED && e != ENOENT && e != EAGAIN && e != EINTR) {
       // ECONNREFUSED: nobody listens on the name yet (rank 0 has not arrived); EAGAIN: its backlog is full.
       CONCCL_THROW(concclSystemError, me + ": connecting to rank 0's bootstrap socket failed: " + errnoText(e));
@@ -799,7 +823,7 @@ int peerConnect(const UniqueIdData& id, const std::string& tag, int rank, int nr
       CONCCL_THROW(concclTimeout, me + " could not reach rank 0 of this id within " +
                                       std::to_string(timeout.count()) + " ms");
     }
-    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(10));
   }
 
@@ -873,8 +897,8 @@ UniqueIdData parseUniqueId(const concclUniqueId& id) {
   uint8_t any = 0;
   for (uint8_t b : data.secret) any |= b;
   if (any == 0) {
-    CONCCL_THROW(concclInvalidArgument, "the unique id has no secret (all zero): it is damaged, or was not made by "
-                                        "concclGetUniqueId");
+    CONCCL_THROW(concclInvalidArgument,
+                 "the unique id has no secret (all zero): it is damaged, or was not made by concclGetUniqueId");
   }
   return data;
 }

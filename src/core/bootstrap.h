@@ -107,8 +107,8 @@ class Bootstrap {
   int nranks_ = 0;
   std::chrono::milliseconds timeout_{0};
   std::string tag_;
-  int listenFd_ = -1;           // rank 0 while connecting
-  std::vector<int> peerFds_;    // rank 0: [r] = socket of rank r (r > 0); others: [0] = socket to rank 0
+  int listenFd_ = -1;         // rank 0 while connecting
+  std::vector<int> peerFds_;  // rank 0: [r] = socket of rank r (r > 0); others: [0] = socket to rank 0
   std::vector<std::string> payloads_;
   std::vector<int64_t> pids_;
 };

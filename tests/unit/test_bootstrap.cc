@@ -1,18 +1,23 @@
 // Bootstrap of multi-process communicators (src/core/bootstrap.h), on the CPU: unique ids, threads as ranks,
 // every failure mode (timeout, duplicate rank, nranks mismatch, rank 0 twice, a peer that leaves), real
-// processes (fork), and the release of the abstract socket name.
+// processes (fork), the release of the abstract socket name, and who may join: foreign connectors (wrong secret,
+// silent, garbage, an impostor rank 0, another user) racing a real job.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -20,6 +25,7 @@
 
 #include "core/bootstrap.h"
 #include "core/error.h"
+#include "core/keyed_hash.h"
 
 namespace conccl {
 namespace {
@@ -556,5 +562,447 @@ TEST(Bootstrap, RankThatDiesBeforeCompletionCanBeReplaced) {
   EXPECT_EQ(root.payloads[1], payloadFor(1));
 }
 
+// --------------------------------------------------------------------------------------------------------
+// Who may join: connections that are not this job's ranks
+
+// Joins a thread when the test leaves its scope, also through a failed ASSERT (a joinable std::thread would
+// terminate the process). The threads are ranks: every one ends within its timeout.
+class Joined {
+ public:
+  explicit Joined(std::thread t) : t_(std::move(t)) {}
+  ~Joined() {
+    if (t_.joinable()) t_.join();
+  }
+  Joined(const Joined&) = delete;
+  Joined& operator=(const Joined&) = delete;
+  void join() { t_.join(); }
+
+ private:
+  std::thread t_;
+};
+
+// The bootstrap's wire format and handshake as bootstrap.cc lays them out and the top of bootstrap.h describes
+// them, for connectors that are not conccl ranks (a test that stages an attack has to speak the protocol).
+struct Wire {
+  uint32_t magic;
+  uint32_t type;
+  int32_t rank;
+  int32_t nranks;
+  int64_t pid;
+  uint64_t length;
+};
+static_assert(sizeof(Wire) == 32);
+constexpr uint32_t kWireMagic = 0x32424343u;  // "CCB2"
+enum : uint32_t { kHello = 1, kTable = 2, kGather = 4, kChallenge = 6, kProof = 7, kRootProof = 8 };
+constexpr size_t kChallengeSize = 32;
+
+std::string randomString(size_t n) {
+  std::string s(n, '\0');
+  UniqueIdData r = makeUniqueId();  // a cheap source of fresh random bytes
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>(r.secret[i % sizeof(r.secret)] ^ (i / sizeof(r.secret)));
+  return s;
+}
+
+// HMAC-SHA256(key, "conccl-bootstrap-v2", role, nonce, c0, c1, rank, nranks, pid), the handshake's MAC.
+std::string handshakeMac(const void* key, size_t keyLen, char role, const UniqueIdData& id, const std::string& c0,
+                         const std::string& c1, int32_t rank, int32_t nranks, int64_t pid) {
+  HmacSha256 mac(key, keyLen);
+  mac.update("conccl-bootstrap-v2");
+  mac.update(&role, 1);
+  mac.update(id.nonce, sizeof(id.nonce));
+  mac.update(c0);
+  mac.update(c1);
+  mac.update(&rank, sizeof(rank));
+  mac.update(&nranks, sizeof(nranks));
+  mac.update(&pid, sizeof(pid));
+  Sha256Digest d = mac.finish();
+  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+}
+
+// One raw connection to (or from) the bootstrap's name; records every byte it receives.
+class RawConn {
+ public:
+  explicit RawConn(int fd = -1) : fd_(fd) {}
+  ~RawConn() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawConn(const RawConn&) = delete;
+  RawConn& operator=(const RawConn&) = delete;
+
+  // Connects to the name of `id` (something must listen on it).
+  static std::unique_ptr<RawConn> dial(const UniqueIdData& id) {
+    socklen_t len;
+    sockaddr_un addr = abstractAddress(id, &len);
+    int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return nullptr;
+    if (::connect(s, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
+      ::close(s);
+      return nullptr;
+    }
+    return std::make_unique<RawConn>(s);
+  }
+  int fd() const { return fd_; }
+  bool sendBytes(const std::string& b) {
+    return ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size());
+  }
+  bool sendMsg(uint32_t type, int rank, int nranks, const std::string& body, uint64_t length = UINT64_MAX) {
+    Wire h{kWireMagic, type, rank, nranks, static_cast<int64_t>(getpid()), length == UINT64_MAX ? body.size() : length};
+    return sendBytes(std::string(reinterpret_cast<const char*>(&h), sizeof(h)) + body);
+  }
+  // Reads until `n` more bytes have come, the peer closes, or `limit` passes. True when the n bytes came.
+  bool recvBytes(size_t n, std::string* out, milliseconds limit) {
+    auto deadline = Clock::now() + limit;
+    out->clear();
+    while (out->size() < n) {
+      auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+      char buf[4096];
+      ssize_t k = ::recv(fd_, buf, std::min(sizeof(buf), n - out->size()), 0);
+      if (k <= 0) {
+        eof_ = true;
+        return false;
+      }
+      out->append(buf, static_cast<size_t>(k));
+      received_.append(buf, static_cast<size_t>(k));
+    }
+    return true;
+  }
+  bool recvMsg(Wire* h, std::string* body, milliseconds limit) {
+    std::string hb;
+    if (!recvBytes(sizeof(Wire), &hb, limit)) return false;
+    std::memcpy(h, hb.data(), sizeof(*h));
+    if (h->length > (1u << 20)) return false;
+    return recvBytes(h->length, body, limit);
+  }
+  // Reads whatever comes until the peer closes or `limit` passes; true when it closed.
+  bool drainUntilClosed(milliseconds limit) {
+    std::string rest;
+    recvBytes(SIZE_MAX, &rest, limit);
+    return eof_;
+  }
+  const std::string& received() const { return received_; }
+
+ private:
+  int fd_;
+  bool eof_ = false;
+  std::string received_;
+};
+
+// What a connection that never joined may have been sent: one challenge message, nothing of the job.
+void expectOnlyAChallenge(const RawConn& c, const char* who) {
+  EXPECT_LE(c.received().size(), sizeof(Wire) + kChallengeSize) << who << " was sent more than a challenge";
+  if (c.received().size() >= sizeof(Wire)) {
+    Wire h;
+    std::memcpy(&h, c.received().data(), sizeof(h));
+    EXPECT_EQ(h.type, kChallenge) << who;
+    EXPECT_EQ(h.nranks, 0) << who << " learned nranks";
+  }
+  for (int r = 2; r < 5; ++r) {
+    EXPECT_EQ(c.received().find(payloadFor(r).substr(0, 64)), std::string::npos) << who << " saw rank " << r;
+  }
+}
+
+void expectJobIntact(const std::vector<Outcome>& out, int n) {
+  ASSERT_EQ(out.size(), static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(out[r].ok) << "rank " << r << ": " << out[r].message;
+    ASSERT_EQ(out[r].payloads.size(), static_cast<size_t>(n));
+    for (int q = 0; q < n; ++q) EXPECT_EQ(out[r].payloads[q], payloadFor(q)) << "rank " << r << " sees rank " << q;
+  }
+}
+
+TEST(UniqueId, SecretIsRandomAndNamesNothing) {
+  UniqueIdData a = makeUniqueId(), b = makeUniqueId();
+  EXPECT_NE(std::memcmp(a.secret, b.secret, sizeof(a.secret)), 0);
+  EXPECT_NE(std::memcmp(a.secret, a.nonce, sizeof(a.nonce)), 0);
+  // The names come from the nonce alone: a different secret, the same tag.
+  UniqueIdData c = a;
+  std::memcpy(c.secret, b.secret, sizeof(c.secret));
+  EXPECT_EQ(uniqueIdTag(c), uniqueIdTag(a));
+  EXPECT_EQ(uniqueIdTag(a).find(uniqueIdTag(b)), std::string::npos);
+  concclUniqueId raw;
+  storeUniqueId(a, &raw);
+  UniqueIdData back = parseUniqueId(raw);
+  EXPECT_EQ(std::memcmp(back.secret, a.secret, sizeof(a.secret)), 0);
+  // The NCCL shim's mark (the last 8 bytes) stays free.
+  for (size_t i = CONCCL_UNIQUE_ID_BYTES - 8; i < CONCCL_UNIQUE_ID_BYTES; ++i) EXPECT_EQ(raw.internal[i], 0) << i;
+}
+
+TEST(UniqueId, RejectsMissingSecret) {
+  UniqueIdData a = makeUniqueId();
+  std::memset(a.secret, 0, sizeof(a.secret));
+  concclUniqueId raw;
+  storeUniqueId(a, &raw);
+  try {
+    parseUniqueId(raw);
+    FAIL() << "an id without a secret was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), concclInvalidArgument);
+    EXPECT_NE(e.message().find("no secret"), std::string::npos) << e.message();
+  }
+}
+
+// A foreign process that knows the name but not the secret claims to be the last rank: it answers the challenge
+// with a MAC under another key and pushes a hello without waiting. It is dropped having received only the
+// challenge; the real last rank, arriving after it, completes the job.
+TEST(Foreign, WrongSecretClaimingLastRankLearnsNothing) {
+  const int n = 3;
+  UniqueIdData id = makeUniqueId();
+  std::vector<Outcome> out;
+  Joined job(std::thread([&] { out = runRanks(id, {{0, n}, {1, n}, {2, n, milliseconds(300)}}, kLongTimeout); }));
+  ASSERT_TRUE(waitUntilListening(id));
+  auto foreign = RawConn::dial(id);
+  ASSERT_NE(foreign, nullptr);
+  Wire h;
+  std::string c0;
+  ASSERT_TRUE(foreign->recvMsg(&h, &c0, kLongTimeout));
+  ASSERT_EQ(h.type, kChallenge);
+  const std::string c1 = randomString(kChallengeSize);
+  const std::string wrongKey = randomString(32);
+  const int64_t pid = getpid();
+  foreign->sendMsg(kProof, n - 1, n,
+                   c1 + handshakeMac(wrongKey.data(), wrongKey.size(), 'P', id, c0, c1, n - 1, n, pid));
+  foreign->sendMsg(kHello, n - 1, n, "FOREIGN");
+  EXPECT_TRUE(foreign->drainUntilClosed(kLongTimeout)) << "rank 0 kept the connection";
+  job.join();
+  expectOnlyAChallenge(*foreign, "the foreign connector");
+  expectJobIntact(out, n);
+}
+
+// The same through conccl itself: a process given an id with the right name but another secret never joins (it
+// times out saying why), and the job it raced is untouched.
+TEST(Foreign, RankWithAnotherSecretCannotJoin) {
+  const int n = 3;
+  UniqueIdData id = makeUniqueId();
+  UniqueIdData other = id;
+  UniqueIdData fresh = makeUniqueId();
+  std::memcpy(other.secret, fresh.secret, sizeof(other.secret));
+  std::vector<Outcome> out;
+  Joined job(std::thread([&] { out = runRanks(id, {{0, n}, {1, n}, {2, n, milliseconds(300)}}, kLongTimeout); }));
+  auto impostor = runRanks(other, {{n - 1, n}}, milliseconds(1000));
+  job.join();
+  EXPECT_FALSE(impostor[0].ok);
+  EXPECT_EQ(impostor[0].code, concclTimeout) << impostor[0].message;
+  EXPECT_NE(impostor[0].message.find("could not authenticate with rank 0"), std::string::npos) << impostor[0].message;
+  EXPECT_TRUE(impostor[0].payloads.empty());
+  expectJobIntact(out, n);
+}
+
+// Connections that say nothing, or not what the protocol asks, are dropped; rank 0 answers the real ranks in the
+// meantime (the silent ones are still connected when the job completes, well inside their 2 s bound).
+TEST(Foreign, SilentAndGarbageConnectorsDoNotDisturbTheJob) {
+  const int n = 3;
+  UniqueIdData id = makeUniqueId();
+  Outcome root;
+  auto start = Clock::now();
+  Joined t0(std::thread([&] { root = runRanks(id, {{0, n}}, kLongTimeout)[0]; }));
+  ASSERT_TRUE(waitUntilListening(id));
+  std::vector<std::unique_ptr<RawConn>> silent, garbage;
+  for (int i = 0; i < 4; ++i) {
+    silent.push_back(RawConn::dial(id));
+    ASSERT_NE(silent.back(), nullptr);
+  }
+  // A hello with no handshake (the attack that worked before), a kError-typed header, a huge length, random bytes,
+  // a header only half sent, and a proof of the wrong size.
+  const std::vector<std::function<void(RawConn&)>> sends = {
+      [&](RawConn& c) { c.sendMsg(kHello, n - 1, n, payloadFor(n - 1)); },
+      [&](RawConn& c) { c.sendMsg(3, 0, 0, std::string(1000, 'e')); },
+      [&](RawConn& c) { c.sendMsg(kProof, n - 1, n, "", 1ull << 60); },
+      [&](RawConn& c) { c.sendBytes(randomString(500)); },
+      [&](RawConn& c) { c.sendBytes(std::string(20, '\x43')); },
+      [&](RawConn& c) { c.sendMsg(kProof, n - 1, n, randomString(63)); },
+  };
+  for (const auto& send : sends) {
+    garbage.push_back(RawConn::dial(id));
+    ASSERT_NE(garbage.back(), nullptr);
+    send(*garbage.back());
+  }
+  auto out = runRanks(id, {{1, n}, {2, n}}, kLongTimeout);
+  t0.join();
+  auto elapsed = Clock::now() - start;
+  out.insert(out.begin(), root);
+  expectJobIntact(out, n);
+  EXPECT_LT(elapsed, milliseconds(1500)) << "rank 0 waited for a silent connection";
+  for (auto& c : silent) {
+    EXPECT_TRUE(c->drainUntilClosed(kLongTimeout));
+    expectOnlyAChallenge(*c, "a silent connector");
+  }
+  for (size_t i = 0; i < garbage.size(); ++i) {
+    EXPECT_TRUE(garbage[i]->drainUntilClosed(kLongTimeout)) << "garbage sender " << i;
+    expectOnlyAChallenge(*garbage[i], ("garbage sender " + std::to_string(i)).c_str());
+  }
+}
+
+// A process without the secret binds the name before rank 0 and poses as it: the ranks that connect to it
+// send their proof (no payload), refuse its wrong proof, and connect again; once it is gone the real rank 0
+// binds and the job completes.
+TEST(Foreign, ImpostorRankZeroLearnsNoPayload) {
+  const int n = 3;
+  UniqueIdData id = makeUniqueId();
+  socklen_t len;
+  sockaddr_un addr = abstractAddress(id, &len);
+  int l = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(l, 0);
+  ASSERT_EQ(::bind(l, reinterpret_cast<const sockaddr*>(&addr), len), 0) << std::strerror(errno);
+  auto listener = std::make_unique<RawConn>(l);  // closes it on the way out
+  ASSERT_EQ(::listen(l, 16), 0);
+  std::vector<Outcome> peers;
+  Joined t(std::thread([&] { peers = runRanks(id, {{1, n}, {2, n}}, kLongTimeout); }));
+  std::vector<std::unique_ptr<RawConn>> victims;
+  for (int i = 0; i < n - 1; ++i) {
+    pollfd p{l, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, static_cast<int>(kLongTimeout.count())), 1);
+    victims.push_back(std::make_unique<RawConn>(::accept4(l, nullptr, nullptr, SOCK_CLOEXEC)));
+    RawConn& v = *victims.back();
+    ASSERT_GE(v.fd(), 0);
+    const std::string c0 = randomString(kChallengeSize);
+    v.sendMsg(kChallenge, 0, 0, c0);
+    Wire h;
+    std::string proof;
+    ASSERT_TRUE(v.recvMsg(&h, &proof, kLongTimeout));
+    EXPECT_EQ(h.type, kProof);
+    ASSERT_EQ(proof.size(), 2 * kChallengeSize);
+    v.sendMsg(kRootProof, 0, 0, randomString(32));  // it cannot compute the real one
+    EXPECT_TRUE(v.drainUntilClosed(kLongTimeout)) << "a rank kept talking to the impostor";
+    EXPECT_EQ(v.received().size(), sizeof(Wire) + 2 * kChallengeSize) << "a rank sent more than its proof";
+    for (int r = 2; r < n; ++r) EXPECT_EQ(v.received().find(payloadFor(r).substr(0, 64)), std::string::npos);
+  }
+  listener.reset();
+  auto root = runRanks(id, {{0, n}}, kLongTimeout);
+  t.join();
+  peers.insert(peers.begin(), root[0]);
+  expectJobIntact(peers, n);
+}
+
+// Processes of another user: rank 0 closes their connection before sending anything, and a rank refuses a
+// listener of another user before reading anything from it. Needs root (to become another user in a child).
+constexpr uid_t kNobody = 65534;
+
+TEST(Foreign, OtherUserIsRefusedByRankZero) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a child as another user";
+  const int n = 2;
+  UniqueIdData id = makeUniqueId();
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  // Forked before any thread of this test starts; it connects once rank 0 listens.
+  pid_t p = ::fork();
+  ASSERT_GE(p, 0);
+  if (p == 0) {
+    ::close(go[1]);
+    if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0 || ::geteuid() == 0) _exit(90);
+    char x;
+    if (::read(go[0], &x, 1) != 1) _exit(89);
+    auto c = RawConn::dial(id);
+    if (!c) _exit(91);
+    c->sendMsg(kHello, 1, n, "FOREIGN");
+    bool closed = c->drainUntilClosed(milliseconds(5000));
+    _exit(!closed ? 92 : c->received().empty() ? 0 : 93);
+  }
+  ::close(go[0]);
+  Outcome root;
+  Joined t0(std::thread([&] { root = runRanks(id, {{0, n}}, kLongTimeout)[0]; }));
+  EXPECT_TRUE(waitUntilListening(id));
+  EXPECT_EQ(::write(go[1], "x", 1), 1);
+  ::close(go[1]);
+  auto status = waitChildren({p}, milliseconds(15000));
+  EXPECT_TRUE(WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 0)
+      << "status " << status[0] << " (92: not closed, 93: it was sent bytes)";
+  auto one = runRanks(id, {{1, n}}, kLongTimeout);
+  t0.join();
+  expectJobIntact({root, one[0]}, n);
+}
+
+TEST(Foreign, OtherUserListenerIsRefusedByRanks) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a child as another user";
+  const int n = 2;
+  UniqueIdData id = makeUniqueId();
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  // Forked before any thread of this test starts.
+  pid_t p = ::fork();
+  ASSERT_GE(p, 0);
+  if (p == 0) {
+    ::close(ready[0]);
+    if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0 || ::geteuid() == 0) _exit(90);
+    socklen_t len;
+    sockaddr_un addr = abstractAddress(id, &len);
+    int l = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (l < 0 || ::bind(l, reinterpret_cast<const sockaddr*>(&addr), len) != 0 || ::listen(l, 4) != 0) _exit(91);
+    (void)!::write(ready[1], "x", 1);
+    pollfd pl{l, POLLIN, 0};
+    if (::poll(&pl, 1, 5000) != 1) _exit(92);
+    RawConn v(::accept4(l, nullptr, nullptr, SOCK_CLOEXEC));
+    v.sendMsg(kChallenge, 0, 0, randomString(kChallengeSize));  // tempting: a well-formed challenge
+    bool closed = v.drainUntilClosed(milliseconds(5000));
+    _exit(!closed ? 93 : v.received().empty() ? 0 : 94);
+  }
+  ::close(ready[1]);
+  char x;
+  ASSERT_EQ(::read(ready[0], &x, 1), 1);
+  ::close(ready[0]);
+  std::vector<Outcome> one;
+  Joined t1(std::thread([&] { one = runRanks(id, {{1, n}}, kLongTimeout); }));
+  auto status = waitChildren({p}, milliseconds(15000));
+  EXPECT_TRUE(WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 0)
+      << "status " << status[0] << " (93: the rank did not close, 94: the rank sent bytes)";
+  auto root = runRanks(id, {{0, n}}, kLongTimeout);
+  t1.join();
+  expectJobIntact({root[0], one[0]}, n);
+}
+
+// A process that does hold the secret (a buggy rank) and sends malformed all-gather messages: an error on every
+// rank, never a crash or a misread.
+TEST(Bootstrap, MalformedAllGatherFromARankIsAnError) {
+  const int n = 3;
+  // Wrong rank in the header; wrong nranks; a type that is not an all-gather; a length over the 64 MiB limit.
+  const std::vector<std::pair<Wire, std::string>> bad = {
+      {{kWireMagic, kGather, 1, n, 0, 1}, "x"},
+      {{kWireMagic, kGather, n - 1, n + 1, 0, 1}, "x"},
+      {{kWireMagic, kTable, n - 1, n, 0, 1}, "x"},
+      {{kWireMagic, kGather, n - 1, n, 0, (64ull << 20) + 1}, ""},
+  };
+  for (size_t k = 0; k < bad.size(); ++k) {
+    UniqueIdData id = makeUniqueId();
+    std::vector<Outcome> out;
+    auto gather = [](Bootstrap& b, Outcome& o) {
+      try {
+        b.allGather("x");
+        o.message = "the all-gather succeeded";
+      } catch (const Error& e) {
+        o.code = e.code();
+        o.message = e.message();
+      }
+    };
+    Joined job(std::thread([&] { out = runRanks(id, {{0, n}, {1, n}}, kLongTimeout, gather); }));
+    ASSERT_TRUE(waitUntilListening(id));
+    // The last rank, by hand: the whole handshake with the real secret, its hello, the table, then the bad message.
+    auto c = RawConn::dial(id);
+    ASSERT_NE(c, nullptr);
+    Wire h;
+    std::string c0, body;
+    ASSERT_TRUE(c->recvMsg(&h, &c0, kLongTimeout));
+    const std::string c1 = randomString(kChallengeSize);
+    const int64_t pid = getpid();
+    c->sendMsg(kProof, n - 1, n, c1 + handshakeMac(id.secret, sizeof(id.secret), 'P', id, c0, c1, n - 1, n, pid));
+    ASSERT_TRUE(c->recvMsg(&h, &body, kLongTimeout));
+    ASSERT_EQ(h.type, kRootProof);
+    EXPECT_EQ(body, handshakeMac(id.secret, sizeof(id.secret), 'R', id, c0, c1, n - 1, n, pid));
+    c->sendMsg(kHello, n - 1, n, payloadFor(n - 1));
+    ASSERT_TRUE(c->recvMsg(&h, &body, kLongTimeout));
+    ASSERT_EQ(h.type, kTable);
+    Wire m = bad[k].first;
+    m.pid = pid;
+    c->sendBytes(std::string(reinterpret_cast<const char*>(&m), sizeof(m)) + bad[k].second);
+    job.join();
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(out[r].ok) << "case " << k << " rank " << r << ": " << out[r].message;
+      EXPECT_EQ(out[r].code, concclSystemError) << "case " << k << " rank " << r << ": " << out[r].message;
+      EXPECT_NE(out[r].message.find("rank " + std::to_string(n - 1)), std::string::npos)
+          << "case " << k << " rank " << r << ": " << out[r].message;
+    }
+  }
+}
 }  // namespace
 }  // namespace conccl
