@@ -9,13 +9,12 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <climits>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
-#include <new>
 #include <thread>
 
+#include "core/bootstrap_wire.h"
 #include "core/error.h"
 #include "core/keyed_hash.h"
 #include "core/logging.h"
@@ -23,40 +22,14 @@
 namespace conccl {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Every message on a bootstrap socket is a WireHeader followed by `length` bytes. Both ends run on the same
-// node with the same conccl, so the header is sent as it is laid out in memory (fixed-width fields, no padding).
-struct WireHeader {
-  uint32_t magic;
-  uint32_t type;
-  int32_t rank;    // the sender
-  int32_t nranks;  // the sender's nranks
-  int64_t pid;     // the sender's pid
-  uint64_t length;
-};
-static_assert(sizeof(WireHeader) == 32);
-
-// Differs from the id's magic on purpose; bump the digit when the wire format changes.
-constexpr uint32_t kWireMagic = 0x32424343u;  // "CCB2"
-
-enum MsgType : uint32_t {
-  kHello = 1,      // rank r -> rank 0: its payload
-  kTable = 2,      // rank 0 -> rank r: every rank's pid and payload
-  kError = 3,      // rank 0 -> rank r: u32 result code + text; the bootstrap failed, throw the same error
-  kGather = 4,     // rank r -> rank 0: its all-gather blob
-  kGathered = 5,   // rank 0 -> rank r: every rank's blob
-  kChallenge = 6,  // rank 0 -> a new connection: c0, a fresh random challenge
-  kProof = 7,      // the connection -> rank 0: c1 (its own challenge) and peerMac(c0, c1, rank, nranks, pid)
-  kRootProof = 8,  // rank 0 -> the connection, once its proof checks: rootMac(c0, c1, rank, nranks, pid)
-};
+using namespace wire;
 
 // The handshake (see bootstrap.h): challenges and MACs are 32 bytes (HMAC-SHA256 keyed with the id's secret).
 constexpr size_t kChallengeBytes = 32;
 using Challenge = std::array<uint8_t, kChallengeBytes>;
 // How long a connection may take from connect/accept to the end of the handshake. A real rank answers at once
-// (microseconds); the bound only matters for a connection that does not belong to the job, which rank 0 drops
-// after it without having waited for it (every handshake runs in rank 0's one poll loop). A real rank dropped
+// (microseconds); the bound is for connections that do not belong to the job: rank 0 drops them when it passes,
+// having served the real ranks meanwhile (every handshake runs in rank 0's one poll loop). A real rank dropped
 // that way (a machine so loaded it was not scheduled for this long) connects again.
 constexpr std::chrono::milliseconds kHandshakeBudget{2000};
 // Rank 0 refuses further connections while this many are in the handshake (each costs a descriptor).
@@ -69,7 +42,6 @@ constexpr std::chrono::milliseconds kRefusedRetry{100};
 
 constexpr uint64_t kMaxHelloPayload = 64ull << 10;
 constexpr uint64_t kMaxBlob = 64ull << 20;
-constexpr uint64_t kMaxErrorText = 64ull << 10;
 constexpr int kListenBacklog = 128;
 // Best-effort delivery of an ERROR message once the operation's own deadline is spent.
 constexpr std::chrono::milliseconds kErrorSendBudget{200};
@@ -83,51 +55,6 @@ Clock::duration verdictGrace(std::chrono::milliseconds timeout) {
   return std::min<Clock::duration>(timeout / 2, kMaxVerdictGrace);
 }
 
-std::string errnoText(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
-
-void closeFd(int& fd) {
-  // Linux releases the descriptor even when close() reports EINTR, so it is never retried.
-  if (fd >= 0) ::close(fd);
-  fd = -1;
-}
-
-// Owns a descriptor that is not (yet) stored in a Bootstrap.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { closeFd(fd_); }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) reset(o.release());
-    return *this;
-  }
-  int get() const { return fd_; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1) {
-    closeFd(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-// poll() timeout for the time left until `deadline`, rounded up so that a wait never ends just before it
-// (which would spin).
-int pollTimeoutMs(Clock::time_point deadline) {
-  auto left = deadline - Clock::now();
-  if (left <= Clock::duration::zero()) return 0;
-  auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-  return static_cast<int>(std::min<long long>(ms, INT_MAX));
-}
-
 std::string socketName(const std::string& tag) { return "conccl-boot-" + tag; }
 
 // Abstract namespace: sun_path[0] == '\0' and the name is the following bytes, with no terminator, so the
@@ -139,170 +66,6 @@ socklen_t socketAddress(const std::string& tag, sockaddr_un* addr) {
   CONCCL_ASSERT(name.size() + 1 <= sizeof(addr->sun_path));
   std::memcpy(addr->sun_path + 1, name.data(), name.size());
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-}
-
-enum class Io { kOk, kPending, kClosed, kTimeout, kFailed, kMalformed };
-
-// Waits until `fd` is ready for `events` or the deadline passes. kOk does not promise the next call succeeds:
-// the caller retries and sees the error or end of stream there.
-Io waitFor(int fd, short events, Clock::time_point deadline, int* err) {
-  for (;;) {
-    if (Clock::now() >= deadline) return Io::kTimeout;
-    pollfd p{fd, events, 0};
-    int k = ::poll(&p, 1, pollTimeoutMs(deadline));
-    if (k > 0) return Io::kOk;
-    if (k < 0 && errno != EINTR) {
-      *err = errno;
-      return Io::kFailed;
-    }
-  }
-}
-
-// Sockets are non-blocking: every wait goes through poll() with the time left, so nothing blocks past the
-// deadline; MSG_NOSIGNAL turns a closed peer into EPIPE instead of SIGPIPE.
-Io sendAll(int fd, const void* data, size_t n, Clock::time_point deadline, int* err) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (k > 0) {
-      p += k;
-      n -= static_cast<size_t>(k);
-      continue;
-    }
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      Io w = waitFor(fd, POLLOUT, deadline, err);
-      if (w != Io::kOk) return w;
-      continue;
-    }
-    if (k == 0 || errno == EPIPE || errno == ECONNRESET) return Io::kClosed;
-    *err = errno;
-    return Io::kFailed;
-  }
-  return Io::kOk;
-}
-
-Io sendMessage(int fd, MsgType type, int rank, int nranks, const std::string& body, Clock::time_point deadline,
-               int* err) {
-  WireHeader h{kWireMagic, type, rank, nranks, static_cast<int64_t>(::getpid()), body.size()};
-  Io st = sendAll(fd, &h, sizeof(h), deadline, err);
-  if (st != Io::kOk) return st;
-  return sendAll(fd, body.data(), body.size(), deadline, err);
-}
-
-void appendU64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
-
-// Reads fixed-width fields and byte strings out of a message body; false when the body is too short.
-class BodyReader {
- public:
-  explicit BodyReader(const std::string& body) : body_(body) {}
-  bool u64(uint64_t* v) {
-    if (body_.size() - pos_ < sizeof(*v)) return false;
-    std::memcpy(v, body_.data() + pos_, sizeof(*v));
-    pos_ += sizeof(*v);
-    return true;
-  }
-  bool bytes(uint64_t n, std::string* out) {
-    if (body_.size() - pos_ < n) return false;
-    out->assign(body_, pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool atEnd() const { return pos_ == body_.size(); }
-
- private:
-  const std::string& body_;
-  size_t pos_ = 0;
-};
-
-std::string errorBody(concclResult_t code, const std::string& text) {
-  std::string body;
-  uint32_t c = static_cast<uint32_t>(code);
-  body.append(reinterpret_cast<const char*>(&c), sizeof(c));
-  body.append(text, 0, std::min<size_t>(text.size(), kMaxErrorText));
-  return body;
-}
-
-// The error rank 0 reported in an ERROR message, thrown on this rank with the same code and text.
-[[noreturn]] void throwReported(const std::string& body) {
-  uint32_t c = 0;
-  if (body.size() < sizeof(c)) CONCCL_THROW(concclSystemError, "rank 0 sent a malformed bootstrap error message");
-  std::memcpy(&c, body.data(), sizeof(c));
-  concclResult_t code = static_cast<concclResult_t>(c);
-  if (c == concclSuccess || c >= concclNumResults) code = concclSystemError;
-  CONCCL_THROW(code, body.substr(sizeof(c)));
-}
-
-// One message being received without blocking, a piece at a time (rank 0 reads from every rank at once).
-struct Incoming {
-  WireHeader hdr{};
-  size_t hdrGot = 0;
-  std::string body;
-  size_t bodyGot = 0;
-  bool complete = false;
-  std::string why;  // kMalformed / kFailed: what was wrong
-
-  // Reads what the socket has. kOk: the message is complete; kPending: more is to come. `maxLength` bounds
-  // the body of any type but kError (which has its own bound unless `errorAllowed` is false: from a peer not
-  // authenticated yet), checked before anything is allocated.
-  Io pump(int fd, uint64_t maxLength, bool errorAllowed = true) {
-    while (!complete) {
-      char* dst;
-      size_t want;
-      if (hdrGot < sizeof(hdr)) {
-        dst = reinterpret_cast<char*>(&hdr) + hdrGot;
-        want = sizeof(hdr) - hdrGot;
-      } else {
-        dst = body.data() + bodyGot;
-        want = body.size() - bodyGot;
-      }
-      ssize_t k = ::recv(fd, dst, want, MSG_DONTWAIT);
-      if (k == 0) return Io::kClosed;
-      if (k < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return Io::kPending;
-        // A peer that closed with data of ours unread makes Linux report ECONNRESET instead of end of stream.
-        if (errno == ECONNRESET) return Io::kClosed;
-        why = "recv failed: " + errnoText(errno);
-        return Io::kFailed;
-      }
-      if (hdrGot < sizeof(hdr)) {
-        hdrGot += static_cast<size_t>(k);
-        if (hdrGot < sizeof(hdr)) continue;
-        if (hdr.magic != kWireMagic) {
-          why = "bad magic (not a conccl bootstrap message of this version)";
-          return Io::kMalformed;
-        }
-        uint64_t limit = hdr.type == kError && errorAllowed ? sizeof(uint32_t) + kMaxErrorText : maxLength;
-        if (hdr.length > limit) {
-          why = "message of type " + std::to_string(hdr.type) + " has " + std::to_string(hdr.length) +
-                " bytes, more than the limit of " + std::to_string(limit);
-          return Io::kMalformed;
-        }
-        try {
-          body.resize(hdr.length);
-        } catch (const std::bad_alloc&) {
-          why = "out of memory for a message of " + std::to_string(hdr.length) + " bytes";
-          return Io::kFailed;
-        }
-      } else {
-        bodyGot += static_cast<size_t>(k);
-      }
-      if (hdrGot == sizeof(hdr) && bodyGot == body.size()) complete = true;
-    }
-    return Io::kOk;
-  }
-};
-
-// Receives one whole message from `fd` before the deadline.
-Io recvMessage(int fd, uint64_t maxLength, Clock::time_point deadline, Incoming* in, int* err,
-               bool errorAllowed = true) {
-  for (;;) {
-    Io st = in->pump(fd, maxLength, errorAllowed);
-    if (st != Io::kPending) return st;
-    st = waitFor(fd, POLLIN, deadline, err);
-    if (st != Io::kOk) return st;
-  }
 }
 
 // Fills `out` from the kernel's CSPRNG (getrandom). Never blocks: GRND_NONBLOCK fails, instead of waiting, only
