@@ -11,22 +11,32 @@
 namespace conccl::nccl {
 namespace {
 
-// The product rounded once to T, as NCCL's FuncPreMulSum (__hmul / __hmul2 for fp16 and bf16). For fp16 and bf16
-// the product of two values is exact in fp32 (11- and 8-bit significands), so converting, multiplying in fp32 and
-// rounding once to T gives the same bits as the native half-precision multiply.
+// The product rounded to T exactly as NCCL's FuncPreMulSum computes it (src/device/reduce_kernel.h, NCCL 2.28), with
+// the same architecture conditions: fp16 with __hmul where NCCL uses it (sm_53 and up, not sm_61), else the fp32
+// product rounded to fp16; bf16 with __hmul from sm_80, else the fp32 product rounded to bf16. __hmul rounds the exact
+// product once (it is the correctly rounded product, which the CPU reference preMultiplyOnHost computes). Integers
+// wrap; fp32 / fp64 are one IEEE multiplication, written with explicit rounding so that it is never contracted.
 template <class T>
 __device__ __forceinline__ T mul(T x, T s) {
   if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(__half2float(x) * __half2float(s));
+#if __CUDA_ARCH__ >= 530 && __CUDA_ARCH__ != 610
+    return __hmul(x, s);
+#else
+    return __float2half(__half2float(x) * __half2float(s));
+#endif
   } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(__bfloat162float(x) * __bfloat162float(s));
+#if __CUDA_ARCH__ >= 800
+    return __hmul(x, s);
+#else
+    return __float2bfloat16(__bfloat162float(x) * __bfloat162float(s));
+#endif
   } else if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;  // wraps like NCCL's integer multiply, without signed-overflow UB
     return static_cast<T>(static_cast<U>(static_cast<U>(x) * static_cast<U>(s)));
   } else if constexpr (std::is_same_v<T, double>) {
     return __dmul_rn(x, s);
   } else {
-    return __fmul_rn(x, s);  // explicit rounding: never contracted into anything else
+    return __fmul_rn(x, s);
   }
 }
 

@@ -3,6 +3,7 @@
 // shim_collectives.cc. Each function either runs on conccl's public API, forwards to the real NCCL, or fails with
 // an ncclResult_t and a message (ncclGetLastError).
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -291,12 +292,40 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclGroupStart() {
   return r;
 }
 
+namespace {
+
+// The end of the calling thread's outermost group, after conccl launched (or dropped) its calls: the PreMulSum and
+// staging scratch the group's calls held becomes reusable, then the deferred inits run (outside any conccl group).
+ncclResult_t endOutermostGroup() {
+  const uint64_t epoch = groupEpoch();
+  groupEpoch() = 0;
+  releaseGroupScratch(epoch);
+  return runPendingInits();
+}
+
+// NCCL's check of an ncclSimInfo_t (group.cc, ncclGroupEndInternal): the caller's size (at most ours) is what is
+// read and written back, and the magic of NCCL_SIM_INFO_INITIALIZER must be there.
+constexpr unsigned kSimInfoMagic = 0x74685283;
+
+size_t simInfoSize(const ncclSimInfo_t* simInfo) {
+  size_t size = 0;
+  std::memcpy(&size, &simInfo->size, sizeof(size));
+  return size < sizeof(ncclSimInfo_t) ? size : sizeof(ncclSimInfo_t);
+}
+
+bool simInfoValid(const ncclSimInfo_t* simInfo) {
+  ncclSimInfo_t copy = NCCL_SIM_INFO_INITIALIZER;
+  copy.magic = 0;
+  std::memcpy(static_cast<void*>(&copy), simInfo, simInfoSize(simInfo));
+  return copy.magic == kSimInfoMagic;
+}
+
+}  // namespace
+
 CONCCL_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
   ncclResult_t r = fromConccl(nullptr, concclGroupEnd(), "ncclGroupEnd");
   if (groupDepth() > 0 && --groupDepth() == 0) {
-    groupEpoch() = 0;
-    // After concclGroupEnd: the inits must not run inside a conccl group.
-    ncclResult_t ri = runPendingInits();
+    ncclResult_t ri = endOutermostGroup();
     if (r == ncclSuccess) r = ri;
   }
   if (realAvailable()) {
@@ -307,6 +336,40 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
   return r;
 }
 
+// NCCL 2.28 (group.cc): with a simInfo, the outermost ncclGroupSimulateEnd ends the group without launching its
+// operations and reports NCCL's estimate of their time; with NULL it is ncclGroupEnd; below the outermost level it
+// ends one level. Here the group's calls on conccl communicators are dropped (concclGroupDiscard: nothing of them
+// runs, the next group starts empty; PreMulSum pre-multiplications and in-place AllToAll staging copies, which the
+// shim enqueues when the call is made, have already run into the shim's own scratch, which is released); calls on
+// communicators forwarded to the real NCCL get the real ncclGroupSimulateEnd. conccl has no cost model exposed:
+// when the group held calls on conccl communicators, estimatedTime is NCCL_UNDEF_FLOAT (unknown), otherwise what the
+// real NCCL wrote. ncclCommInitRank calls deferred by the group run, as NCCL runs its init jobs. A simInfo not made
+// with NCCL_SIM_INFO_INITIALIZER fails with ncclInvalidArgument after ending the group and dropping its calls, as
+// NCCL's does.
 CONCCL_NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
-  CONCCL_NCCL_FORWARD(nullptr, ncclGroupSimulateEnd, simInfo);
+  if (simInfo == nullptr) return ncclGroupEnd();
+  const bool outermost = groupDepth() == 1;
+  size_t dropped = 0;
+  ncclResult_t r = fromConccl(nullptr, concclGroupDiscard(&dropped), "ncclGroupSimulateEnd");
+  const bool valid = simInfoValid(simInfo);
+  if (groupDepth() > 0 && --groupDepth() == 0) {
+    ncclResult_t ri = endOutermostGroup();
+    if (r == ncclSuccess) r = ri;
+  }
+  if (realAvailable()) {
+    auto fn = realFn<decltype(&::ncclGroupSimulateEnd)>("ncclGroupSimulateEnd");
+    ncclResult_t rr = fn ? fn(simInfo) : ncclSuccess;
+    if (r == ncclSuccess) r = rr;
+  }
+  if (outermost && !valid) {
+    return fail(nullptr, ncclInvalidArgument,
+                "ncclGroupSimulateEnd: simInfo was not initialized with NCCL_SIM_INFO_INITIALIZER (the group is "
+                "ended and its calls dropped)");
+  }
+  if (outermost && dropped > 0 && r == ncclSuccess &&
+      simInfoSize(simInfo) >= offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float)) {
+    const float unknown = NCCL_UNDEF_FLOAT;
+    std::memcpy(reinterpret_cast<char*>(simInfo) + offsetof(ncclSimInfo_t, estimatedTime), &unknown, sizeof(float));
+  }
+  return r;
 }

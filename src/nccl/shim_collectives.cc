@@ -169,9 +169,10 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuf
   const auto* s = static_cast<const char*>(sendbuff);
   const auto* d = static_cast<const char*>(recvbuff);
   if (bytes > 0 && sendbuff != nullptr && recvbuff != nullptr && s < d + bytes && d < s + bytes) {
-    if (ncclResult_t st = stageInput(comm, sendbuff, bytes, stream, "ncclAlltoAll", &sendbuff); st != ncclSuccess) {
-      return st;
-    }
+    return runWithStagedInput(comm, sendbuff, bytes, stream, "ncclAlltoAll", [&](const void* staged) {
+      return fromConccl(comm, concclAllToAll(staged, recvbuff, count, ty(datatype), comm->conccl, stream),
+                        "ncclAlltoAll");
+    });
   }
   return fromConccl(comm, concclAllToAll(sendbuff, recvbuff, count, ty(datatype), comm->conccl, stream),
                     "ncclAlltoAll");

@@ -6,6 +6,7 @@
 #include <conccl/conccl.h>
 #include <nccl.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -129,10 +130,14 @@ ncclResult_t createPreMulSum(ncclComm_t comm, ncclRedOp_t* op, void* scalar, ncc
 ncclResult_t destroyPreMulSum(ncclComm_t comm, ncclRedOp_t op);
 // After ncclCommAbort: the scratch memory is dropped without cudaFree (which would wait for a broken GPU queue).
 void forgetPreMulScratch(ncclComm_t comm);
-// Copies `bytes` of sendbuff into scratch memory of the communicator on `stream` (the same arenas and rules as the
-// pre-multiplied inputs) and returns it in *staged: for calls NCCL allows in place and conccl does not (AllToAll).
-ncclResult_t stageInput(ncclComm_t comm, const void* sendbuff, size_t bytes, cudaStream_t stream, const char* call,
-                        const void** staged);
+// Copies `bytes` of sendbuff into scratch memory of the communicator on `stream` (the same pool and rules as the
+// pre-multiplied inputs), then returns run(staged copy), which enqueues the call: for calls NCCL allows in place and
+// conccl does not (AllToAll).
+ncclResult_t runWithStagedInput(ncclComm_t comm, const void* sendbuff, size_t bytes, cudaStream_t stream,
+                                const char* call, const std::function<ncclResult_t(const void* staged)>& run);
+// At the end of the calling thread's outermost group (launched or discarded): the scratch its calls held is fenced
+// on their streams and reusable.
+void releaseGroupScratch(uint64_t groupEpoch);
 // AllReduce / Reduce / ReduceScatter with a created op: `inputCount` elements of sendbuff are pre-multiplied into
 // scratch memory on `stream`, then summed by conccl. count: the collective's own count argument.
 ncclResult_t runPreMulSum(ncclComm_t comm, Coll coll, const void* sendbuff, void* recvbuff, size_t count,

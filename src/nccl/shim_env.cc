@@ -1,6 +1,7 @@
 #include "nccl/shim_env.h"
 
 #include <array>
+#include <cstdint>
 #include <string>
 
 namespace conccl::nccl {
@@ -57,6 +58,38 @@ std::optional<uint32_t> parseCollList(std::string_view list, std::string* error)
   return mask;
 }
 
+std::optional<uint64_t> parseByteCount(std::string_view text) {
+  text = trim(text);
+  uint64_t unit = 1;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'K':
+      case 'k':
+        unit = 1ull << 10;
+        break;
+      case 'M':
+      case 'm':
+        unit = 1ull << 20;
+        break;
+      case 'G':
+      case 'g':
+        unit = 1ull << 30;
+        break;
+      default:
+        break;
+    }
+    if (unit != 1) text.remove_suffix(1);
+  }
+  if (text.empty() || text.size() > 19) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (v == 0 || v > UINT64_MAX / unit) return std::nullopt;
+  return v * unit;
+}
+
 ShimEnv parseShimEnv(const EnvLookup& lookup) {
   ShimEnv env;
   if (const char* v = lookup("CONCCL_NCCL_REAL_LIB"); v != nullptr) env.realLib = v;
@@ -79,6 +112,15 @@ ShimEnv parseShimEnv(const EnvLookup& lookup) {
       return env;
     }
     env.collMask = *mask;
+  }
+  if (const char* v = lookup("CONCCL_NCCL_SCRATCH_MAX_BYTES"); v != nullptr) {
+    auto bytes = parseByteCount(v);
+    if (!bytes) {
+      env.enabled = false;
+      env.error = "CONCCL_NCCL_SCRATCH_MAX_BYTES='" + std::string(v) + "' is not a positive byte count (e.g. 8G)";
+      return env;
+    }
+    env.scratchMaxBytes = *bytes;
   }
   return env;
 }

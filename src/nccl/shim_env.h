@@ -6,6 +6,9 @@
 //                                 scatter, send_recv, or "all"
 //   CONCCL_NCCL_REAL_LIB=path     the real NCCL to forward to (default: libnccl.so.2 on the library path,
 //                                 never the shim itself)
+//   CONCCL_NCCL_SCRATCH_MAX_BYTES=n  the most scratch memory one conccl communicator holds for PreMulSum inputs and
+//                                 staged in-place AllToAll inputs (default 4 GiB; a positive integer, optionally
+//                                 with K, M or G for KiB, MiB, GiB)
 // A value that does not parse turns the shim off (everything forwarded: correct, if slower) and is reported in
 // ShimEnv::error, which the shim logs once.
 #ifndef CONCCL_NCCL_SHIM_ENV_H_
@@ -39,10 +42,15 @@ inline constexpr uint32_t collBit(Coll c) { return 1u << static_cast<int>(c); }
 // "all_reduce", ... (the CONCCL_NCCL_COLLS spelling).
 const char* collName(Coll c);
 
+// 4 GiB: room for the largest PreMulSum input FSDP2 makes for one unit of common models (one transformer block of a
+// 70B model is about 0.9 G elements: 1.7 GiB in bf16), and under 3% of an H200's memory. A call needing more fails.
+inline constexpr uint64_t kDefaultScratchMaxBytes = 4ull << 30;
+
 struct ShimEnv {
   bool enabled = true;
   uint32_t collMask = kAllColls;
   std::string realLib;  // empty: search
+  uint64_t scratchMaxBytes = kDefaultScratchMaxBytes;
   std::string error;    // non-empty: a value did not parse; enabled is then false
 };
 
@@ -54,6 +62,9 @@ ShimEnv parseShimEnv(const EnvLookup& lookup);
 // Parses a CONCCL_NCCL_COLLS list (comma-separated, spaces ignored, case-sensitive); nullopt with `error` set
 // for an unknown name or an empty list.
 std::optional<uint32_t> parseCollList(std::string_view list, std::string* error);
+
+// Parses a byte count: a positive integer, optionally followed by K, M or G (powers of 1024); nullopt otherwise.
+std::optional<uint64_t> parseByteCount(std::string_view text);
 
 }  // namespace conccl::nccl
 

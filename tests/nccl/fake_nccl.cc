@@ -117,6 +117,24 @@ FAKE_EXPORT int ncclGroupEnd() {
   return 0;
 }
 
+// ncclSimInfo_t of NCCL 2.28: size, magic, version, estimatedTime. The fake "estimates" 42.5 (a value the shim
+// cannot invent) when the magic is NCCL's, and fails like NCCL otherwise.
+struct FakeSimInfo {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  float estimatedTime;
+};
+
+FAKE_EXPORT int ncclGroupSimulateEnd(FakeSimInfo* simInfo) {
+  note("ncclGroupSimulateEnd");
+  gRecord.groupSimulateEnds++;
+  if (simInfo == nullptr) return 0;
+  if (simInfo->magic != 0x74685283) return 4;  // ncclInvalidArgument
+  simInfo->estimatedTime = 42.5f;
+  return 0;
+}
+
 FAKE_EXPORT int ncclCommDestroy(void* comm) {
   note("ncclCommDestroy");
   gRecord.comm = comm;

@@ -22,4 +22,5 @@ struct FakeNcclRecord {
   unsigned char idByte0;
   unsigned char idByte127;
   int configPassed;
+  int groupSimulateEnds;
 };

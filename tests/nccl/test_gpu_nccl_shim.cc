@@ -12,10 +12,13 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <type_traits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -280,6 +283,242 @@ TEST(NcclShimGpu, PreMulSumCapturedInGraphsReplaysWithNewData) {
 TEST(NcclShimGpu, PreMulSumDeviceScalarCapturedInGraphs) {
   SKIP_WITHOUT_GPU();
   preMulSumCase<__nv_bfloat16>(true, true);
+}
+
+// ---- The drop-in's PreMulSum against the real NCCL's, on the same data ----
+//
+// The real NCCL: $CONCCL_NCCL_REAL_LIB (what scripts/gpu.sh sets for this test), else libnccl.so.2 on the library
+// path; never the shim itself (it may sit on the path under that name). Loaded RTLD_LOCAL beside the shim.
+void* realNcclHandle(std::string* why) {
+  static std::string error;
+  static void* h = [] {
+    const char* env = std::getenv("CONCCL_NCCL_REAL_LIB");
+    const char* path = env != nullptr ? env : "libnccl.so.2";
+    void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      error = std::string("no real NCCL (") + path + "): " + dlerror();
+      return static_cast<void*>(nullptr);
+    }
+    if (shimHandle() != nullptr && dlsym(handle, "ncclGetVersion") == dlsym(shimHandle(), "ncclGetVersion")) {
+      error = std::string(path) + " is the shim itself";
+      return static_cast<void*>(nullptr);
+    }
+    return handle;
+  }();
+  *why = error;
+  return h;
+}
+#define REAL(name) reinterpret_cast<decltype(&::name)>(dlsym(realNcclHandle(&why_), #name))
+
+// Inputs that exercise the rounding: normal values of every magnitude the type has, subnormals and their products
+// (fp16 / bf16 products that land in the subnormal range, and ones that overflow), both signs, zeros.
+template <class T>
+std::vector<T> roundingInputs(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::vector<T> v(n);
+  if constexpr (sizeof(T) == 2) {
+    std::uniform_int_distribution<uint32_t> bits(0, 0xffff);
+    for (auto& x : v) {
+      uint16_t b = static_cast<uint16_t>(bits(gen));
+      // No NaN or infinity inputs: NaN payloads are not part of NCCL's contract, and inf + -inf would make one.
+      const bool special = std::is_same_v<T, __half> ? (b & 0x7c00) == 0x7c00 : (b & 0x7f80) == 0x7f80;
+      if (special) b &= 0x8000;
+      std::memcpy(static_cast<void*>(&x), &b, 2);
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    std::uniform_real_distribution<double> mant(-2.0, 2.0);
+    std::uniform_int_distribution<int> ex(std::numeric_limits<T>::min_exponent - 20,
+                                          std::numeric_limits<T>::max_exponent - 2);
+    for (auto& x : v) x = static_cast<T>(std::ldexp(mant(gen), ex(gen)));
+  } else if constexpr (std::is_unsigned_v<T>) {
+    std::uniform_int_distribution<uint64_t> d(0, std::numeric_limits<T>::max());
+    for (auto& x : v) x = static_cast<T>(d(gen));
+  } else {
+    std::uniform_int_distribution<int64_t> d(std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+    for (auto& x : v) x = static_cast<T>(d(gen));
+  }
+  return v;
+}
+
+template <class T>
+ncclDataType_t ncclTypeOfAny() {
+  if constexpr (std::is_same_v<T, __half>) return ncclFloat16;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return ncclBfloat16;
+  if constexpr (std::is_same_v<T, float>) return ncclFloat32;
+  if constexpr (std::is_same_v<T, double>) return ncclFloat64;
+  if constexpr (std::is_same_v<T, int8_t>) return ncclInt8;
+  if constexpr (std::is_same_v<T, uint8_t>) return ncclUint8;
+  if constexpr (std::is_same_v<T, int32_t>) return ncclInt32;
+  if constexpr (std::is_same_v<T, int64_t>) return ncclInt64;
+  return ncclUint64;
+}
+
+// One library's PreMulSum all-reduce of `inputs` (one vector per rank) with `scalars` (the scalar's bytes as the
+// caller passes them; for a device scalar they are uploaded and written again after the op was made), ranks on
+// devices 0..nranks-1, one thread driving them in a group. Returns the outputs of every rank.
+struct Lib {
+  decltype(&::ncclCommInitAll) initAll;
+  decltype(&::ncclCommDestroy) destroy;
+  decltype(&::ncclRedOpCreatePreMulSum) create;
+  decltype(&::ncclRedOpDestroy) destroyOp;
+  decltype(&::ncclAllReduce) allReduce;
+  decltype(&::ncclGroupStart) groupStart;
+  decltype(&::ncclGroupEnd) groupEnd;
+  decltype(&::ncclGetLastError) lastError;
+};
+
+Lib libOf(void* h) {
+  auto f = [h](const char* n) { return dlsym(h, n); };
+  return Lib{reinterpret_cast<decltype(&::ncclCommInitAll)>(f("ncclCommInitAll")),
+             reinterpret_cast<decltype(&::ncclCommDestroy)>(f("ncclCommDestroy")),
+             reinterpret_cast<decltype(&::ncclRedOpCreatePreMulSum)>(f("ncclRedOpCreatePreMulSum")),
+             reinterpret_cast<decltype(&::ncclRedOpDestroy)>(f("ncclRedOpDestroy")),
+             reinterpret_cast<decltype(&::ncclAllReduce)>(f("ncclAllReduce")),
+             reinterpret_cast<decltype(&::ncclGroupStart)>(f("ncclGroupStart")),
+             reinterpret_cast<decltype(&::ncclGroupEnd)>(f("ncclGroupEnd")),
+             reinterpret_cast<decltype(&::ncclGetLastError)>(f("ncclGetLastError"))};
+}
+
+template <class T>
+void runPreMulAllReduce(const Lib& lib, int nranks, ncclDataType_t type, const std::vector<std::vector<T>>& inputs,
+                        const std::vector<uint8_t>& scalarBytes, bool deviceScalar, std::vector<std::vector<T>>* out) {
+  const size_t n = inputs[0].size();
+  std::vector<ncclComm_t> comms(static_cast<size_t>(nranks), nullptr);
+  std::vector<int> devs(static_cast<size_t>(nranks));
+  for (int r = 0; r < nranks; ++r) devs[static_cast<size_t>(r)] = r;
+  ASSERT_EQ(lib.initAll(comms.data(), nranks, devs.data()), ncclSuccess) << lib.lastError(nullptr);
+  std::vector<T*> x(static_cast<size_t>(nranks)), y(static_cast<size_t>(nranks));
+  std::vector<void*> dscalar(static_cast<size_t>(nranks), nullptr);
+  std::vector<cudaStream_t> streams(static_cast<size_t>(nranks));
+  std::vector<ncclRedOp_t> ops(static_cast<size_t>(nranks));
+  std::vector<uint8_t> scalarCopy = scalarBytes;
+  scalarCopy.resize(8, 0);
+  for (int r = 0; r < nranks; ++r) {
+    const auto i = static_cast<size_t>(r);
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
+    CUDA_OK(cudaMalloc(&x[i], n * sizeof(T)));
+    CUDA_OK(cudaMalloc(&y[i], n * sizeof(T)));
+    CUDA_OK(cudaMemcpy(x[i], inputs[i].data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    if (deviceScalar) {
+      CUDA_OK(cudaMalloc(&dscalar[i], 8));
+      CUDA_OK(cudaMemset(dscalar[i], 0x55, 8));  // wrong at creation: it must be read when the collective runs
+      ASSERT_EQ(lib.create(&ops[i], dscalar[i], type, ncclScalarDevice, comms[i]), ncclSuccess);
+      CUDA_OK(cudaMemcpy(dscalar[i], scalarCopy.data(), 8, cudaMemcpyHostToDevice));
+    } else {
+      std::vector<uint8_t> s = scalarCopy;
+      ASSERT_EQ(lib.create(&ops[i], s.data(), type, ncclScalarHostImmediate, comms[i]), ncclSuccess);
+    }
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  ASSERT_EQ(lib.groupStart(), ncclSuccess);
+  for (int r = 0; r < nranks; ++r) {
+    const auto i = static_cast<size_t>(r);
+    ASSERT_EQ(lib.allReduce(x[i], y[i], n, type, ops[i], comms[i], streams[i]), ncclSuccess) << lib.lastError(comms[i]);
+  }
+  ASSERT_EQ(lib.groupEnd(), ncclSuccess) << lib.lastError(nullptr);
+  out->assign(static_cast<size_t>(nranks), std::vector<T>(n));
+  for (int r = 0; r < nranks; ++r) {
+    const auto i = static_cast<size_t>(r);
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamSynchronize(streams[i]));
+    CUDA_OK(cudaMemcpy((*out)[i].data(), y[i], n * sizeof(T), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(lib.destroyOp(ops[i], comms[i]), ncclSuccess);
+    EXPECT_EQ(lib.destroy(comms[i]), ncclSuccess);
+    cudaFree(x[i]);
+    cudaFree(y[i]);
+    if (dscalar[i] != nullptr) cudaFree(dscalar[i]);
+    cudaStreamDestroy(streams[i]);
+  }
+}
+
+// The drop-in and the real NCCL on the same inputs and scalar bytes; every element's bits must agree. With one rank
+// NCCL's all-reduce is its pre-multiply alone (onerank.cu), so this compares the multiplication (and the scalar's
+// reading) for every type. scalarBytes is what the caller passes, read as NCCL reads it.
+template <class T>
+void compareWithRealNccl(int nranks, const std::vector<uint8_t>& scalarBytes, bool deviceScalar) {
+  std::string why_;
+  ASSERT_NE(shimHandle(), nullptr) << dlerror();
+  if (realNcclHandle(&why_) == nullptr) GTEST_SKIP() << why_;
+  int gpus = 0;
+  CUDA_OK(cudaGetDeviceCount(&gpus));
+  if (gpus < nranks) GTEST_SKIP() << nranks << " ranks need " << nranks << " GPUs (NCCL refuses two ranks on one GPU)";
+  const size_t n = 300007;
+  std::vector<std::vector<T>> inputs;
+  for (int r = 0; r < nranks; ++r) inputs.push_back(roundingInputs<T>(n, 1000u + static_cast<unsigned>(r)));
+  std::vector<std::vector<T>> mine, theirs;
+  runPreMulAllReduce<T>(libOf(shimHandle()), nranks, ncclTypeOfAny<T>(), inputs, scalarBytes, deviceScalar, &mine);
+  if (::testing::Test::HasFatalFailure()) return;
+  runPreMulAllReduce<T>(libOf(realNcclHandle(&why_)), nranks, ncclTypeOfAny<T>(), inputs, scalarBytes, deviceScalar,
+                        &theirs);
+  if (::testing::Test::HasFatalFailure()) return;
+  for (int r = 0; r < nranks; ++r) {
+    const auto i = static_cast<size_t>(r);
+    size_t bad = 0, first = n;
+    for (size_t k = 0; k < n; ++k) {
+      if (std::memcmp(&mine[i][k], &theirs[i][k], sizeof(T)) != 0) {
+        if (first == n) first = k;
+        ++bad;
+      }
+    }
+    uint64_t a = 0, b = 0, in = 0;
+    if (first < n) {
+      std::memcpy(&a, &mine[i][first], sizeof(T));
+      std::memcpy(&b, &theirs[i][first], sizeof(T));
+      std::memcpy(&in, &inputs[0][first], sizeof(T));
+    }
+    EXPECT_EQ(bad, 0u) << "rank " << r << ": first difference at " << first << ": input 0x" << std::hex << in
+                       << ", drop-in 0x" << a << ", NCCL 0x" << b;
+  }
+}
+
+template <class T>
+std::vector<uint8_t> bytesOf(T v) {
+  std::vector<uint8_t> b(sizeof(T));
+  std::memcpy(b.data(), &v, sizeof(T));
+  return b;
+}
+
+TEST(NcclShimGpuVsNccl, PreMulSumOneRankEveryTypeHostScalar) {
+  SKIP_WITHOUT_GPU();
+  compareWithRealNccl<__nv_bfloat16>(1, bytesOf(__float2bfloat16_rn(1.0f / 3.0f)), false);
+  compareWithRealNccl<__half>(1, bytesOf(__float2half_rn(1.0f / 3.0f)), false);
+  compareWithRealNccl<float>(1, bytesOf(1.0f / 3.0f), false);
+  compareWithRealNccl<double>(1, bytesOf(1.0 / 3.0), false);
+  compareWithRealNccl<int8_t>(1, bytesOf(int8_t{-3}), false);
+  compareWithRealNccl<uint8_t>(1, bytesOf(uint8_t{7}), false);
+  compareWithRealNccl<int32_t>(1, bytesOf(int32_t{-123457}), false);
+  compareWithRealNccl<int64_t>(1, bytesOf(int64_t{0x123456789}), false);
+  compareWithRealNccl<uint64_t>(1, bytesOf(uint64_t{0xfedcba987}), false);
+}
+
+// Scalars whose products overflow and underflow (fp16 / bf16 subnormal results), device-resident.
+TEST(NcclShimGpuVsNccl, PreMulSumOneRankHalfAndBfloat16DeviceScalarExtremes) {
+  SKIP_WITHOUT_GPU();
+  for (float s : {1.0f / 3.0f, 1e-3f, 3e-5f, 1000.0f, -0.7f}) {
+    compareWithRealNccl<__half>(1, bytesOf(__float2half_rn(s)), true);
+    compareWithRealNccl<__nv_bfloat16>(1, bytesOf(__float2bfloat16_rn(s)), true);
+  }
+  compareWithRealNccl<__nv_bfloat16>(1, bytesOf(__float2bfloat16_rn(1e-30f)), true);
+  compareWithRealNccl<float>(1, bytesOf(-1e-30f), true);
+}
+
+// What PyTorch passes for bf16 (ProcessGroupNCCL's unpackPreMulSum<float, ncclBfloat16>): a float's four bytes,
+// of which NCCL reads two. The drop-in must multiply by the same bf16 (the float's low bytes), not by the float.
+TEST(NcclShimGpuVsNccl, PreMulSumBfloat16ScalarGivenAsFloatReadsTwoBytesLikeNccl) {
+  SKIP_WITHOUT_GPU();
+  compareWithRealNccl<__nv_bfloat16>(1, bytesOf(1.0f / 3.0f), false);
+  compareWithRealNccl<__nv_bfloat16>(1, bytesOf(0.125f), false);
+}
+
+// Two ranks (two GPUs): the whole collective. For fp16 / bf16 with two ranks both libraries' sums are the correctly
+// rounded sum of the two products (NCCL adds in the type, conccl in fp32 and rounds once; for two addends these
+// agree), so the results must be bit-identical. fp32 is not compared: NCCL's compiled kernels may fuse one rank's
+// multiplication with the addition (fma, nvcc's default contraction), depending on its algorithm and chunking.
+TEST(NcclShimGpuVsNccl, PreMulSumTwoRanksHalfAndBfloat16) {
+  SKIP_WITHOUT_GPU();
+  compareWithRealNccl<__nv_bfloat16>(2, bytesOf(__float2bfloat16_rn(1.0f / 3.0f)), false);
+  compareWithRealNccl<__half>(2, bytesOf(__float2half_rn(0.1f)), true);
 }
 
 // Split, one thread per parent rank (as NCCL requires for a blocking split): colors/keys per rank, then an

@@ -2,10 +2,14 @@
 // decisions, and the loader of the real NCCL (against a fake NCCL built in this tree).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
-#include <vector>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "nccl/nccl_abi.h"
 #include "nccl/premul_ops.h"
@@ -103,6 +107,20 @@ TEST(NcclShimEnv, BadValuesTurnTheShimOffAndSaySo) {
   env = parseShimEnv(lookupIn({{"CONCCL_NCCL_COLLS", " , "}}));
   EXPECT_FALSE(env.enabled);
   EXPECT_FALSE(env.error.empty());
+}
+
+TEST(NcclShimEnv, ScratchLimit) {
+  EXPECT_EQ(parseShimEnv(lookupIn({})).scratchMaxBytes, kDefaultScratchMaxBytes);
+  EXPECT_EQ(parseShimEnv(lookupIn({{"CONCCL_NCCL_SCRATCH_MAX_BYTES", "8G"}})).scratchMaxBytes, 8ull << 30);
+  EXPECT_EQ(parseByteCount("512k"), 512u << 10);
+  EXPECT_EQ(parseByteCount(" 3M "), 3u << 20);
+  EXPECT_EQ(parseByteCount("1000"), 1000u);
+  for (const char* bad : {"0", "", "G", "-5", "1.5G", "12T", "99999999999999999999"}) {
+    EXPECT_FALSE(parseByteCount(bad).has_value()) << bad;
+  }
+  ShimEnv env = parseShimEnv(lookupIn({{"CONCCL_NCCL_SCRATCH_MAX_BYTES", "lots"}}));
+  EXPECT_FALSE(env.enabled);
+  EXPECT_NE(env.error.find("CONCCL_NCCL_SCRATCH_MAX_BYTES"), std::string::npos);
 }
 
 TEST(NcclShimEnv, CollListParsing) {
@@ -283,50 +301,337 @@ TEST(NcclShimPreMul, OpsAreNumberedAfterTheBuiltInOnesAndReused) {
   EXPECT_EQ(t.live(), 2u);
 }
 
-TEST(NcclShimPreMul, ScratchRegionsNeverOverlapWhileTheyMayBeInUse) {
-  std::vector<std::pair<char*, size_t>> blocks;
-  static char pool[64 << 20];
-  size_t next = 0;
-  int freed = 0;
-  {
-    ScratchArenas s(
-        [&](size_t n) -> void* {
-          if (next + n > sizeof(pool)) return nullptr;
-          char* b = pool + next;
-          next += n;
-          blocks.push_back({b, n});
-          return b;
-        },
-        [&](void*) { ++freed; });
-    int streamA = 0, streamB = 0;
-    // Outside groups, calls on one stream reuse the region (stream order protects it).
-    void* a1 = s.acquire(&streamA, 1000, 0, false);
-    void* a2 = s.acquire(&streamA, 1000, 0, false);
-    EXPECT_EQ(a1, a2);
-    // Another stream may run at the same time: other memory.
-    void* b1 = s.acquire(&streamB, 1000, 0, false);
-    EXPECT_NE(b1, a1);
-    // Inside one group every call gets its own region; the next group starts over.
-    void* g1 = s.acquire(&streamA, 1000, 7, false);
-    void* g2 = s.acquire(&streamA, 1000, 7, false);
-    EXPECT_EQ(static_cast<char*>(g2) - static_cast<char*>(g1), 1024);
-    EXPECT_EQ(s.acquire(&streamA, 1000, 8, false), g1);
-    // Growing keeps the old block (calls already enqueued may read it): a new block, nothing freed.
-    const size_t blocksBefore = s.blocks();
-    void* big = s.acquire(&streamA, 3 << 20, 0, false);
-    EXPECT_EQ(s.blocks(), blocksBefore + 1);
-    EXPECT_EQ(freed, 0);
-    EXPECT_NE(big, a1);
-    // A captured call gets memory of its own, never handed out again.
-    void* c1 = s.acquire(&streamA, 100, 0, true);
-    void* c2 = s.acquire(&streamA, 100, 0, true);
-    EXPECT_NE(c1, c2);
-    EXPECT_NE(c1, big);
-    EXPECT_EQ(s.acquire(&streamA, 100, 0, false), big);
-    // An allocation failure is reported, not papered over.
-    EXPECT_EQ(s.acquire(&streamB, sizeof(pool), 0, false), nullptr);
+// A device for the pool: memory from the heap, fences whose completion the test decides, capture ties the test
+// releases (as CUDA does when a graph is destroyed).
+struct FakeScratch {
+  struct Fence {
+    bool done = true;
+    const void* stream = nullptr;
+  };
+  std::vector<void*> live;
+  int allocs = 0, frees = 0, waits = 0;
+  bool failRecord = false, failAlloc = false;
+  std::vector<std::unique_ptr<Fence>> fences;
+  std::vector<std::shared_ptr<std::atomic<bool>>> captures;
+  // Every fence recorded on `stream` completes.
+  void complete(const void* stream) {
+    for (auto& f : fences) {
+      if (f->stream == stream) f->done = true;
+    }
   }
-  EXPECT_EQ(freed, static_cast<int>(blocks.size()));  // everything freed once, at destruction
+  void destroyGraphs() {
+    for (auto& c : captures) c->store(true);
+    captures.clear();
+  }
+};
+
+class FakeScratchDevice final : public ScratchDevice {
+ public:
+  explicit FakeScratchDevice(FakeScratch* f) : f_(f) {}
+  void* alloc(size_t bytes) override {
+    if (f_->failAlloc) return nullptr;
+    ++f_->allocs;
+    void* p = std::malloc(bytes);
+    f_->live.push_back(p);
+    return p;
+  }
+  void free(void* block) override {
+    ++f_->frees;
+    std::erase(f_->live, block);
+    std::free(block);
+  }
+  void* createFence() override {
+    f_->fences.push_back(std::make_unique<FakeScratch::Fence>());
+    return f_->fences.back().get();
+  }
+  void destroyFence(void*) override {}
+  bool recordFence(void* fence, const void* stream) override {
+    if (f_->failRecord) return false;
+    auto* x = static_cast<FakeScratch::Fence*>(fence);
+    x->done = false;
+    x->stream = stream;
+    return true;
+  }
+  bool fenceDone(void* fence) override { return static_cast<FakeScratch::Fence*>(fence)->done; }
+  bool waitFence(const void*, void*) override {
+    ++f_->waits;
+    return true;
+  }
+  bool attachToCapture(const void*, std::shared_ptr<std::atomic<bool>> released) override {
+    f_->captures.push_back(std::move(released));
+    return true;
+  }
+
+ private:
+  FakeScratch* f_;
+};
+
+constexpr size_t kBlock = ScratchPool::kMinBlock;
+
+TEST(NcclShimScratch, BlockSizesStepByAnEighthOfAPowerOfTwo) {
+  EXPECT_EQ(ScratchPool::blockSize(0), kBlock);
+  EXPECT_EQ(ScratchPool::blockSize(kBlock), kBlock);
+  EXPECT_EQ(ScratchPool::blockSize(kBlock + 1), kBlock + kBlock / 8);
+  for (size_t n : {size_t{100000}, size_t{3} << 20, (size_t{1} << 30) + 5, size_t{123456789}}) {
+    const size_t b = ScratchPool::blockSize(n);
+    EXPECT_GE(b, n);
+    EXPECT_LE(b - n, n / 8) << n;  // at most 12.5% slack
+    EXPECT_EQ(ScratchPool::blockSize(b), b) << n;
+  }
+}
+
+TEST(NcclShimScratch, ReusedOnItsStreamAtOnceAndOnAnotherOnlyWhenItsFenceCompleted) {
+  FakeScratch f;
+  int a = 0, b = 0;
+  {
+    ScratchPool pool(std::make_unique<FakeScratchDevice>(&f), 16 * kBlock);
+    ScratchGrant g1 = pool.acquire(&a, 1000, false, 0);
+    ASSERT_NE(g1.ptr, nullptr) << g1.error;
+    // Held until released: a second call gets other memory even on the same stream.
+    ScratchGrant g2 = pool.acquire(&a, 1000, false, 0);
+    EXPECT_NE(g2.ptr, g1.ptr);
+    pool.release(g1.block);
+    pool.release(g2.block);
+    // Same stream: stream order protects the block, reused although its fence is pending.
+    ScratchGrant g3 = pool.acquire(&a, 1000, false, 0);
+    EXPECT_TRUE(g3.ptr == g1.ptr || g3.ptr == g2.ptr);
+    pool.release(g3.block);
+    // Another stream while stream a's work may still read both blocks: fresh memory, no wait.
+    ScratchGrant g4 = pool.acquire(&b, 1000, false, 0);
+    EXPECT_NE(g4.ptr, g1.ptr);
+    EXPECT_NE(g4.ptr, g2.ptr);
+    EXPECT_EQ(f.waits, 0);
+    pool.release(g4.block);
+    // Once stream a's fences completed, stream b may take a's blocks: no new allocation.
+    f.complete(&a);
+    const int allocs = f.allocs;
+    ScratchGrant g5 = pool.acquire(&b, 1000, false, 0);
+    ScratchGrant g6 = pool.acquire(&b, 1000, false, 0);
+    EXPECT_EQ(f.allocs, allocs);
+    EXPECT_NE(g5.ptr, g6.ptr);
+    // The smallest fitting block is taken, a larger request gets a larger block.
+    ScratchGrant big = pool.acquire(&b, 5 * kBlock, false, 0);
+    ASSERT_NE(big.ptr, nullptr);
+    EXPECT_EQ(pool.bytesAllocated(), 3 * kBlock + ScratchPool::blockSize(5 * kBlock));
+    EXPECT_EQ(f.frees, 0);  // nothing is freed in the steady state
+  }
+  EXPECT_EQ(f.frees, f.allocs);  // everything once, at destruction
+  EXPECT_TRUE(f.live.empty());
+}
+
+TEST(NcclShimScratch, CallsOfOneGroupNeverShareABlockUntilTheGroupEnds) {
+  FakeScratch f;
+  int a = 0;
+  ScratchPool pool(std::make_unique<FakeScratchDevice>(&f), 16 * kBlock);
+  ScratchGrant g1 = pool.acquire(&a, 100, false, 7);
+  ScratchGrant g2 = pool.acquire(&a, 100, false, 7);
+  ScratchGrant g3 = pool.acquire(&a, 100, false, 7);
+  pool.release(g1.block);  // inside a group the shim does not release per call; a stray release is harmless
+  EXPECT_NE(g2.ptr, g3.ptr);
+  EXPECT_EQ(pool.heldBlocks(), 2u);
+  pool.releaseGroup(7);
+  EXPECT_EQ(pool.heldBlocks(), 0u);
+  // The next group on the same stream reuses all three.
+  const int allocs = f.allocs;
+  for (int i = 0; i < 3; ++i) ASSERT_NE(pool.acquire(&a, 100, false, 8).ptr, nullptr);
+  EXPECT_EQ(f.allocs, allocs);
+  pool.releaseGroup(8);
+  EXPECT_EQ(pool.blocks(), 3u);
+}
+
+TEST(NcclShimScratch, TheLimitHoldsAndAboveItTheCallFailsSayingWhy) {
+  FakeScratch f;
+  int a = 0, b = 0;
+  ScratchPool pool(std::make_unique<FakeScratchDevice>(&f), 4 * kBlock);
+  // A request larger than the limit fails at once, naming the variable.
+  ScratchGrant huge = pool.acquire(&a, 4 * kBlock + 1, false, 0);
+  EXPECT_EQ(huge.ptr, nullptr);
+  EXPECT_NE(huge.error.find("CONCCL_NCCL_SCRATCH_MAX_BYTES"), std::string::npos) << huge.error;
+  // Four held blocks fill it; a fifth call fails (never an overlap with memory in use).
+  std::vector<ScratchGrant> held;
+  for (int i = 0; i < 4; ++i) held.push_back(pool.acquire(&a, 100, false, 1));
+  for (auto& g : held) ASSERT_NE(g.ptr, nullptr) << g.error;
+  ScratchGrant over = pool.acquire(&a, 100, false, 1);
+  EXPECT_EQ(over.ptr, nullptr);
+  EXPECT_NE(over.error.find("4 held by calls not yet launched"), std::string::npos) << over.error;
+  EXPECT_LE(pool.bytesAllocated(), pool.maxBytes());
+  // Released on stream a with work pending: stream b, at the limit, waits on a fence (stream-ordered) instead.
+  pool.releaseGroup(1);
+  ScratchGrant waited = pool.acquire(&b, 100, false, 0);
+  ASSERT_NE(waited.ptr, nullptr) << waited.error;
+  EXPECT_EQ(f.waits, 1);
+  pool.release(waited.block);
+  // A larger request at the limit frees idle completed blocks too small for it, then fits.
+  f.complete(&a);
+  f.complete(&b);
+  ScratchGrant larger = pool.acquire(&a, 2 * kBlock, false, 0);
+  ASSERT_NE(larger.ptr, nullptr) << larger.error;
+  EXPECT_EQ(f.frees, 2);
+  EXPECT_LE(pool.bytesAllocated(), pool.maxBytes());
+  // An allocation failure is reported as such.
+  pool.release(larger.block);
+  f.complete(&a);
+  f.failAlloc = true;
+  ScratchGrant none = pool.acquire(&a, 3 * kBlock, false, 0);
+  EXPECT_EQ(none.ptr, nullptr);
+  EXPECT_NE(none.error.find("failed"), std::string::npos) << none.error;
+}
+
+TEST(NcclShimScratch, CapturedCallsOwnTheirBlockUntilTheGraphIsGone) {
+  FakeScratch f;
+  int a = 0;
+  ScratchPool pool(std::make_unique<FakeScratchDevice>(&f), 4 * kBlock);
+  ScratchGrant e = pool.acquire(&a, 100, false, 0);
+  pool.release(e.block);  // its fence is pending
+  // A capture never takes a block whose eager work may still run, nor one an eager call may take later.
+  ScratchGrant c1 = pool.acquire(&a, 100, true, 0);
+  ASSERT_NE(c1.ptr, nullptr);
+  EXPECT_NE(c1.ptr, e.ptr);
+  ScratchGrant c2 = pool.acquire(&a, 100, true, 0);
+  EXPECT_NE(c2.ptr, c1.ptr);
+  EXPECT_EQ(pool.graphBlocks(), 2u);
+  EXPECT_EQ(f.captures.size(), 2u);
+  // Eager calls never get a graph's block (release of one is a no-op).
+  pool.release(c1.block);
+  ScratchGrant e2 = pool.acquire(&a, 100, false, 0);
+  EXPECT_EQ(e2.ptr, e.ptr);
+  pool.release(e2.block);
+  // With eager work completed, a capture may take that idle block.
+  f.complete(&a);
+  ScratchGrant c3 = pool.acquire(&a, 100, true, 0);
+  EXPECT_EQ(c3.ptr, e.ptr);
+  // Graphs hold every block: the limit is reached.
+  ScratchGrant c4 = pool.acquire(&a, 100, true, 0);
+  ScratchGrant c5 = pool.acquire(&a, 100, true, 0);
+  ASSERT_NE(c4.ptr, nullptr);
+  EXPECT_EQ(c5.ptr, nullptr);
+  EXPECT_NE(c5.error.find("4 kept for captured CUDA graphs"), std::string::npos) << c5.error;
+  // CUDA released the graphs: their blocks come back, without a new allocation.
+  f.destroyGraphs();
+  const int allocs = f.allocs;
+  ScratchGrant again = pool.acquire(&a, 100, true, 0);
+  ASSERT_NE(again.ptr, nullptr) << again.error;
+  EXPECT_EQ(f.allocs, allocs);
+  EXPECT_EQ(pool.graphBlocks(), 1u);
+}
+
+TEST(NcclShimScratch, ABlockWhoseFenceFailedIsNeverReusedAndForgetFreesNothing) {
+  FakeScratch f;
+  int a = 0;
+  {
+    ScratchPool pool(std::make_unique<FakeScratchDevice>(&f), 4 * kBlock);
+    ScratchGrant g = pool.acquire(&a, 100, false, 0);
+    f.failRecord = true;
+    pool.release(g.block);
+    f.failRecord = false;
+    ScratchGrant h = pool.acquire(&a, 100, false, 0);
+    EXPECT_NE(h.ptr, g.ptr);
+    pool.forget();  // after an abort: memory in flight is dropped, not freed
+    EXPECT_EQ(pool.bytesAllocated(), 0u);
+  }
+  EXPECT_EQ(f.frees, 0);
+  for (void* p : f.live) std::free(p);
+}
+
+// NCCL reads a HostImmediate scalar as ncclTypeSize(datatype) bytes at `scalar` (enqueue.cc), whatever the caller
+// meant: PyTorch passes a float for bf16 (ProcessGroupNCCL's unpackPreMulSum<float, ncclBfloat16>), and NCCL then
+// multiplies by the bf16 made of that float's two low bytes. The shim reads the same two bytes.
+TEST(NcclShimPreMul, ScalarIsReadAsNcclReadsIt) {
+  const uint16_t bf16Half = 0x3f00;  // 0.5 in bf16
+  PreMulOp p = makePreMulOp(kBfloat16, &bf16Half, false);
+  EXPECT_EQ(p.scalarBits, 0x3f00u);
+  EXPECT_FALSE(p.onDevice);
+  const float third = 1.0f / 3.0f;  // 0x3eaaaaab: NCCL's bf16 scalar is 0xaaab (about -3.0e-13)
+  EXPECT_EQ(makePreMulOp(kBfloat16, &third, false).scalarBits, 0xaaabu);
+  const float quarter = 0.25f;  // 0x3e800000: a bf16 scalar of 0
+  EXPECT_EQ(makePreMulOp(kBfloat16, &quarter, false).scalarBits, 0u);
+  EXPECT_EQ(makePreMulOp(kFloat16, &third, false).scalarBits, 0xaaabu);
+  EXPECT_EQ(makePreMulOp(kFloat32, &third, false).scalarBits, 0x3eaaaaabu);
+  const double d = 0.1;
+  uint64_t dbits = 0;
+  std::memcpy(&dbits, &d, sizeof(d));
+  EXPECT_EQ(makePreMulOp(kFloat64, &d, false).scalarBits, dbits);
+  const int8_t m = -3;
+  EXPECT_EQ(makePreMulOp(kInt8, &m, false).scalarBits, 0xfdu);
+  // A device scalar is the pointer, read when the collective runs.
+  PreMulOp dev = makePreMulOp(kBfloat16, &bf16Half, true);
+  EXPECT_TRUE(dev.onDevice);
+  EXPECT_EQ(dev.devScalar, &bf16Half);
+  EXPECT_EQ(dev.scalarBits, 0u);
+  // The bf16 scalar 0xaaab multiplies as the value it is, not as 1/3.
+  uint16_t x = 0x3f80, y = 0;  // 1.0
+  ASSERT_TRUE(preMultiplyOnHost(&y, &x, 1, kBfloat16, 0xaaab));
+  EXPECT_EQ(y, 0xaaab);
+}
+
+// The fp16 / bf16 conversions are round to nearest even, every value checked: each finite value converts back to
+// itself, and the midpoint of two neighbours goes to the one with the even significand (and just off it, to the
+// nearer one). The product rounding of preMultiplyOnHost is built on them.
+TEST(NcclShimPreMul, HalfAndBfloat16RoundToNearestEvenEverywhere) {
+  struct Format {
+    double (*toDouble)(uint16_t);
+    uint16_t (*fromDouble)(double);
+    uint16_t inf;
+  };
+  const Format formats[] = {{&halfToDouble, &doubleToHalf, 0x7c00}, {&bfloat16ToDouble, &doubleToBfloat16, 0x7f80}};
+  for (const Format& fm : formats) {
+    for (uint32_t b = 0; b < 0x10000; ++b) {
+      const auto bits = static_cast<uint16_t>(b);
+      const double v = fm.toDouble(bits);
+      if (std::isnan(v)) {
+        EXPECT_EQ(fm.fromDouble(v), 0x7fff);
+        continue;
+      }
+      ASSERT_EQ(fm.fromDouble(v), bits) << std::hex << b;
+      if ((bits & 0x7fff) >= fm.inf - 1) continue;  // no finite neighbour above (or it is infinity)
+      const auto next = static_cast<uint16_t>(bits + 1);
+      const double mid = (v + fm.toDouble(next)) / 2;  // exact in double
+      const uint16_t even = (bits & 1) == 0 ? bits : next;
+      ASSERT_EQ(fm.fromDouble(mid), even) << std::hex << b;
+      const double off = std::fabs(fm.toDouble(next) - v) / 1024;
+      const bool negative = (bits & 0x8000) != 0;
+      // Just above the midpoint in magnitude goes to the larger magnitude (next), just below to bits.
+      ASSERT_EQ(fm.fromDouble(negative ? mid - off : mid + off), next) << std::hex << b;
+      ASSERT_EQ(fm.fromDouble(negative ? mid + off : mid - off), bits) << std::hex << b;
+    }
+  }
+  EXPECT_EQ(doubleToHalf(65520.0), 0x7c00);   // half's overflow threshold rounds to infinity
+  EXPECT_EQ(doubleToHalf(65519.99), 0x7bff);  // just below it, to the largest finite value
+  EXPECT_EQ(doubleToBfloat16(-0.0), 0x8000);
+  EXPECT_EQ(doubleToHalf(1e-10), 0x0000);     // below half the smallest subnormal
+}
+
+TEST(NcclShimPreMul, HostHalfAndBfloat16ProductIsTheCorrectlyRoundedProduct) {
+  // bf16 (normal products): the fp32 product is exact, then the usual bit rounding to bf16 is a second, independent
+  // computation of the same value.
+  uint32_t state = 12345;
+  auto next = [&] {
+    state = state * 1664525u + 1013904223u;
+    return state;
+  };
+  std::vector<uint16_t> xs(4096), ys(4096);
+  const uint16_t s = 0x3eab;  // about 0.334
+  for (auto& x : xs) x = static_cast<uint16_t>((next() >> 8) % 0x3000 + 0x2800);  // moderate magnitudes, both signs
+  for (size_t i = 0; i < xs.size(); i += 2) xs[i] |= 0x8000;
+  ASSERT_TRUE(preMultiplyOnHost(ys.data(), xs.data(), xs.size(), kBfloat16, s));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float p = static_cast<float>(bfloat16ToDouble(xs[i]) * bfloat16ToDouble(s));
+    uint32_t u = 0;
+    std::memcpy(&u, &p, sizeof(u));
+    const auto want = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+    ASSERT_EQ(ys[i], want) << i;
+  }
+  // fp16: 1.5 * (1/3 in fp16 = 0x3555 = 0.333251953125) = 0.4998779296875 exactly, halfway between 0x37ff and
+  // 0x3800 (0.5): the tie goes to the even significand, 0x3800.
+  uint16_t h = 0x3e00, out = 0;
+  ASSERT_TRUE(preMultiplyOnHost(&out, &h, 1, kFloat16, 0x3555));
+  EXPECT_EQ(out, 0x3800);
+  // Overflow to infinity, and underflow into fp16's subnormals: 2^-14 * 2^-5 = 2^-19 = subnormal 0x0020.
+  uint16_t big = 0x7bff, tiny = 0x0400;
+  ASSERT_TRUE(preMultiplyOnHost(&out, &big, 1, kFloat16, 0x4000));  // 65504 * 2
+  EXPECT_EQ(out, 0x7c00);
+  ASSERT_TRUE(preMultiplyOnHost(&out, &tiny, 1, kFloat16, 0x2800));  // 2^-14 * 2^-5
+  EXPECT_EQ(out, 0x0020);
 }
 
 TEST(NcclShimPreMul, HostPreMultiplyRoundsLikeTheTypeAndWrapsIntegers) {
@@ -343,7 +648,7 @@ TEST(NcclShimPreMul, HostPreMultiplyRoundsLikeTheTypeAndWrapsIntegers) {
   ASSERT_TRUE(preMultiplyOnHost(o8, i8, 2, kInt8, bits));
   EXPECT_EQ(o8[0], static_cast<int8_t>(44));   // 300 mod 256
   EXPECT_EQ(o8[1], static_cast<int8_t>(-44));
-  EXPECT_FALSE(preMultiplyOnHost(y, x, 3, kBfloat16, bits));
+  EXPECT_FALSE(preMultiplyOnHost(y, x, 3, kFloat8e4m3, bits));
   EXPECT_EQ(ncclTypeBytes(kBfloat16), 2u);
   EXPECT_EQ(ncclTypeBytes(kNumTypes), 0u);
 }

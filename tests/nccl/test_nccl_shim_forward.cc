@@ -198,6 +198,45 @@ TEST_F(NcclShimForward, ShimOffForwardsACommunicatorsWholeLife) {
   EXPECT_EQ(record()->comm, static_cast<void*>(fakeComm));
 }
 
+// ncclGroupSimulateEnd with the group's calls on forwarded communicators: the real NCCL simulates (its estimate
+// comes back), and the group is closed in the shim and in conccl as well (a further ncclGroupEnd is unbalanced).
+TEST_F(NcclShimForward, GroupSimulateEndReachesTheRealNcclAndClosesTheGroup) {
+  ncclUniqueId id;
+  ASSERT_EQ(SHIM(ncclGetUniqueId)(&id), ncclSuccess);
+  ncclComm_t comm = nullptr;
+  ASSERT_EQ(SHIM(ncclCommInitRank)(&comm, 2, id, 0), ncclSuccess);
+  const int sims = record()->groupSimulateEnds, ends = record()->groupEnds;
+  ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+  float x = 0;
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclGroupSimulateEnd)(&info), ncclSuccess) << SHIM(ncclGetLastError)(nullptr);
+  EXPECT_EQ(record()->groupSimulateEnds, sims + 1);
+  EXPECT_EQ(record()->groupEnds, ends);
+  EXPECT_EQ(info.estimatedTime, 42.5f);  // the real NCCL's estimate, untouched (no conccl call was in the group)
+  EXPECT_EQ(SHIM(ncclGroupEnd)(), ncclInvalidUsage);  // closed: nothing is left open to end
+  // Nested: the inner ncclGroupSimulateEnd ends one level only.
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclGroupSimulateEnd)(&info), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclGroupEnd)(), ncclSuccess);
+  // A simInfo not made by NCCL_SIM_INFO_INITIALIZER fails, and the group is ended all the same.
+  ncclSimInfo_t bad = NCCL_SIM_INFO_INITIALIZER;
+  bad.magic = 0;
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+  EXPECT_EQ(SHIM(ncclGroupSimulateEnd)(&bad), ncclInvalidArgument);
+  EXPECT_NE(std::strstr(SHIM(ncclGetLastError)(nullptr), "NCCL_SIM_INFO_INITIALIZER"), nullptr);
+  EXPECT_EQ(SHIM(ncclGroupEnd)(), ncclInvalidUsage);
+  // NULL is ncclGroupEnd (NCCL's ncclGroupEndInternal without simInfo launches).
+  const int endsBefore = record()->groupEnds;
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclGroupSimulateEnd)(nullptr), ncclSuccess);
+  EXPECT_EQ(record()->groupEnds, endsBefore + 1);
+  // Outside any group: ncclInvalidUsage.
+  EXPECT_EQ(SHIM(ncclGroupSimulateEnd)(&info), ncclInvalidUsage);
+  ASSERT_EQ(SHIM(ncclCommDestroy)(comm), ncclSuccess);
+}
+
 // The real NCCL calls some of its own exported functions through the PLT (ncclBroadcast, ncclCommRegister, ...),
 // which land in a preloaded shim with the real NCCL's communicator: they must go back to it untouched.
 TEST_F(NcclShimForward, RealCommunicatorsPassedBackAreForwarded) {

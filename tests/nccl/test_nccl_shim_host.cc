@@ -22,6 +22,9 @@ class NcclShimHost : public ::testing::Test {
     setenv("CONCCL_BACKEND", "host", 1);
     setenv("CONCCL_NCCL_COLLS", "all_reduce,all_gather,broadcast,reduce,send_recv,all_to_all", 1);
     setenv("CONCCL_NCCL_REAL_LIB", FAKE_NCCL_PATH, 1);
+    // 8 blocks of the smallest size: a group that kept its PreMulSum scratch, or a call that did not give it back,
+    // would exhaust it within a few calls (ScratchLeaksNothing).
+    setenv("CONCCL_NCCL_SCRATCH_MAX_BYTES", "512K", 1);
     shim_ = dlopen(CONCCL_NCCL_SHIM_PATH, RTLD_NOW | RTLD_LOCAL);
     ASSERT_NE(shim_, nullptr) << dlerror();
   }
@@ -210,6 +213,151 @@ TEST_F(NcclShimHost, PreMulSumPreMultipliesBeforeTheSum) {
   ASSERT_EQ(SHIM(ncclGroupEnd)(), ncclSuccess) << SHIM(ncclGetLastError)(nullptr);
   EXPECT_EQ(oa[0], -18);
   EXPECT_EQ(ob[1], -27);
+}
+
+// ncclGroupSimulateEnd on conccl communicators: the group's calls are dropped (their buffers untouched), the
+// estimate is "unknown", the group is closed, and the next group starts clean (its own calls only).
+TEST_F(NcclShimHost, GroupSimulateEndDropsTheGroupsCallsAndTheNextGroupStartsClean) {
+  float a[2] = {1, 2}, b[2] = {10, 20}, oa[2] = {-1, -1}, ob[2] = {-1, -1};
+  ncclRedOp_t ops[2];
+  const float half = 0.5f;
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(SHIM(ncclRedOpCreatePreMulSum)(&ops[r], const_cast<float*>(&half), ncclFloat32,
+                                             ncclScalarHostImmediate, comms_[r]),
+              ncclSuccess);
+  }
+  int32_t s0[2] = {1, 2}, s1[2] = {3, 4}, g0[4] = {}, g1[4] = {};
+  ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(a, a, 2, ncclFloat32, ncclSum, comms_[0], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(b, b, 2, ncclFloat32, ncclSum, comms_[1], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(a, oa, 2, ncclFloat32, ops[0], comms_[0], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(b, ob, 2, ncclFloat32, ops[1], comms_[1], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllGather)(s0, g0, 2, ncclInt32, comms_[0], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllGather)(s1, g1, 2, ncclInt32, comms_[1], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclGroupSimulateEnd)(&info), ncclSuccess) << SHIM(ncclGetLastError)(nullptr);
+  EXPECT_EQ(a[0], 1.0f);
+  EXPECT_EQ(b[1], 20.0f);
+  EXPECT_EQ(oa[0], -1.0f);
+  EXPECT_EQ(ob[1], -1.0f);
+  EXPECT_EQ(g0[3], 0);
+  EXPECT_EQ(g1[0], 0);
+  EXPECT_EQ(info.estimatedTime, NCCL_UNDEF_FLOAT);  // conccl estimates nothing: unknown, not the fake's 42.5
+  EXPECT_EQ(SHIM(ncclGroupEnd)(), ncclInvalidUsage) << "the simulated group must be closed";
+  // The next group runs its own calls only: had the dropped ones survived, a and b would be summed too.
+  float c[2] = {3, 4}, d[2] = {5, 6};
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(c, c, 2, ncclFloat32, ncclSum, comms_[0], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(d, d, 2, ncclFloat32, ncclSum, comms_[1], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclGroupEnd)(), ncclSuccess) << SHIM(ncclGetLastError)(nullptr);
+  EXPECT_EQ(c[0], 8.0f);
+  EXPECT_EQ(d[1], 10.0f);
+  EXPECT_EQ(a[0], 1.0f);
+  EXPECT_EQ(b[1], 20.0f);
+  EXPECT_EQ(oa[0], -1.0f);
+  // Nested: the inner ncclGroupSimulateEnd only ends its level; the outer ncclGroupEnd runs the calls.
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(a, oa, 2, ncclFloat32, ops[0], comms_[0], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(b, ob, 2, ncclFloat32, ops[1], comms_[1], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclGroupSimulateEnd)(&info), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclGroupEnd)(), ncclSuccess) << SHIM(ncclGetLastError)(nullptr);
+  EXPECT_EQ(oa[0], 0.5f * 1 + 0.5f * 10);
+  EXPECT_EQ(ob[1], 0.5f * 2 + 0.5f * 20);
+  // A bad simInfo: ncclInvalidArgument with a message, the calls dropped, the group closed.
+  ncclSimInfo_t bad = NCCL_SIM_INFO_INITIALIZER;
+  bad.magic = 1;
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(c, c, 2, ncclFloat32, ncclSum, comms_[0], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(d, d, 2, ncclFloat32, ncclSum, comms_[1], nullptr), ncclSuccess);
+  EXPECT_EQ(SHIM(ncclGroupSimulateEnd)(&bad), ncclInvalidArgument);
+  EXPECT_NE(std::string(SHIM(ncclGetLastError)(nullptr)).find("NCCL_SIM_INFO_INITIALIZER"), std::string::npos);
+  EXPECT_EQ(c[0], 8.0f);
+  EXPECT_EQ(SHIM(ncclGroupEnd)(), ncclInvalidUsage);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(SHIM(ncclRedOpDestroy)(ops[r], comms_[r]), ncclSuccess);
+}
+
+// The scratch limit of this suite is 512 KiB (8 blocks of 64 KiB). Calls that kept their block (in or out of
+// groups, launched or simulated) would exhaust it within a few rounds; a call above the limit fails with a message.
+TEST_F(NcclShimHost, ScratchLeaksNothingAndTheLimitIsAClearError) {
+  ncclRedOp_t ops[2];
+  const float third = 1.0f / 3.0f;
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(SHIM(ncclRedOpCreatePreMulSum)(&ops[r], const_cast<float*>(&third), ncclFloat32,
+                                             ncclScalarHostImmediate, comms_[r]),
+              ncclSuccess);
+  }
+  std::vector<float> x0(1000, 3.0f), x1(1000, 6.0f), y0(1000), y1(1000);
+  ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+  for (int round = 0; round < 30; ++round) {
+    ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+    for (int k = 0; k < 3; ++k) {
+      ASSERT_EQ(SHIM(ncclAllReduce)(x0.data(), y0.data(), 1000, ncclFloat32, ops[0], comms_[0], nullptr), ncclSuccess)
+          << "round " << round << ": " << SHIM(ncclGetLastError)(comms_[0]);
+      ASSERT_EQ(SHIM(ncclAllReduce)(x1.data(), y1.data(), 1000, ncclFloat32, ops[1], comms_[1], nullptr), ncclSuccess)
+          << "round " << round << ": " << SHIM(ncclGetLastError)(comms_[1]);
+    }
+    if (round % 2 == 0) {
+      ASSERT_EQ(SHIM(ncclGroupSimulateEnd)(&info), ncclSuccess);
+    } else {
+      ASSERT_EQ(SHIM(ncclGroupEnd)(), ncclSuccess) << SHIM(ncclGetLastError)(nullptr);
+      EXPECT_EQ(y0[999], 3.0f * third + 6.0f * third);
+    }
+  }
+  // In-place AllToAll staging takes from the same pool and gives back too.
+  std::vector<int32_t> b0(4000, 1), b1(4000, 2);
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+    ASSERT_EQ(SHIM(ncclAlltoAll)(b0.data(), b0.data(), 2000, ncclInt32, comms_[0], nullptr), ncclSuccess);
+    ASSERT_EQ(SHIM(ncclAlltoAll)(b1.data(), b1.data(), 2000, ncclInt32, comms_[1], nullptr), ncclSuccess);
+    ASSERT_EQ(SHIM(ncclGroupEnd)(), ncclSuccess) << SHIM(ncclGetLastError)(nullptr);
+  }
+  // 1 MiB of input does not fit under 512 KiB: an error naming the limit, nothing run.
+  std::vector<float> big(1 << 18, 1.0f), out(1 << 18, -1.0f);
+  EXPECT_EQ(SHIM(ncclAllReduce)(big.data(), out.data(), big.size(), ncclFloat32, ops[0], comms_[0], nullptr),
+            ncclSystemError);
+  EXPECT_NE(std::string(SHIM(ncclGetLastError)(comms_[0])).find("CONCCL_NCCL_SCRATCH_MAX_BYTES"), std::string::npos)
+      << SHIM(ncclGetLastError)(comms_[0]);
+  EXPECT_EQ(out[0], -1.0f);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(SHIM(ncclRedOpDestroy)(ops[r], comms_[r]), ncclSuccess);
+}
+
+// bf16 PreMulSum on the host backend, with the scalar read as NCCL reads it: two bytes of bf16. A float passed as a
+// bf16 scalar (what PyTorch's ProcessGroupNCCL does) is read as its two low bytes: 0.5f -> bf16 0x0000 = 0.
+TEST_F(NcclShimHost, Bfloat16ScalarIsTwoBytesOfBfloat16) {
+  const uint16_t bf16Half = 0x3f00;  // 0.5
+  const float floatHalf = 0.5f;     // 0x3f000000: its low two bytes are 0
+  ncclRedOp_t good[2], torchLike[2];
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(SHIM(ncclRedOpCreatePreMulSum)(&good[r], const_cast<uint16_t*>(&bf16Half), ncclBfloat16,
+                                             ncclScalarHostImmediate, comms_[r]),
+              ncclSuccess)
+        << SHIM(ncclGetLastError)(comms_[r]);
+    ASSERT_EQ(SHIM(ncclRedOpCreatePreMulSum)(&torchLike[r], const_cast<float*>(&floatHalf), ncclBfloat16,
+                                             ncclScalarHostImmediate, comms_[r]),
+              ncclSuccess);
+  }
+  // bf16 1.0, 3.0, -2.5 on rank 0; 2.0, 0.5, 6.0 on rank 1.
+  uint16_t x0[3] = {0x3f80, 0x4040, 0xc020}, x1[3] = {0x4000, 0x3f00, 0x40c0}, y0[3] = {}, y1[3] = {};
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(x0, y0, 3, ncclBfloat16, good[0], comms_[0], nullptr), ncclSuccess)
+      << SHIM(ncclGetLastError)(comms_[0]);
+  ASSERT_EQ(SHIM(ncclAllReduce)(x1, y1, 3, ncclBfloat16, good[1], comms_[1], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclGroupEnd)(), ncclSuccess) << SHIM(ncclGetLastError)(nullptr);
+  const uint16_t want[3] = {0x3fc0, 0x3fe0, 0x3fe0};  // 1.5, 1.75, 1.75 (exact)
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(y0[i], want[i]) << i;
+    EXPECT_EQ(y1[i], want[i]) << i;
+  }
+  ASSERT_EQ(SHIM(ncclGroupStart)(), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(x0, y0, 3, ncclBfloat16, torchLike[0], comms_[0], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclAllReduce)(x1, y1, 3, ncclBfloat16, torchLike[1], comms_[1], nullptr), ncclSuccess);
+  ASSERT_EQ(SHIM(ncclGroupEnd)(), ncclSuccess) << SHIM(ncclGetLastError)(nullptr);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(y0[i] & 0x7fff, 0) << i;  // +-0: multiplied by bf16 0
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(SHIM(ncclRedOpDestroy)(good[r], comms_[r]), ncclSuccess);
+    EXPECT_EQ(SHIM(ncclRedOpDestroy)(torchLike[r], comms_[r]), ncclSuccess);
+  }
 }
 
 TEST_F(NcclShimHost, ConcclErrorsKeepTheirMessage) {
