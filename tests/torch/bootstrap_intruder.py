@@ -6,9 +6,12 @@ u32 magic "CCB1", u32 type 1, i32 rank, i32 nranks, i64 pid, u64 length, then th
 listed in /proc/net/unix, so any process of the node can find and connect to one.
 
 This helper polls /proc/net/unix every --poll-ms for abstract names containing "conccl", connects once to each new
-one, sends a hello claiming to be the last rank (--nranks - 1) of --nranks, keeps the connection open and records
-everything it receives until --duration-s has passed. It learned something if it received any message other than an
-error (type 3): a table of every rank's hello (type 2) or an all-gather result (type 5), or bytes that do not parse.
+one and claims to be the last rank (--nranks - 1) of --nranks: if rank 0 opens with a challenge (the authenticated
+bootstrap, wire magic "CCB2", type 6) it answers with a proof made without the secret (its own random challenge and
+32 random bytes for the MAC), then a hello; otherwise (the older protocol, "CCB1") it sends the hello at once. It
+keeps the connection open and records everything it receives until --duration-s has passed. It learned something
+if it received any message other than an error (type 3) or a challenge: a table of every rank's hello (type 2), an
+all-gather result (type 5), a root proof (type 8), or bytes that do not parse.
 
 Exit status: 0 = it raced at least one bootstrap socket and learned nothing; 1 = it learned something; 2 = it never
 saw a conccl socket (the test could not race the job: inconclusive, counted as a failure by the runner). The job
@@ -24,9 +27,11 @@ import sys
 import time
 
 WIRE_MAGIC = 0x31424343  # "CCB1"
-WIRE_MAGICS = (WIRE_MAGIC, 0x32424343)  # "CCB2": the bootstrap that authenticates (rank 0 sends a challenge first)
+WIRE_MAGICS = {WIRE_MAGIC: "CCB1", 0x32424343: "CCB2"}  # CCB2: the bootstrap that authenticates (challenge first)
+MAGIC_NAMES = {0x31424343: "CCB1", 0x32424343: "CCB2"}
 HEADER = struct.Struct("<IIiiqQ")
-TYPES = {1: "hello", 2: "table", 3: "error", 4: "gather", 5: "gathered", 6: "challenge"}
+TYPES = {1: "hello", 2: "table", 3: "error", 4: "gather", 5: "gathered", 6: "challenge", 7: "proof",
+         8: "root-proof"}
 
 
 def abstract_names():
@@ -68,6 +73,8 @@ def main():
     p.add_argument("--payload-bytes", type=int, default=256, help="size of the (zero) payload of the fake hello")
     p.add_argument("--out", help="JSON report")
     p.add_argument("--ready-file", help="touched once polling has started")
+    p.add_argument("--challenge-wait-s", type=float, default=0.3,
+                   help="how long to wait for rank 0's challenge before sending the older protocol's hello")
     p.add_argument("--stop-file", help="stop early (before --duration-s) once this file exists")
     args = p.parse_args()
 
@@ -82,12 +89,40 @@ def main():
             s.settimeout(0.5)
             try:
                 s.connect("\0" + name)
-                hello = HEADER.pack(WIRE_MAGIC, 1, args.nranks - 1, args.nranks, os.getpid(), args.payload_bytes)
-                s.sendall(hello + bytes(args.payload_bytes))
+                buf = bytearray()
+                # The authenticated bootstrap speaks first (a challenge); the older one waits for the hello.
+                s.settimeout(args.challenge_wait_s)
+                try:
+                    while len(buf) < HEADER.size:
+                        chunk = s.recv(HEADER.size - len(buf))
+                        if not chunk:
+                            break
+                        buf.extend(chunk)
+                except socket.timeout:
+                    pass
+                rank, n, me = args.nranks - 1, args.nranks, os.getpid()
+                payload = bytes(args.payload_bytes)
+                if len(buf) == HEADER.size:
+                    magic, typ, _, _, _, length = HEADER.unpack(bytes(buf))
+                    s.settimeout(0.5)
+                    body = b""
+                    while len(body) < min(length, 1 << 16):
+                        chunk = s.recv(min(length, 1 << 16) - len(body))
+                        if not chunk:
+                            break
+                        body += chunk
+                    buf.extend(body)
+                    fake = os.urandom(64)  # our challenge c1 and a MAC made without the secret
+                    s.sendall(HEADER.pack(magic, 7, rank, n, me, len(fake)) + fake)
+                    s.sendall(HEADER.pack(magic, 1, rank, n, me, len(payload)) + payload)
+                    how = f"answered a {TYPES.get(typ, typ)} ({MAGIC_NAMES.get(magic, hex(magic))}) with a wrong proof"
+                else:
+                    s.sendall(HEADER.pack(WIRE_MAGIC, 1, rank, n, me, len(payload)) + payload)
+                    how = "sent a hello (no challenge came)"
                 s.setblocking(False)
-                conns[name] = (s, bytearray())
-                report["connected"].append({"name": name, "t": time.time()})
-                print(f"intruder: connected to @{name} claiming rank {args.nranks - 1} of {args.nranks}", flush=True)
+                conns[name] = (s, buf)
+                report["connected"].append({"name": name, "t": time.time(), "how": how})
+                print(f"intruder: connected to @{name} claiming rank {rank} of {n}: {how}", flush=True)
             except OSError as e:
                 report["failed"].append({"name": name, "error": str(e)})
                 s.close()

@@ -17,6 +17,7 @@
 #   skew_host_time.py  NP=2, drop-in (--assert-max-us $SKEW_ASSERT_US) and plain NCCL (reported, not asserted)
 #   fault_cases.py     drop-in: kill (host, gpu), abort (host with each abort API, gpu), the bootstrap intruder
 #                      (bootstrap_intruder.py racing the ranks), NP=2; kill host + intruder also NP=4
+#   Order: the NP=2 runs, skew, the NP=2 fault cases, then NP=4 (runs and faults), then the allocator variants.
 #   workloads.py again through the drop-in with PYTORCH_ALLOC_CONF=expandable_segments:True and with the older
 #       PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (--expect-expandable checks it took effect); ordering.py and
 #       pipeline_ddp.py too when ALLOC_SCRIPTS says so
@@ -294,16 +295,22 @@ fi
 wl_extra=()
 [ "$SMOKE_CPU" = 1 ] && wl_extra=(--compile-backend aot_eager)
 
-for np in $NPS; do
+matrix() {  # NP: the workloads, ordering and pipeline runs of one process count, drop-in and reference
+  local np="$1" lib ord_env
   for lib in "${LIBS_MAIN[@]}" $REF_LIB; do
     torchrun_cases workloads.py "$np" "$lib" default 150 "$WORKLOAD_CASES" --cases "$WORKLOAD_CASES" "${wl_extra[@]}"
     ord_env=""
     [ "$lib" = conccl ] && ord_env="CONCCL_TIMEOUT_MS=$ORDERING_TIMEOUT_MS"
-    RUN_ENV="$ord_env" torchrun_cases ordering.py "$np" "$lib" default 90 "$ORDERING_CASES" \
+    RUN_ENV="$ord_env" torchrun_cases ordering.py "$np" "$lib" default 75 "$ORDERING_CASES" \
       --cases "$ORDERING_CASES" --timeout-s 60
     torchrun_cases pipeline_ddp.py "$np" "$lib" default 90 gpipe,1f1b
   done
-done
+}
+
+# Priority order (BUDGET_S skips what comes last): NP=2, skew, faults at NP=2, then NP=4 and its faults, then the
+# allocator variants.
+has_np() { [[ " $NPS " == *" $1 "* ]]; }
+has_np 2 && matrix 2
 
 # Host time under skew: NP=2 (the peer, rank 1, is late).
 if wanted skew; then
@@ -320,16 +327,20 @@ if wanted skew; then
 fi
 
 # Fault cases, through the drop-in only (the 1 s bound and the clean-up are conccl's promises).
-fault_kill 2 host
-fault_kill 2 gpu
-fault_abort 2 host c10d
-fault_abort 2 host pg
-fault_abort 2 gpu auto
-fault_intruder 2
-if [[ " $NPS " == *" 4 "* ]]; then
-  fault_kill 4 host
-  fault_intruder 4
+if has_np 2; then
+  fault_kill 2 host
+  fault_kill 2 gpu
+  fault_abort 2 host c10d
+  fault_abort 2 host pg
+  fault_abort 2 gpu auto
+  fault_intruder 2
 fi
+for np in $NPS; do
+  [ "$np" = 2 ] && continue
+  matrix "$np"
+  fault_kill "$np" host
+  fault_intruder "$np"
+done
 
 # Expandable segments (VMM memory, which CUDA IPC cannot share), under both names of the variable.
 for alloc in $ALLOCS; do
