@@ -452,7 +452,8 @@ void RendezvousRoot::run(int listenFd, int wakeFd, Clock::time_point deadline) {
     // Every rank whose hello was valid hears the outcome (two claiming one rank number both hear the failure).
     for (const Conn& c : conns) {
       if (!c.arrived || c.fd < 0) continue;
-      std::vector<uint8_t> reply = makeReply(id_.secret, id_.nonce, c.rankChallenge.data(), status, hosts, answer, message);
+      std::vector<uint8_t> reply =
+          makeReply(id_.secret, id_.nonce, c.rankChallenge.data(), status, hosts, answer, message);
       sendAll(c.fd, reply.data(), reply.size(), Clock::now() + kSendBound);
     }
   };

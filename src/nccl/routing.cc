@@ -127,12 +127,16 @@ uint64_t hashHostString(const std::string& s) {
 }
 
 HostIdentity hostIdentity(const EnvLookup& lookup, const std::string& hostname, const std::string& bootId) {
-  if (const char* v = lookup("CONCCL_HOSTID"); v != nullptr && v[0] != '\0') return {hashHostString(v), "CONCCL_HOSTID"};
+  if (const char* v = lookup("CONCCL_HOSTID"); v != nullptr && v[0] != '\0') {
+    return {hashHostString(v), "CONCCL_HOSTID"};
+  }
   if (const char* v = lookup("NCCL_HOSTID"); v != nullptr && v[0] != '\0') return {hashHostString(v), "NCCL_HOSTID"};
   return {hashHostString(hostname + bootId), "hostname+boot_id"};
 }
 
-int countHosts(const std::vector<uint64_t>& hosts) { return static_cast<int>(std::set<uint64_t>(hosts.begin(), hosts.end()).size()); }
+int countHosts(const std::vector<uint64_t>& hosts) {
+  return static_cast<int>(std::set<uint64_t>(hosts.begin(), hosts.end()).size());
+}
 
 Decision decideLocality(const std::vector<uint64_t>& hosts, bool realNcclAvailable) {
   if (hosts.empty()) return {Path::kFail, "no ranks"};
@@ -228,7 +232,9 @@ InterfaceChoice pickInterface(const std::vector<NetInterface>& ifs, const EnvLoo
     return false;
   };
   auto isDocker = [](const NetInterface& f) { return f.name.compare(0, 6, "docker") == 0; };
-  if (first([&](const NetInterface& f) { return !f.loopback && !isDocker(f); }, "first non-loopback interface")) return c;
+  if (first([&](const NetInterface& f) { return !f.loopback && !isDocker(f); }, "first non-loopback interface")) {
+    return c;
+  }
   if (first([&](const NetInterface& f) { return !f.loopback; }, "first docker interface")) return c;
   if (first([](const NetInterface& f) { return f.loopback; }, "loopback (no other interface is up)")) return c;
   c.error = "no IPv4 interface is up";

@@ -404,7 +404,9 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, in
   // TORCH_NCCL_RANKS_PER_ROOT ranks), the others are not used (their roots end at their timeout) and a communicator
   // across hosts is made by the real ncclCommInitRankConfig with the one id the first root made.
   const IdKind kind = classifyId(commIds[0].internal, NCCL_UNIQUE_ID_BYTES);
-  if (kind == IdKind::kRendezvous) return initRank(newcomm, nranks, commIds[0], myrank, config, "ncclCommInitRankScalable");
+  if (kind == IdKind::kRendezvous) {
+    return initRank(newcomm, nranks, commIds[0], myrank, config, "ncclCommInitRankScalable");
+  }
   if (kind == IdKind::kConcclJob) {
     if (nId != 1) return fail(nullptr, ncclInvalidUsage, "ncclCommInitRankScalable: several conccl ids");
     return initRank(newcomm, nranks, commIds[0], myrank, config, "ncclCommInitRankScalable");

@@ -55,7 +55,9 @@ std::string toHex(const ncclUniqueId& id) {
 
 ncclUniqueId fromHex(const std::string& s) {
   ncclUniqueId id;
-  for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; ++i) id.internal[i] = static_cast<char>(std::stoi(s.substr(2 * i, 2), nullptr, 16));
+  for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; ++i) {
+    id.internal[i] = static_cast<char>(std::stoi(s.substr(2 * i, 2), nullptr, 16));
+  }
   return id;
 }
 
@@ -118,7 +120,8 @@ class NcclShimLocality : public ::testing::Test {
     return id;
   }
   // Ranks [0, n) unless `ranks` says which; host of rank r: hostOf(r).
-  static bool runLayout(const ncclUniqueId& id, int n, const char* expect, const std::function<std::string(int)>& hostOf,
+  static bool runLayout(const ncclUniqueId& id, int n, const char* expect,
+                        const std::function<std::string(int)>& hostOf,
                         const char* hostVar = "NCCL_HOSTID", std::vector<int> ranks = {},
                         const std::string& expectMessage = "") {
     if (ranks.empty()) {
