@@ -53,6 +53,10 @@ struct RankArgs {
   // Set by concclGroupEnd: this call's group posts no other rank of the communicator (one thread per rank). Such a
   // rank would wait on the host for its peers' threads; a local clique stages it instead (LocalClique::post).
   bool soleRankInGroup = false;
+  // Set by ProcessClique when the call was deferred to its proxy thread: `stream` is then the executor's launch stream,
+  // and the call runs eagerly (capturing a cached graph can wait for the device, where the caller's stream waits for
+  // this very call: exec/cuda/deferred_launch.h).
+  bool deferred = false;
   const char* apiName = "";  // for messages, e.g. "concclAllGather"
 };
 

@@ -350,6 +350,9 @@ void ProcessClique::failIfPeerLaunched(const Error& e, bool peerLaunchedEarly) {
 }
 
 void ProcessClique::launchProgram(PendingCall& pending, const CallTicket& ticket) {
+  // A deferred call never captures a graph: instantiating can wait for the device, and the caller's stream waits on
+  // the device for this very call.
+  if (pending.args[static_cast<size_t>(rank_)]->deferred) pending.binding.eagerOnly = true;
   try {
     executor_->launch(*pending.schedule, pending.binding, rank_);
     if (gpuWatchdog_) gpuWatchdog_->launched(rank_, ticket.what);

@@ -71,6 +71,7 @@ bool ProcessClique::deferToProxy(CallTicket& ticket, std::optional<OwnPart> own)
     return false;
   }
   mine.stream = gate->launchStream;  // the program runs there, as if it were the caller's stream
+  mine.deferred = true;
   {
     std::lock_guard<std::mutex> lock(proxyMutex_);
     proxyQueue_.push_back(DeferredItem{ticket, *gate, std::move(own), false});
