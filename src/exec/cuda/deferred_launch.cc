@@ -93,7 +93,8 @@ cudaEvent_t DeferredLaunches::takeEvent() {
 }
 
 std::optional<DeferredCall> DeferredLaunches::defer(cudaStream_t caller, std::string* whyNot) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  // No lock is held across a CUDA call: an enqueue on the caller's stream can block when its queue is full of gate
+  // waits, until the proxy thread, which takes the lock in begin() and end(), has released them.
   DeviceGuard guard(device_);
   if (singleConnection_) {
     *whyNot = "CUDA_DEVICE_MAX_CONNECTIONS=1: every stream shares one hardware queue, so the caller's stream cannot "
@@ -108,27 +109,49 @@ std::optional<DeferredCall> DeferredLaunches::defer(cudaStream_t caller, std::st
   }
   unsigned long long id = 0;
   CUDA_CHECK(cudaStreamGetId(caller, &id));
-  auto verdict = verdicts_.find(id);
-  if (verdict == verdicts_.end()) {
+  std::string verdict;
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = verdicts_.find(id);
+    if (it != verdicts_.end()) {
+      known = true;
+      verdict = it->second;
+    }
+  }
+  if (!known) {
+    // Only the caller's thread probes (one thread calls per communicator); the launch stream must be idle for it.
     std::string why;
     const bool clear = probe(caller, &why);
     if (!clear && why.empty()) {
       *whyNot = "the launch stream and lanes were busy, so the caller's stream could not be probed yet";
       return std::nullopt;  // not cached: probed again next time
     }
-    verdict = verdicts_.emplace(id, clear ? std::string() : why).first;
+    verdict = clear ? std::string() : why;
+    std::lock_guard<std::mutex> lock(mutex_);
+    verdicts_[id] = verdict;
   }
-  if (!verdict->second.empty()) {
-    *whyNot = verdict->second;
+  if (!verdict.empty()) {
+    *whyNot = verdict;
     return std::nullopt;
   }
   DeferredCall call;
-  call.ticket = ++issued_;
-  call.reached = takeEvent();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    call.ticket = ++issued_;
+    call.reached = takeEvent();
+  }
   call.launchStream = launchStream_.get();
-  CUDA_CHECK(cudaEventRecord(call.reached, caller));
-  CU_CHECK(driverApi().streamWaitValue32(reinterpret_cast<CUstream>(caller), gateDevice_, call.ticket,
-                                         CU_STREAM_WAIT_VALUE_GEQ));
+  try {
+    CUDA_CHECK(cudaEventRecord(call.reached, caller));
+    CU_CHECK(driverApi().streamWaitValue32(reinterpret_cast<CUstream>(caller), gateDevice_, call.ticket,
+                                           CU_STREAM_WAIT_VALUE_GEQ));
+  } catch (const Error&) {
+    // Tickets are ended in order: this one still passes through the proxy's end(), which the caller arranges by
+    // failing the communicator; open it here so that nothing waits for it.
+    openFromHost(call.ticket);
+    throw;
+  }
   return call;
 }
 
@@ -169,18 +192,22 @@ bool DeferredLaunches::probe(cudaStream_t caller, std::string* whyNot) {
 }
 
 void DeferredLaunches::begin(const DeferredCall& call) {
-  std::lock_guard<std::mutex> lock(mutex_);
   DeviceGuard guard(device_);
   // cudaStreamWaitEvent takes the event's state now: the event may be recorded again by a later defer() from here on.
   const cudaError_t err = cudaStreamWaitEvent(launchStream_.get(), call.reached, 0);
-  free_.push_back(call.reached);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(call.reached);
+  }
   CUDA_CHECK(err);
 }
 
 void DeferredLaunches::end(const DeferredCall& call) {
-  std::lock_guard<std::mutex> lock(mutex_);
   DeviceGuard guard(device_);
-  ++ended_;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++ended_;
+  }
   CU_CHECK(driverApi().streamWriteValue32(reinterpret_cast<CUstream>(launchStream_.get()), gateDevice_, call.ticket,
                                           0));
 }
