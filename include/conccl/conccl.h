@@ -472,6 +472,7 @@ typedef struct {
  * communication, no host wait: it may be called at any time, also inside a group and while capturing. In-place calls
  * and other ops use the same path and at most the same CTAs. Reduction CTAs are an upper bound: the kernel launches
  * fewer when a piece has too few elements to give each CTA work. With several ranks on one GPU their resources add up.
+ * concclC3Plan runs the same decision code, without a communicator, for the call its workload describes.
  * Errors: concclInvalidArgument for NULL comm or out, a bad collective, datatype or root, a count whose bytes overflow,
  * or a reduction over an fp8 type; concclInvalidUsage for a destroyed or failed communicator. */
 CONCCL_API concclResult_t concclCallResources(concclComm_t comm, concclCollective_t coll, size_t count,
@@ -521,10 +522,11 @@ typedef struct {
   concclC3Strategy_t strategy;
   int useConccl;              /* 1: run the collective with conccl, 0: with NCCL */
   int gemmSmCount;            /* SM-count target for the GEMM (cuBLASLt CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET);
-                                 0: all SMs. A model figure (it assumes conccl's reductions take 4 SMs): with a
-                                 communicator, device SMs - concclCallResources(...).sms is exact for the call */
-  int collectiveCtas;         /* NCCL config.maxCTAs (NcclRp) or conccl's reduction CTAs (config.reduceCtas,
-                                 default 4, for reduce-scatter / all-reduce on conccl); 0: no SMs or the default */
+                                 0: all SMs. NcclRp: smCount - 8 (at least 8). ConcclRp: smCount - collectiveCtas (at
+                                 least 8), or 0 when conccl's call occupies no SM (copy engines only) */
+  int collectiveCtas;         /* NcclRp: NCCL config.maxCTAs (8). When the collective runs on conccl: the `sms`
+                                 concclCallResources reports for the busiest rank of the call (see concclC3Plan);
+                                 0: NCCL's default, or a conccl call on copy engines only */
   int collectiveHighPriority; /* 1: put the collective on a greatest-priority stream and launch it first */
   double predictedUs;         /* predicted time of GEMM and collective together, from their common start */
   double predictedSerialUs;   /* predicted time of one after the other (GEMM + NCCL's collective alone) */
@@ -536,8 +538,16 @@ typedef struct {
  * alpha-beta collective of 25 us + 370 GB/s bus bandwidth), the slowdowns each strategy causes come from a
  * calibration: the file named by CONCCL_C3_CALIBRATION (written by `conccl-c3 --calibrate FILE` on the machine,
  * read once per path and process), else built-in priors. Serial wins ties.
+ * conccl's CTAs (collectiveCtas, and the ConcclRp gemmSmCount) come from the same decision code as
+ * concclCallResources, run on the CPU for the call the workload describes: an out-of-place bf16 call with op sum
+ * (count = bytes / 2, divided by nranks for all-gather, reduce-scatter and all-to-all) on a CUDA communicator of nranks
+ * ranks, one GPU each with peer access between all of them, created without a config struct (so the CONCCL_*
+ * variables in force and the defaults for nranks GPUs apply: CONCCL_REDUCE_CTAS, CONCCL_SM_BUDGET,
+ * CONCCL_SMALL_MESSAGE_BYTES, CONCCL_ENGINE, ...). A communicator whose GPUs lack peer access, that is shared by
+ * ranks of one GPU or configured otherwise may differ: concclCallResources on it is exact. Copies between two buffers
+ * of one GPU (concclCallResources_t.sameDeviceCopyBytes) are CUDA's copy kernels and not counted.
  * Errors: concclInvalidArgument for NULL pointers, non-positive dimensions or bytes, nranks < 1, an
- * unsupported gemmType or collective, or a calibration file that cannot be read. */
+ * unsupported gemmType or collective, a calibration file that cannot be read, or a bad CONCCL_* variable. */
 CONCCL_API concclResult_t concclC3Plan(const concclC3Workload_t* workload, concclC3Plan_t* plan);
 
 #ifdef __cplusplus

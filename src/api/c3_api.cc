@@ -1,5 +1,5 @@
 // concclC3Plan: the C3 planner (src/c3/planner.h) behind the public API, with the calibration named by
-// CONCCL_C3_CALIBRATION.
+// CONCCL_C3_CALIBRATION and conccl's CTAs from the library's own decision code (src/c3/call_resources.h).
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -8,6 +8,7 @@
 
 #include "api/api_guard.h"
 #include "c3/calibration.h"
+#include "c3/call_resources.h"
 #include "c3/planner.h"
 
 namespace conccl::api {
@@ -55,6 +56,10 @@ c3::CollKind collKind(int c) {
   CONCCL_THROW(concclInvalidArgument, "unknown collective " + std::to_string(c));
 }
 
+// NCCL's config.maxCTAs for nccl+RP: conccl-c3's --rp-coll-ctas default, with which that strategy's slowdowns are
+// measured (conccl's own CTAs come from its decision code instead).
+constexpr int kNcclRpCtas = 8;
+
 // The public enum follows the order of c3::Strategy (serial .. conccl+RP).
 concclC3Strategy_t publicStrategy(c3::Strategy s) { return concclC3Strategy_t(int(s)); }
 
@@ -95,7 +100,10 @@ extern "C" concclResult_t concclC3Plan(const concclC3Workload_t* workload, concc
     const double tG = c3::predictGemmTime(gemm, machine);
     const double tC = c3::predictCollTime(coll, c3::CommProfile{});
     const c3::Plan p = c3::plan(gemm, coll, tG, tC, api::calibrationFromEnvironment(), candidates, machine);
-    const c3::StrategyResources res = c3::strategyResources(p.best, coll.kind, sms, 8, 4, 0, w.allowNccl != 0);
+    // What conccl's call would occupy on a communicator of nranks GPUs created without a config struct.
+    const concclCallResources_t call = c3::concclCallFootprint(coll, c3::defaultConfigFor(w.nranks));
+    const c3::StrategyResources res =
+        c3::strategyResources(p.best, coll.kind, sms, api::kNcclRpCtas, call.sms, 0, w.allowNccl != 0);
 
     concclC3Plan_t out{};
     out.strategy = api::publicStrategy(p.best);

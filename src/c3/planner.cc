@@ -100,7 +100,7 @@ bool strategySupports(Strategy s, CollKind kind) {
   return true;
 }
 
-StrategyResources strategyResources(Strategy s, CollKind kind, int gpuSms, int rpCollCtas, int reduceCtas,
+StrategyResources strategyResources(Strategy s, CollKind /*kind*/, int gpuSms, int rpCollCtas, int concclSms,
                                     int rpGemmSms, bool ncclPresent) {
   StrategyResources r;
   // serial is NCCL's collective, then the GEMM; conccl's only where NCCL is absent.
@@ -109,8 +109,10 @@ StrategyResources strategyResources(Strategy s, CollKind kind, int gpuSms, int r
     r.gemmSmCount = rpGemmSms > 0 ? rpGemmSms : std::max(8, gpuSms - rpCollCtas);
     r.collectiveCtas = rpCollCtas;
   }
-  if (s == Strategy::kConcclRp) r.gemmSmCount = rpGemmSms > 0 ? rpGemmSms : std::max(8, gpuSms - reduceCtas);
-  if (r.conccl && isReduction(kind)) r.collectiveCtas = reduceCtas;
+  if (s == Strategy::kConcclRp) {
+    r.gemmSmCount = rpGemmSms > 0 ? rpGemmSms : concclSms > 0 ? std::max(8, gpuSms - concclSms) : 0;
+  }
+  if (r.conccl) r.collectiveCtas = concclSms;
   r.highPriority = s == Strategy::kNcclSp;
   return r;
 }

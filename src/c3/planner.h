@@ -43,14 +43,16 @@ bool strategySupports(Strategy s, CollKind kind);
 
 // What a strategy asks of the GPU: the GEMM's SM budget, the collective's CTAs and stream priority, and which
 // library runs the collective. RP leaves the collective's share of SMs out of the GEMM: NCCL's maxCTAs
-// (`rpCollCtas`) for nccl+RP, conccl's reduction CTAs (`reduceCtas`, default 4) for conccl+RP.
+// (`rpCollCtas`) for nccl+RP; for conccl+RP the SMs conccl's call occupies (`concclSms`: concclCallResources(...).sms,
+// c3/call_resources.h computes it without a GPU), and a call that occupies none (copy engines only) leaves the GEMM
+// every SM. `kind` is not read: the collective's kind is already in concclSms.
 struct StrategyResources {
   int gemmSmCount = 0;     // cuBLASLt SM-count target; 0 = all SMs
-  int collectiveCtas = 0;  // NCCL maxCTAs (nccl+RP) or conccl's reduction CTAs; 0 = the library's default
+  int collectiveCtas = 0;  // NCCL maxCTAs (nccl+RP) or concclSms (conccl strategies); 0 = none or NCCL's default
   bool highPriority = false;
   bool conccl = false;  // the collective runs on conccl (else NCCL)
 };
-StrategyResources strategyResources(Strategy s, CollKind kind, int gpuSms, int rpCollCtas = 8, int reduceCtas = 4,
+StrategyResources strategyResources(Strategy s, CollKind kind, int gpuSms, int rpCollCtas, int concclSms,
                                     int rpGemmSms = 0, bool ncclPresent = true);
 
 // How much a strategy slows each side while both run, and what it adds to the collective alone.
@@ -68,7 +70,7 @@ struct Calibration {
   std::map<std::pair<Strategy, GemmBound>, StrategyCost> costs;
   std::map<std::tuple<Strategy, GemmBound, CollKind>, StrategyCost> kindCosts;  // measured; preferred
   // Extra GEMM slowdown factor when a copy-engine strategy runs a collective with a reduction, because
-  // its reduction kernel takes `reduceCtas` SMs (default 4). Applied to `costs` priors only: a measured
+  // its reduction kernel takes SMs (up to config.smBudget, 8 by default). Applied to `costs` priors only: a measured
   // kindCosts entry already contains it.
   double ceReductionGemmSlowdown = 1.03;
 

@@ -1,14 +1,25 @@
-// concclC3Plan (include/conccl/conccl.h): argument checks, the decision it reports, and the calibration file
-// named by CONCCL_C3_CALIBRATION.
+// concclC3Plan (include/conccl/conccl.h): argument checks, the decision it reports, the calibration file
+// named by CONCCL_C3_CALIBRATION, and that conccl's CTAs in the plan are what the library's decision code
+// (exec::callResources, behind concclCallResources) says the call occupies.
 #include <conccl/conccl.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/tuned_defaults.h"
+#include "exec/call_path.h"
+#include "sched/schedule.h"
 
 namespace {
+
+namespace sched = conccl::sched;
 
 concclC3Workload_t squareAllGather() {
   concclC3Workload_t w{};
@@ -110,11 +121,125 @@ TEST(ApiC3Plan, CalibrationFileDecides) {
     concclC3Plan_t plan;
     ASSERT_EQ(concclC3Plan(&w, &plan), concclSuccess);
     EXPECT_EQ(plan.strategy, concclC3ConcclRp);
-    EXPECT_EQ(plan.gemmSmCount, 128);   // the reduction's 4 CTAs left to it
-    EXPECT_EQ(plan.collectiveCtas, 4);  // conccl's default reduceCtas
+    EXPECT_EQ(plan.collectiveCtas, 8);  // 32 MiB per reducer: the auto rule's most, config.smBudget's default
+    EXPECT_EQ(plan.gemmSmCount, 132 - 8);
   }
   {
     ScopedEnv env("CONCCL_C3_CALIBRATION", "/nonexistent/calibration.json");
+    const concclC3Workload_t w = squareAllGather();
+    concclC3Plan_t plan;
+    EXPECT_EQ(concclC3Plan(&w, &plan), concclInvalidArgument);
+  }
+}
+
+// The most SMs any rank of `call` occupies, straight from the executor's decision code with the limits and build
+// options a CUDA communicator over nranks GPUs with full peer access takes from `config` (CudaExecutor).
+int decisionCodeSms(const sched::CollectiveCall& call, const conccl::Config& config) {
+  conccl::exec::PathLimits limits;
+  limits.smallBytes = config.engine == concclEngineCopy ? 0 : config.smallMessageBytes;
+  limits.reduceCtas = config.reduceCtas;
+  limits.smBudget = config.smBudget;
+  limits.highPriority = config.highPriority;
+  sched::BuildOptions options;
+  options.scratchBudget = config.scratchBytes;
+  options.lanes = config.lanes;
+  options.pipelineDepth = config.pipelineDepth;
+  options.minChunkBytes = config.minChunkBytes;
+  options.peerReads = config.peerReduce;
+  options.ownBlockViaPeer = config.engine == concclEngineCopy && call.nranks >= 2;
+  const sched::Schedule schedule = sched::buildSchedule(call, options);
+  std::vector<int> devices(static_cast<size_t>(call.nranks));
+  std::iota(devices.begin(), devices.end(), 0);
+  int most = 0;
+  for (int r = 0; r < call.nranks; ++r) {
+    most = std::max(most, conccl::exec::callResources(schedule, r, limits, devices).sms);
+  }
+  return most;
+}
+
+struct C3Case {
+  concclC3Collective_t c3;
+  sched::CollKind kind;
+  bool perRankCount;  // the call's count is bytes / nranks (all-gather, reduce-scatter, all-to-all)
+};
+
+// conccl+RP wins under this calibration; for every C3 collective, size and rank count the plan's CTAs must be the
+// decision code's, and the GEMM must be left the rest of the SMs (all of them when the call occupies none).
+void expectPlanFollowsDecisionCode(const char* what) {
+  const conccl::Config config = conccl::resolveConfig(nullptr, /*cudaAvailable=*/true);
+  const std::vector<C3Case> cases = {{concclC3AllGather, sched::CollKind::kAllGather, true},
+                                     {concclC3ReduceScatter, sched::CollKind::kReduceScatter, true},
+                                     {concclC3AllReduce, sched::CollKind::kAllReduce, false},
+                                     {concclC3AllToAll, sched::CollKind::kAllToAll, true},
+                                     {concclC3Broadcast, sched::CollKind::kBroadcast, false}};
+  bool sawReduceKernel = false, sawSmallKernel = false, sawNoSm = false;
+  for (const C3Case& c : cases) {
+    for (int nranks : {2, 4, 8}) {
+      conccl::Config tuned = config;
+      conccl::applyTunedDefaults(tuned, nranks);
+      for (size_t bytes : {size_t{4} << 10, size_t{256} << 10, size_t{1} << 20, size_t{3} << 20, size_t{64} << 20}) {
+        concclC3Workload_t w = squareAllGather();
+        w.collective = c.c3;
+        w.bytes = bytes;
+        w.nranks = nranks;
+        w.smCount = 132;
+        concclC3Plan_t plan;
+        ASSERT_EQ(concclC3Plan(&w, &plan), concclSuccess) << concclGetLastError(nullptr);
+        ASSERT_EQ(plan.strategy, concclC3ConcclRp);
+        sched::CollectiveCall call;
+        call.kind = c.kind;
+        call.nranks = nranks;
+        call.dtype = concclBfloat16;
+        call.count = bytes / 2 / (c.perRankCount ? size_t(nranks) : 1);
+        call.inPlace.assign(size_t(nranks), false);
+        const int want = decisionCodeSms(call, tuned);
+        const std::string at = std::string(what) + ": collective " + std::to_string(int(c.c3)) + ", " +
+                               std::to_string(nranks) + " ranks, " + std::to_string(bytes) + " B";
+        EXPECT_EQ(plan.collectiveCtas, want) << at;
+        EXPECT_EQ(plan.gemmSmCount, want > 0 ? std::max(8, 132 - want) : 0) << at;
+        sawReduceKernel = sawReduceKernel || want > 1;
+        sawSmallKernel = sawSmallKernel || want == 1;
+        sawNoSm = sawNoSm || want == 0;
+      }
+    }
+  }
+  // The sweep covers the three paths, so a planner that hard-codes any one figure fails it.
+  EXPECT_TRUE(sawReduceKernel && sawSmallKernel && sawNoSm) << what;
+}
+
+TEST(ApiC3Plan, ConcclCtasAreTheDecisionCodesForEveryCollectiveAndSize) {
+  ScopedEnv env("CONCCL_C3_CALIBRATION", writeCalibration("conccl+RP"));
+  expectPlanFollowsDecisionCode("defaults");
+}
+
+// The limits a communicator would take from the environment are the planner's too.
+TEST(ApiC3Plan, ConcclCtasFollowTheEnvironmentLikeACommunicator) {
+  ScopedEnv env("CONCCL_C3_CALIBRATION", writeCalibration("conccl+RP"));
+  {
+    ScopedEnv ctas("CONCCL_REDUCE_CTAS", "3");
+    expectPlanFollowsDecisionCode("CONCCL_REDUCE_CTAS=3");
+    concclC3Workload_t w = squareAllGather();
+    w.collective = concclC3ReduceScatter;
+    concclC3Plan_t plan;
+    ASSERT_EQ(concclC3Plan(&w, &plan), concclSuccess);
+    EXPECT_EQ(plan.collectiveCtas, 3);
+    EXPECT_EQ(plan.gemmSmCount, 129);
+  }
+  {
+    ScopedEnv budget("CONCCL_SM_BUDGET", "5");
+    expectPlanFollowsDecisionCode("CONCCL_SM_BUDGET=5");
+  }
+  {
+    ScopedEnv small("CONCCL_SMALL_MESSAGE_BYTES", "0");  // no small kernel: small reductions get reduction CTAs
+    concclC3Workload_t w = squareAllGather();
+    w.collective = concclC3AllReduce;
+    w.bytes = 4096;
+    concclC3Plan_t plan;
+    ASSERT_EQ(concclC3Plan(&w, &plan), concclSuccess);
+    EXPECT_EQ(plan.collectiveCtas, 1);  // 4 KiB of input: one CTA by the auto rule
+  }
+  {
+    ScopedEnv bad("CONCCL_REDUCE_CTAS", "banana");
     const concclC3Workload_t w = squareAllGather();
     concclC3Plan_t plan;
     EXPECT_EQ(concclC3Plan(&w, &plan), concclInvalidArgument);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "c3/call_resources.h"
 #include "c3/planner.h"
 #include "core/error.h"
 
@@ -109,6 +110,55 @@ TEST(C3Planner, LeavesOutUnsupportedStrategiesAndAddsReductionCost) {
   const Plan only = plan(square, rs, 1e-3, 1e-3, cal, {Strategy::kNccl, Strategy::kNcclSp});
   EXPECT_EQ(only.predictions.size(), 2u);
   EXPECT_TRUE(only.best == Strategy::kNccl || only.best == Strategy::kNcclSp);
+}
+
+// conccl's figures are whatever the call occupies (concclCallResources' sms), never a constant of the planner.
+TEST(C3Strategy, ResourcesTakeConcclsSmsFromTheCall) {
+  for (int concclSms : {0, 1, 3, 8, 20}) {
+    for (CollKind kind : {CollKind::kAllGather, CollKind::kReduceScatter}) {
+      const StrategyResources rp = strategyResources(Strategy::kConcclRp, kind, 132, 8, concclSms, 0, true);
+      EXPECT_TRUE(rp.conccl);
+      EXPECT_EQ(rp.collectiveCtas, concclSms);
+      EXPECT_EQ(rp.gemmSmCount, concclSms > 0 ? 132 - concclSms : 0);  // no SM taken: the GEMM keeps them all
+      const StrategyResources ce = strategyResources(Strategy::kConccl, kind, 132, 8, concclSms, 0, true);
+      EXPECT_EQ(ce.collectiveCtas, concclSms);
+      EXPECT_EQ(ce.gemmSmCount, 0);
+      EXPECT_EQ(strategyResources(Strategy::kSerial, kind, 132, 8, concclSms, 0, false).collectiveCtas, concclSms);
+      EXPECT_EQ(strategyResources(Strategy::kSerial, kind, 132, 8, concclSms, 0, true).collectiveCtas, 0);  // NCCL's
+    }
+  }
+  EXPECT_EQ(strategyResources(Strategy::kConcclRp, CollKind::kAllReduce, 12, 8, 8, 0, true).gemmSmCount, 8);
+  EXPECT_EQ(strategyResources(Strategy::kConcclRp, CollKind::kAllReduce, 132, 8, 8, 100, true).gemmSmCount, 100);
+  const StrategyResources nccl = strategyResources(Strategy::kNcclRp, CollKind::kAllReduce, 132, 16, 8, 0, true);
+  EXPECT_FALSE(nccl.conccl);
+  EXPECT_EQ(nccl.collectiveCtas, 16);
+  EXPECT_EQ(nccl.gemmSmCount, 116);
+}
+
+// The footprint the planner uses is the executor's decision for the call (exec/call_path.h), without a GPU.
+TEST(C3Strategy, ConcclCallFootprintIsTheDecisionCodes) {
+  Config config;  // the defaults: auto reduction CTAs, smBudget 8, 64 KiB small-message threshold
+  const CollectiveSpec bigRs{CollKind::kReduceScatter, uint64_t{256} << 20, 8, Dtype::kBf16};
+  concclCallResources_t r = concclCallFootprint(bigRs, config);
+  EXPECT_EQ(r.path, concclPathReduceKernel);
+  EXPECT_EQ(r.sms, 8);
+  config.reduceCtas = 2;
+  config.smBudget = 2;
+  EXPECT_EQ(concclCallFootprint(bigRs, config).sms, 2);
+  config = Config{};
+  // An all-gather moves data on copy engines; its own block is a copy inside the rank's GPU.
+  const CollectiveSpec bigAg{CollKind::kAllGather, uint64_t{64} << 20, 8, Dtype::kBf16};
+  r = concclCallFootprint(bigAg, config);
+  EXPECT_EQ(r.path, concclPathCopyEngines);
+  EXPECT_EQ(r.sms, 0);
+  EXPECT_EQ(r.sameDeviceCopyBytes, size_t{8} << 20);
+  // engine = copy sends the own block through a peer, and turns the small kernel off.
+  config.engine = concclEngineCopy;
+  EXPECT_EQ(concclCallFootprint(bigAg, config).sameDeviceCopyBytes, 0u);
+  const CollectiveSpec tinyAr{CollKind::kAllReduce, 4096, 8, Dtype::kBf16};
+  EXPECT_EQ(concclCallFootprint(tinyAr, config).path, concclPathReduceKernel);
+  EXPECT_EQ(concclCallFootprint(tinyAr, Config{}).path, concclPathSmallKernel);
+  EXPECT_EQ(concclCallFootprint(tinyAr, Config{}).sms, 1);
 }
 
 TEST(C3Planner, CopyEngineIssueCostLosesAtTinySizes) {
