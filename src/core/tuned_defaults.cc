@@ -39,8 +39,8 @@ std::string bytesText(size_t bytes) {
 
 const std::vector<TunedDefaults>& tunedDefaultsTable() { return table(); }
 
-const TunedDefaults& tunedDefaultsFor(int gpuCount) {
-  const std::vector<TunedDefaults>& rows = table();
+const TunedDefaults& tunedDefaultsFor(int gpuCount, const std::vector<TunedDefaults>& rows) {
+  CONCCL_ASSERT(!rows.empty());
   const TunedDefaults* pick = &rows.front();
   for (const TunedDefaults& row : rows) {
     if (row.gpus <= gpuCount) pick = &row;
@@ -56,8 +56,8 @@ int distinctGpuCount(const std::vector<int>& devices) {
   return static_cast<int>(unique.size());
 }
 
-std::string applyTunedDefaults(Config& config, int gpuCount) {
-  const TunedDefaults& row = tunedDefaultsFor(gpuCount);
+std::string applyTunedDefaults(Config& config, int gpuCount, const std::vector<TunedDefaults>& rows) {
+  const TunedDefaults& row = tunedDefaultsFor(gpuCount, rows);
   CONCCL_ASSERT(row.lanes >= 1 && row.lanes <= Config{}.lanes);
   const unsigned mine = config.explicitKnobs;
   if (!(mine & kKnobLanes)) config.lanes = row.lanes;

@@ -40,15 +40,17 @@ struct TunedDefaults {
 // The table, ascending by `gpus`, first row for 1 GPU.
 const std::vector<TunedDefaults>& tunedDefaultsTable();
 
-// The row for a communicator over `gpuCount` distinct GPUs: the last row whose `gpus` is at most gpuCount (the first
-// row for gpuCount < 1).
-const TunedDefaults& tunedDefaultsFor(int gpuCount);
+// The row of `table` (ascending by `gpus`, not empty; the production table unless a test passes its own) for a
+// communicator over `gpuCount` distinct GPUs: the last row whose `gpus` is at most gpuCount (the first row for
+// gpuCount < 1).
+const TunedDefaults& tunedDefaultsFor(int gpuCount, const std::vector<TunedDefaults>& table = tunedDefaultsTable());
 
 // Distinct devices among `devices` (negative entries, the host backend's, are not devices).
 int distinctGpuCount(const std::vector<int>& devices);
 
-// Sets every knob of `config` that is not in config.explicitKnobs from the row for `gpuCount`. Returns one line for
-// the INFO log: the GPU count, the values in effect and which came from the caller.
-std::string applyTunedDefaults(Config& config, int gpuCount);
+// Sets every knob of `config` that is not in config.explicitKnobs from the row of `table` for `gpuCount`. Returns one
+// line for the INFO log: the GPU count, the values in effect and which came from the caller.
+std::string applyTunedDefaults(Config& config, int gpuCount,
+                               const std::vector<TunedDefaults>& table = tunedDefaultsTable());
 
 }  // namespace conccl

@@ -66,7 +66,8 @@ TEST(TunedDefaults, DistinctGpuCount) {
   EXPECT_EQ(distinctGpuCount({-1, -1}), 0);  // the host backend's ranks have no device
 }
 
-// Knobs the caller left alone take the row's values; the rows agree today, so the test moves them off first.
+// Knobs the caller left alone take the production row's values; its rows equal Config's defaults today, so the test
+// moves them off first (the synthetic-table tests below cover rows that differ from the defaults).
 TEST(TunedDefaults, UnsetKnobsTakeTheRow) {
   for (int gpus : {1, 2, 4, 8, 16}) {
     Config config;
@@ -85,6 +86,83 @@ TEST(TunedDefaults, UnsetKnobsTakeTheRow) {
         << line;
     EXPECT_EQ(line.find("set by the caller"), std::string::npos) << line;
     EXPECT_NE(line.find(row.evidence), std::string::npos) << line;
+  }
+}
+
+// The production rows all equal Config's defaults today, so the tests above cannot see a row being ignored. These
+// give applyTunedDefaults a table whose rows differ from Config{} (and from each other) in every knob.
+std::vector<TunedDefaults> syntheticTable() {
+  const Config d;
+  return {
+      {1, d.lanes, d.singleStreamBytes, d.minChunkBytes, d.smallMessageBytes, "synthetic row 1: the defaults"},
+      {2, 1, d.singleStreamBytes + 111, d.minChunkBytes + 222, d.smallMessageBytes + 333,
+       "synthetic row 2: every knob off the defaults"},
+      {4, 1, size_t{5} << 20, size_t{16} << 20, size_t{8} << 10, "synthetic row 4: other values again"},
+  };
+}
+
+void expectKnobsOf(const Config& config, const TunedDefaults& row, unsigned keptBits, const Config& before) {
+  EXPECT_EQ(config.lanes, (keptBits & kKnobLanes) ? before.lanes : row.lanes);
+  EXPECT_EQ(config.singleStreamBytes,
+            (keptBits & kKnobSingleStreamBytes) ? before.singleStreamBytes : row.singleStreamBytes);
+  EXPECT_EQ(config.minChunkBytes, (keptBits & kKnobMinChunkBytes) ? before.minChunkBytes : row.minChunkBytes);
+  EXPECT_EQ(config.smallMessageBytes,
+            (keptBits & kKnobSmallMessageBytes) ? before.smallMessageBytes : row.smallMessageBytes);
+}
+
+TEST(TunedDefaults, SyntheticTableRowsDifferInEveryKnob) {
+  // Guards the test table itself: were a row equal to the defaults in some knob, ignoring that knob would pass.
+  const std::vector<TunedDefaults> rows = syntheticTable();
+  const Config d;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_NE(rows[i].lanes, d.lanes) << "row " << i;
+    EXPECT_NE(rows[i].singleStreamBytes, d.singleStreamBytes) << "row " << i;
+    EXPECT_NE(rows[i].minChunkBytes, d.minChunkBytes) << "row " << i;
+    EXPECT_NE(rows[i].smallMessageBytes, d.smallMessageBytes) << "row " << i;
+    EXPECT_NE(rows[i].singleStreamBytes, rows[i - 1].singleStreamBytes) << "row " << i;
+    EXPECT_NE(rows[i].minChunkBytes, rows[i - 1].minChunkBytes) << "row " << i;
+    EXPECT_NE(rows[i].smallMessageBytes, rows[i - 1].smallMessageBytes) << "row " << i;
+  }
+}
+
+// From Config's defaults (what a communicator holds before its GPUs are known), every knob the caller did not set
+// takes the row's value: for each GPU count and each of the 16 subsets of explicit knobs.
+TEST(TunedDefaults, EveryUnsetKnobFollowsTheRowOfAGivenTable) {
+  const std::vector<TunedDefaults> rows = syntheticTable();
+  for (int gpus : {1, 2, 3, 4, 8}) {
+    const TunedDefaults& row = tunedDefaultsFor(gpus, rows);
+    EXPECT_EQ(row.gpus, gpus >= 4 ? 4 : gpus >= 2 ? 2 : 1);
+    for (unsigned bits = 0; bits < 16; ++bits) {
+      Config config;
+      config.explicitKnobs = bits;
+      const Config before = config;
+      const std::string line = applyTunedDefaults(config, gpus, rows);
+      SCOPED_TRACE(std::to_string(gpus) + " GPUs, explicit knobs " + std::to_string(bits) + ": " + line);
+      expectKnobsOf(config, row, bits, before);
+      EXPECT_EQ(config.explicitKnobs, bits);
+      EXPECT_NE(line.find("table row " + std::to_string(row.gpus)), std::string::npos);
+      EXPECT_NE(line.find(row.evidence), std::string::npos);
+      const std::string lanes = "lanes " + std::to_string(config.lanes) + ((bits & kKnobLanes) ? " (set by" : ",");
+      EXPECT_NE(line.find(lanes), std::string::npos);
+    }
+  }
+}
+
+// The caller's values win over a row that differs from them, whatever they are.
+TEST(TunedDefaults, ExplicitKnobsKeepTheCallersValuesAgainstAGivenTable) {
+  const std::vector<TunedDefaults> rows = syntheticTable();
+  const TunedDefaults& row = tunedDefaultsFor(2, rows);
+  for (unsigned bits = 0; bits < 16; ++bits) {
+    Config config;
+    config.lanes = 2;
+    config.singleStreamBytes = 7777;
+    config.minChunkBytes = 88888;
+    config.smallMessageBytes = 999;
+    config.explicitKnobs = bits;
+    const Config before = config;
+    applyTunedDefaults(config, 2, rows);
+    SCOPED_TRACE("explicit knobs " + std::to_string(bits));
+    expectKnobsOf(config, row, bits, before);
   }
 }
 
