@@ -37,6 +37,11 @@ struct SmUsage {
   bool upper_bound = false;  // `sms` is a configured maximum, not a measured count
   bool sm_path = false;      // a copy-engine backend fell back to SM kernels for this collective
   std::string note;
+  // The call also copies between two buffers of one GPU (a rank's own block, ranks sharing a GPU). On our driver
+  // such a copy runs as CUDA's own copy kernel on SMs (FACTS.md, probe 1), whose size CUDA does not say: `sms`
+  // then counts it as at least one SM (the label gets a '+': "1+" = one SM or more).
+  bool copy_kernels = false;
+  size_t same_device_copy_bytes = 0;  // the most bytes any rank copies so
 };
 
 class Backend {

@@ -1,6 +1,7 @@
 #include "backend_conccl.h"
 
 #include "coll.h"
+#include "sm_usage.h"
 #include "types.h"
 
 namespace conccl::bench {
@@ -43,7 +44,7 @@ bool ConcclBackend::Supports(CollKind /*kind*/, concclDataType_t type, int op) c
 
 SmUsage ConcclBackend::Sms(CollKind kind, size_t bytes) const {
   // What the library says the call occupies (concclCallResources: the executor's own decision code), for the row's
-  // size as uint8 elements: the path and the CTAs depend on bytes, not on the element type. The busiest rank counts.
+  // size as uint8 elements: the path and the CTAs depend on bytes, not on the element type.
   concclCollective_t coll = concclNumColls;
   switch (kind) {
     case CollKind::kAllGather: coll = concclCollAllGather; break;
@@ -63,25 +64,13 @@ SmUsage ConcclBackend::Sms(CollKind kind, size_t bytes) const {
   }
   if (desc == nullptr || comms_.empty()) return {};
   const size_t param = desc->counts(bytes, NumRanks()).param;
-  int most = 0;
-  concclCallPath_t path = concclPathCopyEngines;
+  std::vector<concclCallResources_t> ranks;
   for (concclComm_t comm : comms_) {
     concclCallResources_t res{};
     if (concclCallResources(comm, coll, param, concclUint8, 0, &res) != concclSuccess) return {};
-    if (res.sms >= most) {
-      most = res.sms;
-      path = res.path;
-    }
+    ranks.push_back(res);
   }
-  switch (path) {
-    case concclPathHost: return {0, false, false, "host threads, no GPU"};
-    case concclPathCopyEngines: return {0, false, false, "copy engines only (concclCallResources)"};
-    case concclPathSmallKernel:
-      return {most, false, true, "small-message kernel, 1 CTA for a few us (concclCallResources)"};
-    case concclPathReduceKernel:
-      return {most, true, false, "reduction kernel CTAs, at most (concclCallResources)"};
-  }
-  return {};
+  return ConcclSmUsage(ranks);  // sm_usage.h: the busiest rank, same-device copies counted
 }
 
 void ConcclBackend::GroupStart() { ConcclCheck(concclGroupStart(), nullptr, "concclGroupStart"); }

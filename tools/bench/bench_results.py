@@ -56,6 +56,8 @@ def read_conccl_bench(lines: Iterable[str]) -> List[Point]:
             continue
         sms = row.get("sms", -1)
         label = "?" if sms is None or sms < 0 else ("<=" if row.get("sms_upper_bound") else "") + str(sms)
+        if row.get("sms_copy_kernels"):  # plus CUDA's same-device copy kernels, of unknown size
+            label += "+"
         if row.get("sm_fallback"):
             label += "!"
         points.append(

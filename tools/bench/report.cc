@@ -76,6 +76,7 @@ std::vector<std::string> ColumnHeader() {
 std::string SmLabel(const SmUsage& sms) {
   if (sms.sms < 0) return "?";
   std::string s = (sms.upper_bound ? "<=" : "") + std::to_string(sms.sms);
+  if (sms.copy_kernels) s += "+";  // plus CUDA's same-device copy kernels, of unknown size (backend.h)
   if (sms.sm_path) s += "!";
   return s;
 }
@@ -108,6 +109,8 @@ nlohmann::json JsonRow(const RowResult& row, bool in_place) {
       {"sms_upper_bound", row.sms.upper_bound},
       {"sm_fallback", row.sms.sm_path},
       {"sms_note", row.sms.note},
+      {"sms_copy_kernels", row.sms.copy_kernels},
+      {"same_device_copy_bytes", row.sms.same_device_copy_bytes},
   };
   const bool ok = v.present && v.error.empty();
   auto num = [&](double x) { return ok ? nlohmann::json(x) : nlohmann::json(nullptr); };

@@ -56,7 +56,8 @@ struct RowResult {
 // conccl columns (backend, SMs, p50 and p99 of each variant, then the host time per rank and call of each).
 std::vector<std::string> ColumnHeader();
 std::string FormatRow(const RowResult& row);
-// "4", "<=32", "?"; a '!' marks a copy-engine backend that fell back to SM kernels.
+// "4", "<=32", "?"; a '+' marks same-device copies on CUDA's copy kernels (SMs, how many unknown: "1+" = at least
+// one), a '!' a copy-engine backend that fell back to SM kernels.
 std::string SmLabel(const SmUsage& sms);
 
 // One JSON object per row and variant (schema in docs/bench.md).

@@ -87,6 +87,12 @@ class ReadersTest(unittest.TestCase):
         self.assertEqual(pts[1].threads, 2)
         self.assertEqual(pts[1].host_us, 4.0)
         self.assertEqual(pts[0].sms, "0")
+        # Same-device copies (CUDA's copy kernels, size unknown) count as "one SM or more".
+        copying = json.loads(bench_rows("conccl", "all_gather", [(1 << 20, 20.0, 26.0, False)])[1])
+        copying.update({"sms": 1, "sms_copy_kernels": True, "same_device_copy_bytes": 1 << 19})
+        reducing = dict(copying, sms=8, sms_upper_bound=True)
+        pts = br.read_conccl_bench([json.dumps(copying), json.dumps(reducing)])
+        self.assertEqual([p.sms for p in pts], ["1+", "<=8+"])
         self.assertEqual(br.human_size(64 << 20), "64M")
         self.assertEqual(br.human_size(8), "8B")
 
