@@ -37,6 +37,7 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
   std::memcpy(payload.data(), &hello, sizeof(hello));
   auto boot = Bootstrap::connect(id, rank, nranks, payload, timeout);
   pids_ = boot->pids();
+  ranksShareProcess_ = std::count(pids_.begin(), pids_.end(), pids_[static_cast<size_t>(rank)]) > 1;
   sendsPosted_.assign(static_cast<size_t>(nranks), 0);
   recvsPosted_.assign(static_cast<size_t>(nranks), 0);
 

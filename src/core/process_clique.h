@@ -132,7 +132,8 @@ class ProcessClique final : public Clique {
   // peers have not published yet, every AllToAllv and Send/Recv group, any call while earlier ones are still deferred)
   // is handed to the proxy thread instead: the caller's stream waits on the GPU (exec::DeferredCall) and the caller
   // returns; the proxy finishes the calls in call order, launching each on the executor's launch stream. Where a call
-  // cannot be deferred (graph capture, chunk events, a stream whose hardware queue is shared, the knob off) it is
+  // cannot be deferred (graph capture, chunk events, a stream whose hardware queue is shared, ranks that are threads
+  // of one process, the knob off) it is
   // finished on the caller's thread after the proxy has drained, as before.
   struct OwnPart;
   struct DeferredItem;
@@ -266,6 +267,7 @@ class ProcessClique final : public Clique {
   bool stopProxy_ = false;
   std::thread proxy_;
   std::string lastNoDeferReason_;  // logged once per reason
+  bool ranksShareProcess_ = false;  // another rank of this communicator is a thread of this process (deferrable())
 
   // GPU progress of this process's rank (gpu_watchdog.h): its GPU work that does not complete within timeoutMs
   // fails the communicator with concclTimeout, which every process sees through the segment's error word.

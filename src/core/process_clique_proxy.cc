@@ -29,8 +29,11 @@ namespace conccl {
 
 bool ProcessClique::deferrable(const RankArgs& mine) const {
   // Chunk and input events are recorded / waited on the program's stream between its ops: a caller that waits on
-  // such an event before the proxy recorded it would not wait at all.
-  return config_.deferCalls && mine.chunkEvents.empty() && mine.inputEvents.empty();
+  // such an event before the proxy recorded it would not wait at all. Ranks that are threads of one process
+  // (concclCommInitRank per thread, nccl-tests -t) share one CUDA context, so one rank's gate Wait can sit in the
+  // hardware queue of another rank's launch stream, which the probe of this rank's own streams cannot see: they keep
+  // the blocking form.
+  return config_.deferCalls && !ranksShareProcess_ && mine.chunkEvents.empty() && mine.inputEvents.empty();
 }
 
 bool ProcessClique::proxyBusy() {
