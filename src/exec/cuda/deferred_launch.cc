@@ -77,11 +77,6 @@ DeferredLaunches::~DeferredLaunches() {
   storeWord(probeWord_, probeTicket_);
 }
 
-uint32_t DeferredLaunches::outstanding() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return issued_ - ended_;
-}
-
 cudaEvent_t DeferredLaunches::takeEvent() {
   if (free_.empty()) {
     events_.push_back(Event::createForOrdering());
@@ -204,10 +199,6 @@ void DeferredLaunches::begin(const DeferredCall& call) {
 
 void DeferredLaunches::end(const DeferredCall& call) {
   DeviceGuard guard(device_);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++ended_;
-  }
   CU_CHECK(driverApi().streamWriteValue32(reinterpret_cast<CUstream>(launchStream_.get()), gateDevice_, call.ticket,
                                           0));
 }

@@ -53,8 +53,6 @@ class DeferredLaunches {
   void openFromHost(uint32_t ticket);
   // Polls (bounded) until the launch stream has run everything enqueued on it; false on timeout.
   bool drain(std::chrono::milliseconds limit);
-  // Deferred calls whose end() has not been enqueued yet.
-  uint32_t outstanding() const;
 
  private:
   bool probe(cudaStream_t caller, std::string* whyNot);
@@ -70,7 +68,6 @@ class DeferredLaunches {
   uint32_t probeTicket_ = 0;
   mutable std::mutex mutex_;
   uint32_t issued_ = 0;              // tickets handed out (wraps; the gate compares wrap-safely)
-  uint32_t ended_ = 0;               // tickets whose end() was enqueued
   std::vector<Event> events_;        // every event ever made (owned here)
   std::vector<cudaEvent_t> free_;    // events not waited on by a pending begin()
   std::map<unsigned long long, std::string> verdicts_;  // stream id -> "" (deferrable) or why not
