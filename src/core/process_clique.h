@@ -152,6 +152,9 @@ class ProcessClique final : public Clique {
   // The blocking forms: a whole call, and a regular call's second half (read the peers, bind, launch).
   void finishCall(CallTicket& ticket);
   void finishRegular(CallTicket& ticket, const OwnPart& own);
+  // Steps 1-3 of a collective (its slot free): checks, the symmetric attempt, publish; a symmetric or staged call is
+  // launched here (nullopt), a regular one returns what the second half needs.
+  std::optional<OwnPart> checkAndPublish(CallTicket& ticket);
   // Non-blocking checks of what the blocking forms would wait for.
   bool slotFreeNow(uint64_t seq);
   bool peersPublished(uint64_t seq) const;

@@ -39,17 +39,10 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   }
   // The proxy is idle and the slot free: the call starts here, and is handed over only if the peers are late.
   closeRetiredPeerImports();
-  PendingCall& pending = *ticket.call;
-  OwnPart own = checkOwnPart(mine);
-  std::vector<Assumption> assumed;
-  const bool symmetric = !own.error && trySymmetric(pending, own, assumed);
-  publish(pending, own, symmetric);
-  if (symmetric) {
-    launchEarly(pending, ticket, std::move(assumed));
-    return;
-  }
-  if (!peersPublished(pending.seq) && deferToProxy(ticket, own)) return;
-  finishRegular(ticket, own);
+  std::optional<OwnPart> own = checkAndPublish(ticket);
+  if (!own) return;  // symmetric or staged: launched
+  if (!peersPublished(ticket.call->seq) && deferToProxy(ticket, own)) return;
+  finishRegular(ticket, *own);
 }
 
 void ProcessClique::finishCall(CallTicket& ticket) {
@@ -59,10 +52,14 @@ void ProcessClique::finishCall(CallTicket& ticket) {
     launchSendRecv(ticket);
     return;
   }
+  waitForFreeSlot(ticket.call->seq, ticket.what);
+  if (std::optional<OwnPart> own = checkAndPublish(ticket)) finishRegular(ticket, *own);
+}
+
+std::optional<ProcessClique::OwnPart> ProcessClique::checkAndPublish(CallTicket& ticket) {
   PendingCall& pending = *ticket.call;
-  waitForFreeSlot(pending.seq, ticket.what);
   // 1. This rank's own checks and exports, before the peers hear of the call: an error is published instead.
-  const OwnPart own = checkOwnPart(*pending.args[static_cast<size_t>(rank_)]);
+  OwnPart own = checkOwnPart(*pending.args[static_cast<size_t>(rank_)]);
   // 2. A symmetric call launches without waiting for the peers.
   std::vector<Assumption> assumed;
   const bool symmetric = !own.error && trySymmetric(pending, own, assumed);
@@ -70,9 +67,9 @@ void ProcessClique::finishCall(CallTicket& ticket) {
   publish(pending, own, symmetric);
   if (symmetric) {
     launchEarly(pending, ticket, std::move(assumed));
-    return;
+    return std::nullopt;
   }
-  finishRegular(ticket, own);
+  return own;
 }
 
 void ProcessClique::finishRegular(CallTicket& ticket, const OwnPart& own) {
