@@ -9,9 +9,8 @@
 #include "sched/schedule.h"
 
 namespace conccl::c3 {
-namespace {
 
-concclDataType_t concclType(Dtype d) {
+concclDataType_t concclTypeOf(Dtype d) {
   switch (d) {
     case Dtype::kBf16:
       return concclBfloat16;
@@ -24,8 +23,6 @@ concclDataType_t concclType(Dtype d) {
   }
   CONCCL_THROW(concclInvalidArgument, "unknown dtype");
 }
-
-}  // namespace
 
 Config defaultConfigFor(int gpus) {
   Config config = resolveConfig(nullptr, /*cudaAvailable=*/true);
@@ -54,7 +51,7 @@ concclCallResources_t concclCallFootprint(const CollectiveSpec& coll, const Conf
   sched::CollectiveCall call;
   call.kind = coll.kind;
   call.nranks = n;
-  call.dtype = concclType(coll.dtype);
+  call.dtype = concclTypeOf(coll.dtype);
   call.op = concclSum;
   call.root = 0;
   call.count = coll.callCount();

@@ -11,6 +11,9 @@
 
 namespace conccl::c3 {
 
+// The conccl datatype of a C3 GEMM / collective dtype.
+concclDataType_t concclTypeOf(Dtype d);
+
 // The configuration a communicator over `gpus` GPUs resolves when the caller passes no struct: the CONCCL_*
 // environment and the defaults (resolveConfig), then the tuned defaults for that GPU count (applyTunedDefaults).
 // Throws conccl::Error(concclInvalidArgument) for a bad environment variable, as communicator creation would.

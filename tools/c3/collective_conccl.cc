@@ -4,26 +4,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "c3/call_resources.h"
 #include "c3_check.h"
 #include "collectives.h"
 #include "kernels.h"
 
 namespace conccl::c3 {
 namespace {
-
-concclDataType_t concclType(Dtype d) {
-  switch (d) {
-    case Dtype::kBf16:
-      return concclBfloat16;
-    case Dtype::kFp16:
-      return concclFloat16;
-    case Dtype::kFp8E4M3:
-      return concclFloat8e4m3;
-    case Dtype::kFp32:
-      return concclFloat32;
-  }
-  return concclBfloat16;
-}
 
 concclCollective_t concclColl(CollKind k) {
   switch (k) {
@@ -57,7 +44,7 @@ class ConcclCollective : public Collective {
     }
   }
   void enqueue(const std::vector<cudaStream_t>& streams) override {
-    const concclDataType_t type = concclType(spec_.dtype);
+    const concclDataType_t type = concclTypeOf(spec_.dtype);
     const size_t count = spec_.callCount();
     C3_CONCCL_CHECK(concclGroupStart());
     for (size_t r = 0; r < comms_.size(); ++r) {
@@ -147,7 +134,7 @@ int concclCallSms(const ConcclComms& comms, const CollectiveSpec& spec) {
   int most = 0;
   for (concclComm_t comm : comms.comms()) {
     concclCallResources_t res{};
-    C3_CONCCL_CHECK(concclCallResources(comm, concclColl(spec.kind), spec.callCount(), concclType(spec.dtype), 0, &res));
+    C3_CONCCL_CHECK(concclCallResources(comm, concclColl(spec.kind), spec.callCount(), concclTypeOf(spec.dtype), 0, &res));
     most = std::max(most, res.sms);
   }
   return most;
