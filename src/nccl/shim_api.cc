@@ -14,6 +14,7 @@
 
 #include "nccl/nccl_abi.h"
 #include "nccl/shim_comm.h"
+#include "nccl/shim_hierarchical.h"
 #include "nccl/type_map.h"
 
 using namespace conccl::nccl;
@@ -106,8 +107,11 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;  // as NCCL
   ncclResult_t r = ncclSuccess;
   if (forwarded(comm)) {
+    // A communicator across hosts: its node's and rail's communicators first, then the flat one.
+    if (isShimComm(comm) && comm->hier != nullptr) r = destroyHierState(comm->hier, false);
     auto fn = realFn<decltype(&::ncclCommDestroy)>("ncclCommDestroy");
-    r = fn ? fn(realComm(comm)) : ncclInvalidUsage;
+    ncclResult_t rf = fn ? fn(realComm(comm)) : ncclInvalidUsage;
+    if (r == ncclSuccess) r = rf;
   } else {
     if (comm->conccl != nullptr) r = fromConccl(nullptr, concclCommDestroy(comm->conccl), "ncclCommDestroy");
     // The PreMulSum scratch is freed with the wrapper, once conccl waited for the communicator's work; if that wait
@@ -122,8 +126,10 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;  // as NCCL
   ncclResult_t r = ncclSuccess;
   if (forwarded(comm)) {
+    if (isShimComm(comm) && comm->hier != nullptr) r = destroyHierState(comm->hier, true);
     auto fn = realFn<decltype(&::ncclCommAbort)>("ncclCommAbort");
-    r = fn ? fn(realComm(comm)) : ncclInvalidUsage;
+    ncclResult_t rf = fn ? fn(realComm(comm)) : ncclInvalidUsage;
+    if (r == ncclSuccess) r = rf;
   } else {
     if (comm->conccl != nullptr) r = fromConccl(nullptr, concclCommAbort(comm->conccl), "ncclCommAbort");
     forgetPreMulScratch(comm);

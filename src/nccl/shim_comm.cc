@@ -138,7 +138,10 @@ void logComm(ncclComm_t w, const std::string& call, const std::string& reason, i
   }
   char buf[96];
   std::snprintf(buf, sizeof(buf), "comm %p rank %d nranks %d cudaDev %d", static_cast<void*>(w), rank, nranks, dev);
-  logLine("INFO", call + ": " + buf + " -> " + pathName(w->path) + " (" + reason + ")");
+  // A communicator across hosts on the hierarchical path is "nccl" underneath (its flat communicator) but runs its
+  // collectives on conccl + NCCL: say so.
+  logLine("INFO", call + ": " + buf + " -> " + (w->hier != nullptr ? "hierarchical" : pathName(w->path)) + " (" +
+                      reason + ")");
 }
 
 }  // namespace conccl::nccl

@@ -32,6 +32,9 @@ struct PreMulState;
 struct PreMulStateDeleter {
   void operator()(PreMulState* state) const;
 };
+// The intra-node and rail communicators of a communicator across hosts (shim_hierarchical.h); freed by
+// ncclCommDestroy / ncclCommAbort.
+struct HierState;
 }  // namespace conccl::nccl
 struct ncclComm {
   uint64_t magic = kShimCommMagic;
@@ -44,6 +47,9 @@ struct ncclComm {
   // [rank] = the host identity of each rank (routing.h), from the init's rendezvous or the split that made it;
   // empty when unknown (ncclCommInitAll, ids made without a rendezvous).
   std::vector<uint64_t> hosts;
+  // path kNccl across hosts with the hierarchical path on: its collectives run in phases (shim_hierarchical.cc);
+  // `real` stays the flat communicator (splits, groups, send/recv, and every call the phases cannot express).
+  conccl::nccl::HierState* hier = nullptr;
   std::unique_ptr<conccl::nccl::PreMulState, conccl::nccl::PreMulStateDeleter> premul;
   std::string lastError;
 };

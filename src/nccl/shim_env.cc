@@ -122,6 +122,15 @@ ShimEnv parseShimEnv(const EnvLookup& lookup) {
     }
     env.scratchMaxBytes = *bytes;
   }
+  if (const char* v = lookup("CONCCL_NCCL_HIERARCHICAL"); v != nullptr) {
+    std::string_view s = trim(v);
+    if (s != "0" && s != "1") {
+      env.enabled = false;
+      env.error = "CONCCL_NCCL_HIERARCHICAL='" + std::string(v) + "' is neither 0 nor 1";
+      return env;
+    }
+    env.hierarchical = s == "1";
+  }
   return env;
 }
 

@@ -9,6 +9,10 @@
 //   CONCCL_NCCL_SCRATCH_MAX_BYTES=n  the most scratch memory one conccl communicator holds for PreMulSum inputs and
 //                                 staged in-place AllToAll inputs (default 4 GiB; a positive integer, optionally
 //                                 with K, M or G for KiB, MiB, GiB)
+//   CONCCL_NCCL_HIERARCHICAL=0|1  1: a communicator whose ranks span hosts, the same number on each, runs its
+//                                 collectives hierarchically (conccl inside each host, the real NCCL on the rails
+//                                 between hosts; docs/hierarchical.md); 0: the whole communicator on the real NCCL
+//                                 (default 1). Read by the process that made the unique id: it decides for all ranks.
 // A value that does not parse turns the shim off (everything forwarded: correct, if slower) and is reported in
 // ShimEnv::error, which the shim logs once.
 #ifndef CONCCL_NCCL_SHIM_ENV_H_
@@ -51,6 +55,7 @@ struct ShimEnv {
   uint32_t collMask = kAllColls;
   std::string realLib;  // empty: search
   uint64_t scratchMaxBytes = kDefaultScratchMaxBytes;
+  bool hierarchical = true;
   std::string error;    // non-empty: a value did not parse; enabled is then false
 };
 

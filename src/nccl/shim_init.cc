@@ -24,6 +24,7 @@
 #include "nccl/nccl_abi.h"
 #include "nccl/rendezvous.h"
 #include "nccl/shim_comm.h"
+#include "nccl/shim_hierarchical.h"
 #include "nccl/type_map.h"
 
 namespace conccl::nccl {
@@ -82,6 +83,12 @@ bool rootAnswer(const std::vector<uint64_t>& hosts, std::string* answer, std::st
     return false;
   }
   char id[kAnswerIdBytes] = {};
+  std::string why;
+  if (d.path == Path::kNccl) {
+    // Ranks on several hosts: the hierarchical path when it applies (equal ranks per host), else the flat NCCL.
+    if (makeHierarchicalAnswer(hosts, answer, &why, error)) return true;
+    if (!error->empty()) return false;
+  }
   if (d.path == Path::kConccl) {
     concclUniqueId cid;
     if (concclGetUniqueId(&cid) != concclSuccess) {
@@ -103,6 +110,7 @@ bool rootAnswer(const std::vector<uint64_t>& hosts, std::string* answer, std::st
   answer->assign(1, d.path == Path::kConccl ? kAnswerConccl : kAnswerNccl);
   answer->append(id, kAnswerIdBytes);
   answer->append(d.reason);
+  if (!why.empty()) answer->append("; " + why);
   return true;
 }
 
@@ -130,6 +138,7 @@ struct InitOutcome {
   concclComm_t conccl = nullptr;
   ncclComm_t real = nullptr;
   std::vector<uint64_t> hosts;
+  HierState* hier = nullptr;  // path kNccl across hosts, hierarchical (shim_hierarchical.h)
   std::string reason;
   std::string error;  // result != ncclSuccess / ncclInProgress
 };
@@ -148,12 +157,22 @@ InitOutcome initFromRendezvous(const RendezvousId& rid, int nranks, int rank, nc
     return o;
   }
   if (met.answer.size() < 1 + kAnswerIdBytes ||
-      (met.answer[0] != kAnswerConccl && met.answer[0] != kAnswerNccl)) {
+      (met.answer[0] != kAnswerConccl && met.answer[0] != kAnswerNccl && met.answer[0] != kAnswerHierarchical)) {
     o.result = ncclInternalError;
     o.error = call + ": the rendezvous root's answer is malformed (a shim of another version made the id?)";
     return o;
   }
   o.hosts = std::move(met.hosts);
+  if (met.answer[0] == kAnswerHierarchical) {
+    HierInit h = initHierarchical(met.answer, o.hosts, nranks, rank, config, call);
+    o.path = Path::kNccl;
+    o.result = h.result;
+    o.error = h.error;
+    o.real = h.flat;
+    o.hier = h.hier;
+    o.reason = h.reason + ", rendezvous " + rendezvousAddress(rid);
+    return o;
+  }
   o.reason = met.answer.substr(1 + kAnswerIdBytes) + ", rendezvous " + rendezvousAddress(rid);
   if (met.answer[0] == kAnswerConccl) {
     concclUniqueId id;
@@ -249,6 +268,16 @@ ncclResult_t initRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int ran
   if (!rid) return fail(nullptr, ncclInvalidArgument, std::string(call) + ": a rendezvous id of another version");
   InitOutcome o = initFromRendezvous(*rid, nranks, rank, config, call);
   if (o.result != ncclSuccess && o.result != ncclInProgress) return fail(nullptr, o.result, o.error);
+  if (o.hier != nullptr) {
+    auto* w = new ncclComm;
+    w->path = o.path;
+    w->real = o.real;
+    w->hier = o.hier;  // before the log line, which then says "hierarchical"
+    w->hosts = std::move(o.hosts);
+    logComm(w, call, o.reason, rank, nranks);
+    *comm = w;
+    return o.result;
+  }
   *comm = wrapComm(o.path, o.conccl, o.real, call, o.reason, rank, nranks);
   (*comm)->hosts = std::move(o.hosts);
   return o.result;
@@ -325,6 +354,7 @@ ncclResult_t runPendingInits() {
       w->path = o.path;
       w->conccl = o.conccl;
       w->real = o.real;
+      w->hier = o.hier;
       w->hosts = std::move(o.hosts);
       logComm(w, inits[i].call + " (at ncclGroupEnd)", o.reason, inits[i].rank, inits[i].nranks);
     } else {

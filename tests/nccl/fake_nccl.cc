@@ -24,7 +24,7 @@ struct UniqueId {
 }  // namespace
 
 static FakeNcclRecord gRecord;
-static FakeComm gComm;
+static FakeComm gComms[8];  // one per init (the last one reused beyond 8)
 
 static void note(const char* name) {
   std::strncpy(gRecord.lastCall, name, sizeof(gRecord.lastCall) - 1);
@@ -43,6 +43,8 @@ FAKE_EXPORT int ncclGetUniqueId(UniqueId* id) {
   note("ncclGetUniqueId");
   std::memset(id->internal, 0, sizeof(id->internal));
   std::memset(id->internal, 0xAB, 16);
+  static unsigned char made = 0;
+  id->internal[16] = static_cast<char>(++made);
   return 0;
 }
 
@@ -53,9 +55,16 @@ FAKE_EXPORT int ncclCommInitRankConfig(FakeComm** comm, int nranks, UniqueId id,
   gRecord.idByte0 = static_cast<unsigned char>(id.internal[0]);
   gRecord.idByte127 = static_cast<unsigned char>(id.internal[127]);
   gRecord.configPassed = config != nullptr;
-  gComm.nranks = nranks;
-  gComm.rank = rank;
-  *comm = &gComm;
+  if (gRecord.inits < 8) {
+    gRecord.initNranks[gRecord.inits] = nranks;
+    gRecord.initRank[gRecord.inits] = rank;
+    gRecord.initIdByte16[gRecord.inits] = static_cast<unsigned char>(id.internal[16]);
+  }
+  FakeComm& made = gComms[gRecord.inits < 8 ? gRecord.inits : 7];
+  gRecord.inits++;
+  made.nranks = nranks;
+  made.rank = rank;
+  *comm = &made;
   return 0;
 }
 
@@ -138,6 +147,7 @@ FAKE_EXPORT int ncclGroupSimulateEnd(FakeSimInfo* simInfo) {
 FAKE_EXPORT int ncclCommDestroy(void* comm) {
   note("ncclCommDestroy");
   gRecord.comm = comm;
+  gRecord.destroys++;
   return 0;
 }
 

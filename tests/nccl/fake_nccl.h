@@ -23,4 +23,11 @@ struct FakeNcclRecord {
   unsigned char idByte127;
   int configPassed;
   int groupSimulateEnds;
+  // Every ncclCommInitRankConfig in order (the hierarchical path makes a flat and a rail communicator), the id's byte
+  // 16 (a counter the fake's ncclGetUniqueId writes, so that tests tell the ids apart), and the destroys.
+  int inits;
+  int initNranks[8];
+  int initRank[8];
+  unsigned char initIdByte16[8];
+  int destroys;
 };

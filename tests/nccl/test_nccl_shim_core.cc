@@ -123,6 +123,15 @@ TEST(NcclShimEnv, ScratchLimit) {
   EXPECT_NE(env.error.find("CONCCL_NCCL_SCRATCH_MAX_BYTES"), std::string::npos);
 }
 
+TEST(NcclShimEnv, HierarchicalSwitch) {
+  EXPECT_TRUE(parseShimEnv(lookupIn({})).hierarchical);  // on by default
+  EXPECT_FALSE(parseShimEnv(lookupIn({{"CONCCL_NCCL_HIERARCHICAL", "0"}})).hierarchical);
+  EXPECT_TRUE(parseShimEnv(lookupIn({{"CONCCL_NCCL_HIERARCHICAL", " 1 "}})).hierarchical);
+  ShimEnv env = parseShimEnv(lookupIn({{"CONCCL_NCCL_HIERARCHICAL", "yes"}}));
+  EXPECT_FALSE(env.enabled);
+  EXPECT_NE(env.error.find("CONCCL_NCCL_HIERARCHICAL"), std::string::npos);
+}
+
 TEST(NcclShimEnv, CollListParsing) {
   std::string error;
   auto m = parseCollList(" all_reduce , all_gather,send_recv ", &error);

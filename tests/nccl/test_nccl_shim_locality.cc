@@ -104,6 +104,12 @@ bool waitAll(const std::vector<pid_t>& pids, std::chrono::seconds limit) {
   return ok;
 }
 
+int countNodes(int n, const std::function<std::string(int)>& hostOf) {
+  std::map<std::string, int> hosts;
+  for (int r = 0; r < n; ++r) hosts[hostOf(r)] = 1;
+  return static_cast<int>(hosts.size());
+}
+
 class NcclShimLocality : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -136,6 +142,7 @@ class NcclShimLocality : public ::testing::Test {
                                                 {"CONCCL_LOC_EXPECT", expect},
                                                 {"CONCCL_LOC_MESSAGE", expectMessage},
                                                 {"CONCCL_TIMEOUT_MS", "20000"},
+                                                {"CONCCL_LOC_NODES", std::to_string(countNodes(n, hostOf))},
                                                 {hostVar, hostOf(r)}};
       pids.push_back(spawnRank(env));
       if (pids.back() < 0) return false;
@@ -146,13 +153,25 @@ class NcclShimLocality : public ::testing::Test {
 };
 void* NcclShimLocality::shim_ = nullptr;
 
-TEST_F(NcclShimLocality, RanksOnSeveralSimulatedNodesGoToTheRealNcclWithTheRootsNcclId) {
+TEST_F(NcclShimLocality, EvenSimulatedNodesGetAFlatARailAndAnIntraNodeCommunicator) {
   for (auto [nodes, perNode] : {std::pair{2, 2}, std::pair{2, 3}, std::pair{3, 2}}) {
     SCOPED_TRACE(std::to_string(nodes) + "x" + std::to_string(perNode));
     ncclUniqueId id = makeId();
     const int pn = perNode;
-    EXPECT_TRUE(runLayout(id, nodes * perNode, "nccl", [pn](int r) { return "node" + std::to_string(r / pn); }));
+    EXPECT_TRUE(runLayout(id, nodes * perNode, "hier", [pn](int r) { return "node" + std::to_string(r / pn); }));
   }
+}
+
+TEST_F(NcclShimLocality, RanksNotNodeMajorMapToNodeAndLocalIndexFromTheHosts) {
+  // Round robin: rank r on node r % 2, so its rail rank (node) is r % 2 and its local index r / 2.
+  ncclUniqueId id = makeId();
+  EXPECT_TRUE(runLayout(id, 6, "hier-rr", [](int r) { return "node" + std::to_string(r % 2); }));
+}
+
+TEST_F(NcclShimLocality, UnevenRanksPerHostGoToTheRealNcclWithTheRootsNcclId) {
+  // 3 ranks on one host, 1 on another: no even layout, the whole communicator on the real NCCL (and the log says why).
+  ncclUniqueId id = makeId();
+  EXPECT_TRUE(runLayout(id, 4, "nccl", [](int r) { return std::string(r < 3 ? "node0" : "node1"); }));
 }
 
 TEST_F(NcclShimLocality, RanksOnOneHostTakeConcclWhateverTheJobsSize) {
@@ -214,7 +233,30 @@ TEST(NcclShimLocalityRank, Rank) {
   ncclComm_t comm = nullptr;
   ncclResult_t r = SHIM(shim, ncclCommInitRank)(&comm, nranks, id, rank);
   const std::string lastError = SHIM(shim, ncclGetLastError)(nullptr);
-  if (expect == "nccl") {
+  if (expect == "hier" || expect == "hier-rr") {
+    // Hosts from NCCL_HOSTID=node<k>: the first init is the flat communicator (all ranks, the root's first NCCL id),
+    // the second the rail of this rank's local index (ranked by node, the root's id for that rail).
+    const std::string host = std::getenv("NCCL_HOSTID");
+    const int node = std::atoi(host.c_str() + 4);  // "node<k>"; nodes are numbered by their lowest rank here
+    const int nodes = std::atoi(std::getenv("CONCCL_LOC_NODES"));
+    const int perNode = nranks / nodes;
+    const int local = expect == "hier" ? rank % perNode : rank / nodes;  // node-major, or round robin
+    ASSERT_GE(record->inits, 2) << lastError;
+    EXPECT_EQ(record->initNranks[0], nranks);
+    EXPECT_EQ(record->initRank[0], rank);
+    EXPECT_EQ(record->initNranks[1], nodes);
+    EXPECT_EQ(record->initRank[1], node);
+    // The root made the flat id first, then one per rail in local order.
+    EXPECT_EQ(static_cast<int>(static_cast<unsigned char>(record->initIdByte16[1] - record->initIdByte16[0])),
+              1 + local);
+    if (r == ncclSuccess) {
+      EXPECT_EQ(SHIM(shim, ncclCommDestroy)(comm), ncclSuccess);
+    } else {
+      // Without a GPU conccl's init of the node's communicator fails; the flat and rail ones are destroyed again.
+      EXPECT_NE(lastError.find("intra-node communicator on conccl"), std::string::npos) << lastError;
+      EXPECT_EQ(record->destroys, 2);
+    }
+  } else if (expect == "nccl") {
     ASSERT_EQ(r, ncclSuccess) << lastError;
     EXPECT_STREQ(record->lastCall, "ncclCommInitRankConfig");
     EXPECT_EQ(record->idByte0, 0xAB);  // the id the root's real (fake) ncclGetUniqueId made

@@ -1,0 +1,203 @@
+// Setup of a communicator across hosts on the hierarchical path (shim_hierarchical.h): the rendezvous root's answer
+// (every id the ranks need, made once at the root so that every rank receives the same ones), and each rank's three
+// inits. The ids travel in the communicator's own rendezvous reply (rendezvous.h), which carries at most 64 KiB:
+// (nodes + perNode + 1) ids of 128 bytes, about 500 ids, e.g. 64 nodes x 8 GPUs takes 73; a larger job falls back
+// to the flat path (logged).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "nccl/shim_comm.h"
+#include "nccl/shim_hierarchical.h"
+#include "nccl/type_map.h"
+
+namespace conccl::nccl {
+namespace {
+
+constexpr size_t kIdBytes = NCCL_UNIQUE_ID_BYTES;
+static_assert(sizeof(concclUniqueId::internal) == kIdBytes, "conccl and NCCL ids have one size here");
+constexpr size_t kMaxAnswerBytes = 60000;  // below the rendezvous reply's 64 KiB, leaving room for the reason
+
+void putU32(std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+uint32_t getU32(const std::string& s, size_t at) {
+  uint32_t v = 0;
+  std::memcpy(&v, s.data() + at, sizeof(v));
+  return v;
+}
+
+bool realNcclId(char* out, std::string* error) {
+  auto fn = realFn<decltype(&::ncclGetUniqueId)>("ncclGetUniqueId");
+  ncclUniqueId id;
+  ncclResult_t r = fn ? fn(&id) : ncclInvalidUsage;
+  if (r != ncclSuccess) {
+    *error = std::string("the real ncclGetUniqueId failed: ") + ncclResultString(r);
+    return false;
+  }
+  std::memcpy(out, id.internal, kIdBytes);
+  return true;
+}
+
+// A blocking copy of the caller's config (or NCCL's defaults): the three inits complete before ncclCommInitRank
+// returns, which NCCL's contract for a non-blocking config allows (the shim does the same for conccl).
+ncclConfig_t blockingConfig(const ncclConfig_t* config) {
+  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+  if (config != nullptr) c = *config;
+  c.blocking = 1;
+  return c;
+}
+
+std::string realLastError() {
+  auto fn = realFn<decltype(&::ncclGetLastError)>("ncclGetLastError");
+  return fn ? fn(nullptr) : "";
+}
+
+}  // namespace
+
+bool makeHierarchicalAnswer(const std::vector<uint64_t>& hosts, std::string* answer, std::string* why,
+                            std::string* error) {
+  if (!shim().env.hierarchical) {
+    *why = "hierarchical path off (CONCCL_NCCL_HIERARCHICAL=0)";
+    return false;
+  }
+  HierLayout l = hierLayout(hosts);
+  if (!l.error.empty()) {
+    *why = "not hierarchical: " + l.error;
+    return false;
+  }
+  if (!hierarchicalLayout(l)) {
+    *why = "not hierarchical: " + std::to_string(l.nodes) + " nodes x " + std::to_string(l.perNode) + " ranks";
+    return false;
+  }
+  const size_t ids = 1 + static_cast<size_t>(l.nodes) + static_cast<size_t>(l.perNode);
+  if (1 + ids * kIdBytes + 8 > kMaxAnswerBytes) {
+    *why = "not hierarchical: " + std::to_string(ids) + " ids do not fit the rendezvous reply";
+    return false;
+  }
+  std::string a(1, kAnswerHierarchical);
+  char id[kIdBytes] = {};
+  if (!realNcclId(id, error)) return false;
+  a.append(id, kIdBytes);
+  putU32(&a, static_cast<uint32_t>(l.nodes));
+  putU32(&a, static_cast<uint32_t>(l.perNode));
+  for (int k = 0; k < l.nodes; ++k) {
+    concclUniqueId cid;
+    if (concclGetUniqueId(&cid) != concclSuccess) {
+      *error = std::string("concclGetUniqueId: ") + concclGetLastError(nullptr);
+      return false;
+    }
+    a.append(cid.internal, kIdBytes);
+  }
+  for (int g = 0; g < l.perNode; ++g) {
+    if (!realNcclId(id, error)) return false;
+    a.append(id, kIdBytes);
+  }
+  a.append("hierarchical: " + std::to_string(l.nodes) + " nodes x " + std::to_string(l.perNode) +
+           " ranks, intra on conccl, rails on NCCL" + (l.nodeMajor ? "" : " (ranks not node-major)"));
+  *answer = std::move(a);
+  return true;
+}
+
+HierInit initHierarchical(const std::string& answer, const std::vector<uint64_t>& hosts, int nranks, int rank,
+                          ncclConfig_t* config, const std::string& call) {
+  HierInit out;
+  auto fail = [&](ncclResult_t r, const std::string& what) {
+    out.result = r;
+    out.error = call + " (hierarchical): " + what;
+    return out;
+  };
+  const size_t head = 1 + kIdBytes + 8;
+  if (answer.size() < head || answer[0] != kAnswerHierarchical) return fail(ncclInternalError, "malformed answer");
+  const int nodes = static_cast<int>(getU32(answer, 1 + kIdBytes));
+  const int perNode = static_cast<int>(getU32(answer, 1 + kIdBytes + 4));
+  HierLayout l = hierLayout(hosts);
+  if (!l.error.empty() || l.nodes != nodes || l.perNode != perNode || static_cast<int>(hosts.size()) != nranks ||
+      rank < 0 || rank >= nranks) {
+    return fail(ncclInternalError, "the root's layout differs from this rank's");
+  }
+  const size_t idsEnd = head + (static_cast<size_t>(nodes) + static_cast<size_t>(perNode)) * kIdBytes;
+  if (answer.size() < idsEnd) return fail(ncclInternalError, "the answer is cut short");
+  out.reason = answer.substr(idsEnd);
+  const int node = l.node[static_cast<size_t>(rank)], local = l.local[static_cast<size_t>(rank)];
+
+  auto initReal = realFn<decltype(&::ncclCommInitRankConfig)>("ncclCommInitRankConfig");
+  auto destroyReal = realFn<decltype(&::ncclCommDestroy)>("ncclCommDestroy");
+  if (initReal == nullptr || destroyReal == nullptr) return fail(ncclInvalidUsage, "the real NCCL lacks its init");
+  ncclConfig_t c = blockingConfig(config);
+  // 1. The flat communicator, as for any communicator across hosts.
+  ncclUniqueId flatId;
+  std::memcpy(flatId.internal, answer.data() + 1, kIdBytes);
+  ncclResult_t r = initReal(&out.flat, nranks, flatId, rank, &c);
+  if (r != ncclSuccess) return fail(r, std::string("the flat NCCL communicator: ") + ncclResultString(r) + ": " +
+                                           realLastError());
+  // 2. The rail: the ranks with this local index, ranked by node.
+  auto* h = new HierState;
+  h->layout = l;
+  h->rank = rank;
+  h->node = node;
+  h->local = local;
+  cudaGetDevice(&h->device);
+  ncclUniqueId railId;
+  std::memcpy(railId.internal, answer.data() + head + (static_cast<size_t>(nodes) + local) * kIdBytes, kIdBytes);
+  r = initReal(&h->rail, nodes, railId, node, &c);
+  if (r != ncclSuccess) {
+    const std::string e = realLastError();
+    destroyReal(out.flat);
+    out.flat = nullptr;
+    delete h;
+    return fail(r, "the rail NCCL communicator (local index " + std::to_string(local) + "): " +
+                       ncclResultString(r) + ": " + e);
+  }
+  // 3. The node: conccl, ranked by local index.
+  concclUniqueId nodeId;
+  std::memcpy(nodeId.internal, answer.data() + head + static_cast<size_t>(node) * kIdBytes, kIdBytes);
+  concclResult_t cr = concclCommInitRank(&h->intra, perNode, nodeId, local);
+  if (cr != concclSuccess) {
+    const std::string e = concclGetLastError(nullptr);
+    destroyReal(h->rail);
+    destroyReal(out.flat);
+    out.flat = nullptr;
+    delete h;
+    return fail(static_cast<ncclResult_t>(toNcclResult(cr)),
+                "the intra-node communicator on conccl (node " + std::to_string(node) + "): " +
+                    concclGetErrorString(cr) + ": " + e);
+  }
+  out.hier = h;
+  // Where the SMs go (no per-call figure can be measured here): the intra phases use copy engines and, for the
+  // reductions, conccl's reduce CTAs (CONCCL_REDUCE_CTAS); the rail phases are NCCL kernels on NCCL's own CTAs, one
+  // per channel (NCCL_MIN_NCHANNELS..NCCL_MAX_NCHANNELS; its network default is 2-4 on one NIC per GPU, capped by
+  // the config's maxCTAs, default 32).
+  logInfo("rank " + std::to_string(rank) + " of " + std::to_string(nranks) + ": " + out.reason + "; node " +
+          std::to_string(node) + " local " + std::to_string(local) + "; SMs per call: conccl's reduce CTAs in the "
+          "intra phases (copy engines otherwise), NCCL's channels' CTAs on the rail");
+  return out;
+}
+
+ncclResult_t destroyHierState(HierState* state, bool abort) {
+  if (state == nullptr) return ncclSuccess;
+  ncclResult_t first = ncclSuccess;
+  auto keep = [&first](ncclResult_t r) {
+    if (first == ncclSuccess) first = r;
+  };
+  if (state->intra != nullptr) {
+    concclResult_t r = abort ? concclCommAbort(state->intra) : concclCommDestroy(state->intra);
+    if (r != concclSuccess) keep(fromConccl(nullptr, r, abort ? "ncclCommAbort (intra)" : "ncclCommDestroy (intra)"));
+  }
+  if (state->rail != nullptr) {
+    auto fn = realFn<decltype(&::ncclCommDestroy)>(abort ? "ncclCommAbort" : "ncclCommDestroy");
+    keep(fn ? fn(state->rail) : ncclInvalidUsage);
+  }
+  // After an abort the device queue may be broken: cudaFree would wait for it. The scratch is then dropped.
+  if (!abort && first == ncclSuccess && !state->aborted) {
+    CudaDeviceGuard guard(state->device);
+    if (state->scratch != nullptr) cudaFree(state->scratch);
+    for (void* p : state->retired) cudaFree(p);
+    if (state->lastUse != nullptr) cudaEventDestroy(state->lastUse);
+  }
+  delete state;
+  return first;
+}
+
+}  // namespace conccl::nccl

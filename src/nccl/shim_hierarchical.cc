@@ -1,0 +1,262 @@
+// Collectives of a communicator across hosts on the hierarchical path (shim_hierarchical.h): the plan of
+// sched/hierarchical.h, this rank's share of it as NCCL-shaped steps (hier_steps.h), each step enqueued on the
+// caller's stream in order:
+//   intra steps  -> conccl's C API on the node's communicator (copy engines; reduce CTAs for the reductions),
+//   rail steps   -> the real NCCL on the rail's communicator (NCCL's kernels),
+//   local copies -> cudaMemcpy2DAsync / cudaMemcpyAsync (one per row pattern).
+// The stream orders the phases; nothing waits on the host. Scratch: one device buffer per communicator, grown on
+// demand (HierState). A call that cannot run this way returns false before anything is enqueued and goes to the flat
+// communicator; once the first step is enqueued a failure is returned as the call's error (the peers' steps may be
+// in flight: as for NCCL, the communicator should then be aborted).
+// Not done: pipelining in chunks (phase i+1 of chunk j overlapping phase i of chunk j+1); each phase runs on the
+// whole buffer (docs/hierarchical.md).
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <string>
+
+#include "nccl/premul_ops.h"
+#include "nccl/shim_comm.h"
+#include "nccl/shim_hierarchical.h"
+#include "nccl/type_map.h"
+
+namespace conccl::nccl {
+namespace {
+
+using sched::GroupKind;
+using sched::HierBuffer;
+
+Coll collOf(GroupKind k) {
+  switch (k) {
+    case GroupKind::kAllReduce: return Coll::kAllReduce;
+    case GroupKind::kReduceScatter: return Coll::kReduceScatter;
+    case GroupKind::kAllGather: return Coll::kAllGather;
+    case GroupKind::kBroadcast: return Coll::kBroadcast;
+    case GroupKind::kReduce: return Coll::kReduce;
+    case GroupKind::kGather: return Coll::kGather;
+    case GroupKind::kScatter: return Coll::kScatter;
+    case GroupKind::kAllToAll: return Coll::kAllToAll;
+    case GroupKind::kSendRecv:
+    case GroupKind::kCopy: return Coll::kSendRecv;
+  }
+  return Coll::kSendRecv;
+}
+
+bool reduces(GroupKind k) {
+  return k == GroupKind::kAllReduce || k == GroupKind::kReduceScatter || k == GroupKind::kReduce;
+}
+
+// Makes the scratch at least `bytes` (within the bound) and orders this call after the last one that used it.
+// False: the bound is exceeded or an allocation failed (nothing enqueued yet; the call goes flat).
+bool acquireScratch(HierState* h, size_t bytes, cudaStream_t stream, std::string* why) {
+  if (bytes > shim().env.scratchMaxBytes) {
+    *why = "needs " + std::to_string(bytes) + " bytes of scratch, above CONCCL_NCCL_SCRATCH_MAX_BYTES";
+    return false;
+  }
+  CudaDeviceGuard guard(h->device);
+  if (bytes > h->scratchBytes) {
+    size_t grow = h->scratchBytes * 2 > bytes ? h->scratchBytes * 2 : bytes;
+    if (grow > shim().env.scratchMaxBytes) grow = bytes;
+    void* p = nullptr;
+    if (cudaMalloc(&p, grow) != cudaSuccess) {
+      cudaGetLastError();  // not sticky; the call goes flat
+      *why = "cudaMalloc of " + std::to_string(grow) + " bytes of scratch failed";
+      return false;
+    }
+    if (h->scratch != nullptr) h->retired.push_back(h->scratch);  // a call in flight may still use it
+    h->scratch = p;
+    h->scratchBytes = grow;
+  }
+  if (h->lastUse == nullptr && cudaEventCreateWithFlags(&h->lastUse, cudaEventDisableTiming) != cudaSuccess) {
+    *why = "cudaEventCreate failed";
+    return false;
+  }
+  if (h->used && h->lastStream != stream && cudaStreamWaitEvent(stream, h->lastUse, 0) != cudaSuccess) {
+    *why = "cudaStreamWaitEvent failed";
+    return false;
+  }
+  return true;
+}
+
+struct Runner {
+  HierState* h;
+  const HierArgs& a;
+  size_t es;
+  concclDataType_t ctype;
+  concclRedOp_t cop;
+
+  char* at(const sched::Region& r) const {
+    char* base = r.buffer == HierBuffer::kSend   ? const_cast<char*>(static_cast<const char*>(a.sendbuff))
+                 : r.buffer == HierBuffer::kRecv ? static_cast<char*>(a.recvbuff)
+                                                 : static_cast<char*>(h->scratch);
+    return base == nullptr ? nullptr : base + r.offset * es;
+  }
+
+  concclResult_t intra(const HierStep& s) const {
+    const void* in = at(s.in);
+    void* out = at(s.out);
+    concclComm_t c = h->intra;
+    switch (s.kind) {
+      case GroupKind::kAllReduce: return concclAllReduce(in, out, s.count, ctype, cop, c, a.stream);
+      case GroupKind::kReduceScatter: return concclReduceScatter(in, out, s.count, ctype, cop, c, a.stream);
+      case GroupKind::kAllGather: return concclAllGather(in, out, s.count, ctype, c, a.stream);
+      case GroupKind::kBroadcast: return concclBroadcast(in, out, s.count, ctype, s.root, c, a.stream);
+      case GroupKind::kReduce: return concclReduce(in, out, s.count, ctype, cop, s.root, c, a.stream);
+      case GroupKind::kGather: return concclGather(in, out, s.count, ctype, s.root, c, a.stream);
+      case GroupKind::kScatter: return concclScatter(in, out, s.count, ctype, s.root, c, a.stream);
+      case GroupKind::kAllToAll: return concclAllToAll(in, out, s.count, ctype, c, a.stream);
+      case GroupKind::kSendRecv:
+        return s.send ? concclSend(in, s.count, ctype, s.peer, c, a.stream)
+                      : concclRecv(out, s.count, ctype, s.peer, c, a.stream);
+      case GroupKind::kCopy: break;
+    }
+    return concclInternalError;
+  }
+
+  ncclResult_t rail(const HierStep& s) const {
+    const void* in = at(s.in);
+    void* out = at(s.out);
+    ncclComm_t c = h->rail;
+    const auto op = static_cast<ncclRedOp_t>(a.op < 0 ? 0 : a.op);
+    const cudaStream_t st = a.stream;
+    switch (s.kind) {
+      case GroupKind::kAllReduce: {
+        auto fn = realFn<decltype(&::ncclAllReduce)>("ncclAllReduce");
+        return fn ? fn(in, out, s.count, a.type, op, c, st) : ncclInvalidUsage;
+      }
+      case GroupKind::kReduceScatter: {
+        auto fn = realFn<decltype(&::ncclReduceScatter)>("ncclReduceScatter");
+        return fn ? fn(in, out, s.count, a.type, op, c, st) : ncclInvalidUsage;
+      }
+      case GroupKind::kAllGather: {
+        auto fn = realFn<decltype(&::ncclAllGather)>("ncclAllGather");
+        return fn ? fn(in, out, s.count, a.type, c, st) : ncclInvalidUsage;
+      }
+      case GroupKind::kBroadcast: {
+        auto fn = realFn<decltype(&::ncclBroadcast)>("ncclBroadcast");
+        return fn ? fn(in, out, s.count, a.type, s.root, c, st) : ncclInvalidUsage;
+      }
+      case GroupKind::kReduce: {
+        auto fn = realFn<decltype(&::ncclReduce)>("ncclReduce");
+        return fn ? fn(in, out, s.count, a.type, op, s.root, c, st) : ncclInvalidUsage;
+      }
+      case GroupKind::kGather: {
+        auto fn = realFn<decltype(&::ncclGather)>("ncclGather");
+        return fn ? fn(in, out, s.count, a.type, s.root, c, st) : ncclInvalidUsage;
+      }
+      case GroupKind::kScatter: {
+        auto fn = realFn<decltype(&::ncclScatter)>("ncclScatter");
+        return fn ? fn(in, out, s.count, a.type, s.root, c, st) : ncclInvalidUsage;
+      }
+      case GroupKind::kAllToAll: {
+        auto fn = realFn<decltype(&::ncclAlltoAll)>("ncclAlltoAll");
+        return fn ? fn(in, out, s.count, a.type, c, st) : ncclInvalidUsage;
+      }
+      case GroupKind::kSendRecv: {
+        if (s.send) {
+          auto fn = realFn<decltype(&::ncclSend)>("ncclSend");
+          return fn ? fn(in, s.count, a.type, s.peer, c, st) : ncclInvalidUsage;
+        }
+        auto fn = realFn<decltype(&::ncclRecv)>("ncclRecv");
+        return fn ? fn(out, s.count, a.type, s.peer, c, st) : ncclInvalidUsage;
+      }
+      case GroupKind::kCopy: break;
+    }
+    return ncclInternalError;
+  }
+
+  cudaError_t local(const HierStep& s) const {
+    const size_t width = s.count * es;
+    if (s.rows == 1) return cudaMemcpyAsync(at(s.out), at(s.in), width, cudaMemcpyDeviceToDevice, a.stream);
+    // One 2D copy per row pattern: the reorders are N or G rows of one block each (hier_steps.cc).
+    return cudaMemcpy2DAsync(at(s.out), s.dstPitch * es, at(s.in), s.srcPitch * es, width, s.rows,
+                             cudaMemcpyDeviceToDevice, a.stream);
+  }
+};
+
+}  // namespace
+
+bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) {
+  if (comm == nullptr || !isShimComm(comm) || comm->hier == nullptr || comm->real == nullptr) return false;
+  HierState* h = comm->hier;
+  // Inside a group the calls of both libraries are deferred to their own group ends, which would break the order
+  // of the phases: grouped calls (and every send/recv, which NCCL programs pair inside groups) use the flat
+  // communicator.
+  if (groupDepth() > 0 || a.coll == sched::HierCollective::kSendRecv || a.count == 0 || h->aborted) return false;
+  if (a.op >= static_cast<int>(ncclNumOps)) return false;  // a PreMulSum op: made on the flat communicator
+  if (!h->layout.nodeMajor && dependsOnRankOrder(a.coll)) return false;
+  const HierLayout& l = h->layout;
+  sched::HierarchicalCall call;
+  call.collective = a.coll;
+  call.nodes = l.nodes;
+  call.perNode = l.perNode;
+  call.count = a.count;
+  if (a.root < 0 || a.root >= static_cast<int>(l.planRank.size())) return false;  // the flat NCCL reports it
+  call.root = l.planRank[static_cast<size_t>(a.root)];
+  sched::HierarchicalPlan plan = sched::planHierarchical(call);
+  const int me = l.planRank[static_cast<size_t>(h->rank)];
+  HierProgram prog = hierProgram(plan, me, l.perNode);
+  if (!prog.error.empty()) return false;  // e.g. pieces the ranks per node do not divide
+  // Every intra step must be one conccl runs exactly (type, op, CONCCL_NCCL_COLLS).
+  for (const HierStep& s : prog.steps) {
+    if (s.comm != HierComm::kIntra) continue;
+    Decision d = routeCall(shim().env, Path::kConccl, collOf(s.kind), static_cast<int>(a.type),
+                           reduces(s.kind) ? a.op : -1);
+    if (d.path != Path::kConccl) return false;
+  }
+  const size_t es = ncclTypeBytes(static_cast<int>(a.type));
+  auto ctype = toConcclType(static_cast<int>(a.type));
+  if (!ctype) return false;
+  concclRedOp_t cop = concclSum;
+  if (a.op >= 0) {
+    auto o = toConcclOp(a.op);
+    if (!o) return false;
+    cop = *o;
+  }
+  std::lock_guard<std::mutex> lock(h->mutex);
+  const size_t scratchBytes = prog.scratchCount * es;
+  if (scratchBytes > 0) {
+    std::string why;
+    if (!acquireScratch(h, scratchBytes, a.stream, &why)) {
+      logInfo(std::string(a.call) + ": flat NCCL for this call (" + why + ")");
+      return false;
+    }
+  }
+  Runner run{h, a, es, *ctype, cop};
+  for (const HierStep& s : prog.steps) {
+    const std::string where = std::string(a.call) + " (hierarchical, phase " + std::to_string(s.phase) + ", " +
+                              sched::groupKindName(s.kind) + " " + hierCommName(s.comm) + ")";
+    if (s.comm == HierComm::kIntra) {
+      concclResult_t r = run.intra(s);
+      if (r != concclSuccess) {
+        *result = fail(comm, static_cast<ncclResult_t>(toNcclResult(r)),
+                       where + ": " + concclGetErrorString(r) + ": " + concclGetLastError(h->intra));
+        return true;
+      }
+    } else if (s.comm == HierComm::kRail) {
+      ncclResult_t r = run.rail(s);
+      if (r != ncclSuccess) {
+        *result = fail(comm, r, where + ": the real NCCL: " + ncclResultString(r));
+        return true;
+      }
+    } else {
+      cudaError_t e = run.local(s);
+      if (e != cudaSuccess) {
+        *result = fail(comm, ncclUnhandledCudaError, where + ": " + cudaGetErrorString(e));
+        return true;
+      }
+    }
+  }
+  if (scratchBytes > 0) {
+    h->used = true;
+    h->lastStream = a.stream;
+    if (cudaEventRecord(h->lastUse, a.stream) != cudaSuccess) {
+      *result = fail(comm, ncclUnhandledCudaError, std::string(a.call) + " (hierarchical): cudaEventRecord failed");
+      return true;
+    }
+  }
+  *result = ncclSuccess;
+  return true;
+}
+
+}  // namespace conccl::nccl

@@ -1,0 +1,95 @@
+// Communicators of the drop-in whose ranks span hosts, the same number on each (docs/hierarchical.md,
+// docs/nccl-shim.md "Communicators across hosts"). Besides the flat real-NCCL communicator (path kNccl, `real`),
+// such a communicator holds a HierState: a conccl communicator of the ranks of its host ("intra", rank = local
+// index) and a real-NCCL communicator of the ranks with its local index ("rail", rank = node index). Its
+// collectives run as the phases of sched/hierarchical.h, all enqueued on the caller's stream in order (the stream
+// orders the phases; no host wait). What the phases cannot express goes to the flat communicator (hierarchicalCall
+// returns false).
+#ifndef CONCCL_NCCL_SHIM_HIERARCHICAL_H_
+#define CONCCL_NCCL_SHIM_HIERARCHICAL_H_
+
+#include <conccl/conccl.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "nccl/hier_steps.h"
+#include "sched/hierarchical.h"
+
+namespace conccl::nccl {
+
+struct HierState {
+  HierLayout layout;
+  int rank = 0;  // in the communicator
+  int node = 0, local = 0;
+  int device = -1;
+  concclComm_t intra = nullptr;
+  ncclComm_t rail = nullptr;  // the real NCCL's own handle
+  // Scratch for the phases (device memory from cudaMalloc: conccl's peers map it with CUDA IPC), grown on demand up
+  // to CONCCL_NCCL_SCRATCH_MAX_BYTES; a grown-out buffer is kept until destroy (a call still in flight may use it;
+  // freeing it would wait for the device), so at most twice the largest size is held.
+  std::mutex mutex;
+  void* scratch = nullptr;
+  size_t scratchBytes = 0;
+  std::vector<void*> retired;
+  // The last stream that used the scratch, and an event after that use: a call on another stream waits for it on the
+  // device before touching the scratch.
+  cudaEvent_t lastUse = nullptr;
+  cudaStream_t lastStream = nullptr;
+  bool used = false;
+  bool aborted = false;
+};
+
+// ---- setup (shim_hier_init.cc) ----
+
+// The rendezvous root's answer for ranks on several hosts when the hierarchical path applies: 'H', the flat NCCL id,
+// nodes, perNode, one conccl id per node and one real-NCCL id per rail (all made here, at the root), then the reason.
+// False (answer untouched) when it does not apply: *why says why (switched off, uneven, one rank per node, ...).
+inline constexpr char kAnswerHierarchical = 'H';
+bool makeHierarchicalAnswer(const std::vector<uint64_t>& hosts, std::string* answer, std::string* why,
+                            std::string* error);
+
+// A rank's side of an 'H' answer: the flat real communicator (config: the caller's), then its rail's, then its
+// node's conccl communicator, in that order on every rank (each init waits only for ranks that make the same one).
+// On failure whatever was made is destroyed and *error says which step failed.
+struct HierInit {
+  ncclResult_t result = ncclSuccess;
+  ncclComm_t flat = nullptr;
+  HierState* hier = nullptr;
+  std::string reason;
+  std::string error;
+};
+HierInit initHierarchical(const std::string& answer, const std::vector<uint64_t>& hosts, int nranks, int rank,
+                          ncclConfig_t* config, const std::string& call);
+
+// ncclCommDestroy / ncclCommAbort of a communicator with a HierState: its intra and rail communicators and its
+// scratch (abort: scratch dropped unfreed, as the PreMulSum scratch). Returns the first failure.
+ncclResult_t destroyHierState(HierState* state, bool abort);
+
+// ---- collectives (shim_hierarchical.cc) ----
+
+struct HierArgs {
+  sched::HierCollective coll = sched::HierCollective::kAllReduce;
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t count = 0;  // NCCL's count argument
+  ncclDataType_t type = ncclFloat32;
+  int op = -1;  // ncclRedOp_t, -1 without a reduction
+  int root = 0;
+  cudaStream_t stream = nullptr;
+  const char* call = "";
+};
+
+// Runs the call hierarchically when comm has a HierState and the call decomposes (outside groups, an op conccl
+// runs, counts the pieces divide, a node-major numbering for calls whose result depends on it, scratch within the
+// bound): returns true with *result set. Returns false (nothing enqueued) to send the call to the flat
+// communicator.
+bool hierarchicalCall(ncclComm_t comm, const HierArgs& args, ncclResult_t* result);
+
+}  // namespace conccl::nccl
+
+#endif  // CONCCL_NCCL_SHIM_HIERARCHICAL_H_
