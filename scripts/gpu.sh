@@ -44,7 +44,7 @@ bench|1+ GPUs|3-8 min|BENCH_MAX (512M), LANES_SWEEP|conccl-bench: with 2+ GPUs t
 NCCL vs NCCL-CE across every GPU; on one GPU ranks sharing it (correctness and host time only)
 sweep|2+ GPUs|5-6 min|MODES (g t), COLLS, SMALL_MAX (64M), SWEEP_MAX (4G), ITERS, NCCL_TESTS (1)|the full table: \
 nine collectives 8 B..SWEEP_MAX, -g N and -t N, conccl / NCCL / nccl-tests (needs gpu-stage/nccl-tests.tar.xz)
-tune|2+ GPUs|5-8 min|TUNE (ss mc lanes small push ctas)|the sweeps behind the per-GPU-count defaults \
+tune|2+ GPUs|5-8 min|TUNE (ss mc lanes small ctas)|the sweeps behind the per-GPU-count defaults \
 (docs/tuning.md) and the table row they give; peer reads vs exchange, reduction CTAs
 host-cost|1+ GPUs|2-5 min|VARIANTS (cache-on= cache-off=CONCCL_GRAPH_CACHE:0), MODES, COLLS, MINB, MAXB, ITERS, \
 DEVICES|host time per call (host_us) A/B: conccl-bench under each of VARIANTS, -g and -t, NCCL beside where each \
@@ -62,8 +62,8 @@ tp-bench|1+ GPUs|2-5 min|TP_ARGS, TP_CHECK_TOKENS (2048)|conccl-tp-bench: --chec
 fused|1+ GPUs|2-7 min|FUSED_BENCH_ARGS|the fused ops from PyTorch: the C interface test, \
 examples/torch/fused_ops.py, PyTorch's own fused ops vs serial NCCL (2+ GPUs)
 torch|1+ GPUs|see run_all.sh||tests/torch/run_all.sh, the PyTorch suite, when it exists
-repro|1+ GPUs|1-2 min||developer: the fixed hazards reproduced with their debug switches (CONCCL_QUEUE_CLAIM=0, \
-CONCCL_CALL_ORDER=0): each test must FAIL
+repro|1+ GPUs|1-2 min||developer: the fixed hazards reproduced with the fix off (the tests' *Repro.DISABLED_* \
+cases: no queue claim, no call order): each test must FAIL
 shim-diag|1+ GPUs|1-2 min|DIAG_NAME, DIAG_LIMIT (40), DIAG_STEPS (60), DIAG_ENV|developer: a stalled FSDP2 run \
 through the drop-in, two ranks by hand, then thread states, backtraces, tracebacks
 EOF
@@ -425,7 +425,7 @@ phase_tune() {
   if [ "$ngpus" -lt 2 ]; then skip tune "needs 2+ GPUs ($ngpus here)"; return; fi
   local cb="$bin/conccl-bench" v
   need "$cb" conccl-bench || return
-  local tune=" ${TUNE:-ss mc lanes small push ctas} "
+  local tune=" ${TUNE:-ss mc lanes small ctas} "
   local sweep=("$cb" --backend conccl -g "$ngpus" -n 20 -w 5 -c 0)
   if [[ "$tune" == *" ss "* ]]; then for v in 262144 4194304 67108864; do
     step "tune-ss$v" 60 env CONCCL_SINGLE_STREAM_BYTES=$v "${sweep[@]}" -b 128K -e 32M -f 4 \
@@ -443,9 +443,6 @@ phase_tune() {
     step "tune-small$v" 60 env CONCCL_SMALL_MESSAGE_BYTES=$v "${sweep[@]}" -b 4K -e 1M -f 2 \
       --coll all_gather,reduce_scatter,all_reduce,all_to_all,broadcast --json "$pdir/tune-small$v.jsonl"
   done; fi
-  # The exchange into scratch on copy engines (CONCCL_PEER_REDUCE=0, the replaced design) against peer reads.
-  [[ "$tune" == *" push "* ]] && step tune-push 90 env CONCCL_PEER_REDUCE=0 "${sweep[@]}" -b 1M -e 1G -f 4 \
-    --coll reduce_scatter,all_reduce,reduce --json "$pdir/tune-push.jsonl"
   if [[ "$tune" == *" ctas "* ]]; then for v in 4 8 16; do
     step "tune-ctas$v" 60 "${sweep[@]}" -b 16M -e 1G -f 4 --reduce-ctas "$v" --coll reduce_scatter,all_reduce \
       --json "$pdir/tune-ctas$v.jsonl"
@@ -795,14 +792,15 @@ phase_torch() {
 }
 
 # ==================================================================================================================
-# repro: each debug switch of docs/tuning.md that turns a fix off must bring its failure back.
+# repro: each fix that a test can turn off (the tests' *Repro.DISABLED_* cases, Config's test-only switches set
+# through ConfigTestHook) must bring its failure back.
 phase_repro() {
   # The shared-GPU hardware-queue deadlock (docs/cuda-executor.md, Hazard 4) without the queue claim.
-  expect_fail queue-claim-off 40 env CONCCL_QUEUE_CLAIM=0 "$bin/test_gpu_no_hang" --gtest_brief=1 \
-    --gtest_filter=NoHang.FreshCommunicatorsThreadPerRankAboveSmallThreshold
+  expect_fail queue-claim-off 40 "$bin/test_gpu_no_hang" --gtest_brief=1 --gtest_also_run_disabled_tests \
+    --gtest_filter=NoHangRepro.DISABLED_FreshCommunicatorsWithoutQueueClaim
   # A communicator's calls on two streams at once (Hazard 6) without the call-order wait.
-  have "$bin/test_gpu_call_order" && expect_fail call-order-off 60 env CONCCL_CALL_ORDER=0 \
-    "$bin/test_gpu_call_order" --gtest_brief=1
+  have "$bin/test_gpu_call_order" && expect_fail call-order-off 60 "$bin/test_gpu_call_order" --gtest_brief=1 \
+    --gtest_also_run_disabled_tests --gtest_filter='CallOrderRepro.DISABLED_*'
 }
 
 # ==================================================================================================================

@@ -125,10 +125,9 @@ typedef enum { concclBackendHost = 0, concclBackendCuda = 1 } concclBackend_t;
  * (with 2+ ranks whose GPUs have peer access) a rank's own block leaves through a peer GPU and comes back on copy
  * engines (pulled back from a peer that receives it anyway, or bounced through a peer's scratch), at the price of
  * one more NVLink crossing of that block; use it beside a GEMM that holds every SM (conccl-c3 does). Ranks that
- * share a GPU take the same route and gain nothing by it. Reductions run on a few SMs either way. Sm (SM copy kernels
- * at every size) is reserved and refused with concclNotSupported by this version rather than silently
- * replaced. */
-typedef enum { concclEngineAuto = 0, concclEngineCopy = 1, concclEngineSm = 2 } concclEngine_t;
+ * share a GPU take the same route and gain nothing by it. Reductions run on a few SMs either way. Any other value is
+ * refused (concclInvalidArgument). */
+typedef enum { concclEngineAuto = 0, concclEngineCopy = 1 } concclEngine_t;
 
 /* Value of an integer config field that is left to the environment variable or the default. */
 #define CONCCL_CONFIG_UNDEF_INT INT32_MIN
@@ -141,7 +140,7 @@ typedef enum { concclEngineAuto = 0, concclEngineCopy = 1, concclEngineSm = 2 } 
  * environment variable, else the default:
  *   field         env variable         default
  *   backend       CONCCL_BACKEND       cuda if a CUDA device is present, else host ("host"|"cuda")
- *   engine        CONCCL_ENGINE        auto ("auto"|"copy"|"sm")
+ *   engine        CONCCL_ENGINE        auto ("auto"|"copy")
  *   reduceCtas    CONCCL_REDUCE_CTAS   0      CTAs of each reduction kernel (1..1024); 0 = auto: one CTA per
  *                 256 KiB of input the reduction reads, at most 8 (8 SMs keep pace with NVLink at fan-in 2)
  *   lanes         CONCCL_LANES         2      parallel copy queues per rank (1..16)

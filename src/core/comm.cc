@@ -80,11 +80,6 @@ std::vector<concclComm*> createClique(int ndev, const int* devlist, const conccl
                      "devlist[" + std::to_string(r) + "] = " + std::to_string(devices[r]) +
                          " is not a CUDA device (this process sees " + std::to_string(count) + ")");
     }
-    // Refused rather than silently run on copy engines: a user who asks for SM data movement measures something else.
-    if (config.engine == concclEngineSm) {
-      CONCCL_THROW(concclNotSupported, "engine = sm (SM copy kernels) is not implemented in this version of conccl; "
-                                       "use auto or copy");
-    }
     // Knobs the caller left alone follow the GPU count (core/tuned_defaults.h), before the executor sizes anything.
     CONCCL_INFO(-1, -1, applyTunedDefaults(config, distinctGpuCount(devices)));
     executor = exec::makeCudaExecutor(devices, config);
@@ -131,10 +126,6 @@ concclComm* createProcessComm(int nranks, const concclUniqueId& id, int rank, co
   if (config.backend != concclBackendCuda) {
     CONCCL_THROW(concclNotSupported, "communicators across processes need the CUDA backend (the host backend is "
                                      "single-process: use concclCommInitAll)");
-  }
-  if (config.engine == concclEngineSm) {
-    CONCCL_THROW(concclNotSupported, "engine = sm (SM copy kernels) is not implemented in this version of conccl; "
-                                     "use auto or copy");
   }
   const int device = exec::cudaCurrentDevice();
   auto clique = std::make_shared<ProcessClique>(config, data, rank, nranks, device);

@@ -5,7 +5,9 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <strings.h>
 
 #include "core/error.h"
@@ -68,6 +70,16 @@ constexpr size_t kMinScratchBytes = size_t{64} << 10;
 // Smallest struct accepted: every field this library knows (an older header's struct can only be a prefix).
 constexpr size_t kMinConfigSize = offsetof(concclConfig_t, timeoutMs) + sizeof(int);
 
+// ConfigTestHook's edit (empty: none), under its mutex.
+std::mutex& testHookMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::function<void(Config&)>& testHookEdit() {
+  static std::function<void(Config&)> edit;
+  return edit;
+}
+
 // The caller's explicit fields over `config` (environment and defaults); a smBudget field is left in *smBudget
 // (0: not given), because its default depends on the resolved reduceCtas.
 void applyUserFields(const concclConfig_t& user, Config& config, int* smBudget);
@@ -82,7 +94,7 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
   envEnum<concclBackend_t>("CONCCL_BACKEND", {{"host", concclBackendHost}, {"cuda", concclBackendCuda}},
                            &config.backend);
   envEnum<concclEngine_t>("CONCCL_ENGINE",
-                          {{"auto", concclEngineAuto}, {"copy", concclEngineCopy}, {"sm", concclEngineSm}},
+                          {{"auto", concclEngineAuto}, {"copy", concclEngineCopy}},
                           &config.engine);
   long long v = 0;
   if (envInt("CONCCL_REDUCE_CTAS", 0, kMaxReduceCtas, &v)) config.reduceCtas = static_cast<int>(v);
@@ -107,15 +119,13 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
     config.explicitKnobs |= kKnobMinChunkBytes;
   }
   if (envInt("CONCCL_PIPELINE_DEPTH", 1, 16, &v)) config.pipelineDepth = static_cast<int>(v);
-  if (envInt("CONCCL_PEER_REDUCE", 0, 1, &v)) config.peerReduce = v != 0;
   if (envInt("CONCCL_RENDEZVOUS_SPIN_US", 0, 10000, &v)) config.rendezvousSpinUs = static_cast<int>(v);
   if (envInt("CONCCL_HIGH_PRIORITY", 0, 1, &v)) config.highPriority = v != 0;
   int smBudget = 0;  // 0: not given, derived below
   if (envInt("CONCCL_SM_BUDGET", 0, kMaxReduceCtas, &v)) smBudget = static_cast<int>(v);
   if (envInt("CONCCL_GRAPH_CACHE", 0, 1 << 16, &v)) config.graphCacheEntries = static_cast<size_t>(v);
-  if (envInt("CONCCL_GRAPH_CACHE_MAX_BYTES", 0, LLONG_MAX, &v)) config.graphCacheMaxBytes = static_cast<size_t>(v);
   if (envInt("CONCCL_STAGED_MAX_BYTES", 0, LLONG_MAX, &v)) config.stagedMaxBytes = static_cast<size_t>(v);
-  if (envInt("CONCCL_THREAD_STAGED", 0, 2, &v)) config.threadStaged = static_cast<int>(v);
+  if (envInt("CONCCL_THREAD_STAGED", 0, 1, &v)) config.threadStaged = static_cast<int>(v);
   if (envInt("CONCCL_DEFER_CALLS", 0, 1, &v)) config.deferCalls = v != 0;
 
   if (user != nullptr) applyUserFields(*user, config, &smBudget);
@@ -127,7 +137,21 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
                  "reduceCtas = " + std::to_string(config.reduceCtas) + " exceeds smBudget = " +
                      std::to_string(smBudget) + " (CONCCL_REDUCE_CTAS / CONCCL_SM_BUDGET or the config fields)");
   config.smBudget = smBudget;
+  {
+    std::lock_guard<std::mutex> lock(testHookMutex());
+    if (testHookEdit()) testHookEdit()(config);
+  }
   return config;
+}
+
+ConfigTestHook::ConfigTestHook(std::function<void(Config&)> edit) {
+  std::lock_guard<std::mutex> lock(testHookMutex());
+  previous_ = std::exchange(testHookEdit(), std::move(edit));
+}
+
+ConfigTestHook::~ConfigTestHook() {
+  std::lock_guard<std::mutex> lock(testHookMutex());
+  testHookEdit() = std::move(previous_);
 }
 
 namespace {
@@ -151,7 +175,7 @@ void applyUserFields(const concclConfig_t& userConfig, Config& config, int* smBu
     config.backend = static_cast<concclBackend_t>(user->backend);
   }
   if (user->engine != CONCCL_CONFIG_UNDEF_INT) {
-    requireRange("engine", user->engine, concclEngineAuto, concclEngineSm);
+    requireRange("engine", user->engine, concclEngineAuto, concclEngineCopy);
     config.engine = static_cast<concclEngine_t>(user->engine);
   }
   if (user->reduceCtas != CONCCL_CONFIG_UNDEF_INT) {

@@ -5,6 +5,7 @@
 #include <conccl/conccl.h>
 
 #include <cstddef>
+#include <functional>
 
 namespace conccl {
 
@@ -31,19 +32,12 @@ struct Config {
   size_t singleStreamBytes = size_t{4} << 20;
   size_t minChunkBytes = size_t{8} << 20;
   int pipelineDepth = 2;
-  // Reductions read the peers' inputs where they lie when every GPU pair has peer access (sched::emitPullReduce);
-  // CONCCL_PEER_REDUCE=0 keeps the copy-engine exchange into scratch (for comparison).
-  bool peerReduce = true;
   // How long a rank's thread spins for its peers before it blocks on the clique's condition variable
   // (LocalClique::spinUntilReady; CONCCL_RENDEZVOUS_SPIN_US, 0 = block at once).
   int rendezvousSpinUs = 50;
   // Eager copy-engine calls whose shape (schedule + buffers) repeats run as one cached CUDA graph per rank
   // (exec/cuda/graph_cache.h): at most this many shapes per rank; 0 = off (CONCCL_GRAPH_CACHE).
   size_t graphCacheEntries = 64;
-  // Only programs whose part of the call (Schedule::workBytes) is at most this are cached; 0 = no limit
-  // (CONCCL_GRAPH_CACHE_MAX_BYTES). For measuring whether graph branches keep the lanes' copy-engine parallelism:
-  // host time matters at mid sizes, where programs are single-stream (CONCCL_SINGLE_STREAM_BYTES).
-  size_t graphCacheMaxBytes = 0;
   // Ranks in separate processes stage a call through their peers' scratch (sched::CollectiveCall::peerScratchOnly) when
   // its largest buffer is at most this many bytes: the call then launches without waiting on the host for the peers
   // (whose buffer addresses it no longer needs), at the price of one local copy of what a rank receives; 0 = never
@@ -56,20 +50,52 @@ struct Config {
   // Ranks of one process called from a thread each (a group per call posting only that rank) may stage such calls
   // too and launch them at once instead of waiting for the peers' threads (LocalClique::post). CONCCL_THREAD_STAGED:
   // 0 (default, until it is measured across GPUs: docs/cuda-executor.md, "Thread-per-rank staged calls") = never;
-  // 1 = when every rank has a GPU of its own; 2 = also when ranks share a GPU, for tests only: there the ranks'
-  // streams must first have been used by a grouped call (their hardware queues claimed together, Hazard 4), and
-  // such calls never use the graph cache (exec::CallBinding::eagerOnly).
+  // 1 = when every rank has a GPU of its own. 2 (tests only, through ConfigTestHook; the host backend's CPU tests and
+  // ranks sharing one GPU) = also when ranks share a GPU or run on the host backend: there the ranks' streams must
+  // first have been used by a grouped call (their hardware queues claimed together, Hazard 4), and such calls never
+  // use the graph cache (exec::CallBinding::eagerOnly).
   int threadStaged = 0;
   // The knobs of core/tuned_defaults.h (lanes, singleStreamBytes, minChunkBytes, smallMessageBytes) that the caller's
   // struct or the environment set (TunedKnob bits); the others take the row for the communicator's GPU count once its
   // devices are known (applyTunedDefaults). The values above are that table's 2-GPU row until then.
   unsigned explicitKnobs = 0;
+
+  // Test-only switches: never read from the environment or concclConfig_t, set only through ConfigTestHook (below).
+  // Each turns off a fix or a design choice, to reproduce what it prevents or to check that both forms agree.
+  //
+  // Reductions read the peers' inputs where they lie when every GPU pair has peer access (sched::emitPullReduce);
+  // false keeps the copy-engine exchange into scratch everywhere (the form used anyway without peer access).
+  bool peerReduce = true;
+  // A rank's calls on different caller streams run in call order (CudaExecutor::orderAfterPreviousCall); false only
+  // reproduces two calls of a rank running at once on the GPU (docs/cuda-executor.md, Hazard 6).
+  bool callOrder = true;
+  // Every stream's first use is claimed one at a time (exec/cuda/queue_claim.h); false only reproduces the shared-GPU
+  // hardware-queue deadlock (docs/cuda-executor.md, Hazard 4).
+  bool queueClaim = true;
+  // Only programs whose part of the call (Schedule::workBytes) is at most this are graph-cached; 0 = no limit. For
+  // comparing cache policies (e.g. single-stream programs only).
+  size_t graphCacheMaxBytes = 0;
 };
 
 // Merges `user` (may be null), the CONCCL_* environment variables and the defaults. `cudaAvailable`
 // decides the default backend. Throws Error(concclInvalidArgument) for a bad struct or value, naming the
 // field or variable.
 Config resolveConfig(const concclConfig_t* user, bool cudaAvailable);
+
+// Tests only: while an instance lives, every Config that resolveConfig returns is passed to `edit` last (after the
+// environment and the caller's struct), so that a test can set the test-only switches above for the communicators
+// it creates through the public API. One at a time per process (a second one replaces the first until it ends); create
+// it before the communicators and keep it until they exist. Not for library code.
+class ConfigTestHook {
+ public:
+  explicit ConfigTestHook(std::function<void(Config&)> edit);
+  ~ConfigTestHook();
+  ConfigTestHook(const ConfigTestHook&) = delete;
+  ConfigTestHook& operator=(const ConfigTestHook&) = delete;
+
+ private:
+  std::function<void(Config&)> previous_;
+};
 
 // Writes `config` into the public struct (fields of the caller's struct size only).
 void exportConfig(const Config& config, concclConfig_t* out);

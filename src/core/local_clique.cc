@@ -32,8 +32,8 @@ LocalClique::LocalClique(Config config, std::vector<int> devices, std::unique_pt
   departed_.assign(devices_.size(), false);
   const bool ownGpus = std::set<int>(devices_.begin(), devices_.end()).size() == devices_.size();
   sharedGpus_ = !ownGpus;
-  // The host backend (ranks are threads, programs run in launch()) stages only when asked to (2): how the CPU tests
-  // exercise this path.
+  // The host backend (ranks are threads, programs run in launch()) stages only with threadStaged 2, which only tests
+  // set (ConfigTestHook): how the CPU tests exercise this path.
   const bool cuda = config_.backend == concclBackendCuda;
   threadStaged_ = nranks() >= 2 && config_.stagedMaxBytes > 0 &&
                   (config_.threadStaged == 2 || (config_.threadStaged == 1 && cuda && ownGpus));

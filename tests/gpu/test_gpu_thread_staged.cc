@@ -1,10 +1,11 @@
-// Thread-per-rank calls that launch without waiting for the peers' threads (LocalClique::post, CONCCL_THREAD_STAGED):
+// Thread-per-rank calls that launch without waiting for the peers' threads (LocalClique::post, Config::threadStaged):
 // every collective with a staged form, on the small-message kernel and on the copy engines, in and out of place,
 // checked against the reference on fresh random data; and a rank's call returns while its peer has not called yet.
 //
-// With a GPU per rank (2+ GPUs) the test turns the path on with CONCCL_THREAD_STAGED=1 (off by default until measured
-// across GPUs). On one GPU the ranks share it, which needs CONCCL_THREAD_STAGED=2 and one grouped call first, so that
-// the ranks' streams are claimed together (docs/cuda-executor.md, Hazard 4); such calls never use the graph cache.
+// With a GPU per rank (2+ GPUs) the test turns the path on with threadStaged 1 (CONCCL_THREAD_STAGED=1, off by default
+// until measured across GPUs). On one GPU the ranks share it, which needs threadStaged 2 (tests only, through
+// ConfigTestHook) and one grouped call first, so that the ranks' streams are claimed together (docs/cuda-executor.md,
+// Hazard 4); such calls never use the graph cache.
 #include <conccl/conccl.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/config.h"
 #include "gpu/gpu_collective_case.h"
 #include "gpu/gpu_test_util.h"
 #include "gpu/gpu_thread_per_rank.h"
@@ -22,17 +24,20 @@
 namespace conccl::gputest {
 namespace {
 
-// Ranks and their devices: a GPU each where there are enough, else all on GPU 0 (with the switch set).
+// Ranks and their devices: a GPU each where there are enough, else all on GPU 0.
 std::vector<int> rankDevices(int n) {
-  const int gpus = deviceCount();
   std::vector<int> devices(static_cast<size_t>(n), 0);
-  if (gpus >= n) {
+  if (deviceCount() >= n) {
     for (int r = 0; r < n; ++r) devices[static_cast<size_t>(r)] = r;
-    setenv("CONCCL_THREAD_STAGED", "1", /*overwrite=*/1);
-  } else {
-    setenv("CONCCL_THREAD_STAGED", "2", /*overwrite=*/1);
   }
   return devices;
+}
+
+// Turns the path on for the communicators made while it lives: threadStaged 1 (the user's setting) with a GPU per
+// rank, else 2 (ranks sharing a GPU).
+ConfigTestHook threadStagedOn(int n) {
+  const int value = deviceCount() >= n ? 1 : 2;
+  return ConfigTestHook([value](Config& config) { config.threadStaged = value; });
 }
 
 // One grouped call on every rank's stream (the queue claim of a shared GPU), checked like any other.
@@ -50,6 +55,7 @@ TEST(ThreadStaged, EveryCollectiveBothPathsThreadPerRank) {
                         Coll::kReduce,    Coll::kAllToAll,      Coll::kGather,    Coll::kScatter};
   for (int n : {2, 3}) {
     const std::vector<int> devices = rankDevices(n);
+    const ConfigTestHook hook = threadStagedOn(n);
     auto clique = Clique::create(n, CONCCL_CONFIG_UNDEF_INT, devices);
     ASSERT_TRUE(clique);
     ASSERT_TRUE(warmUp(*clique, devices));
@@ -80,12 +86,12 @@ TEST(ThreadStaged, EveryCollectiveBothPathsThreadPerRank) {
       }
     }
   }
-  unsetenv("CONCCL_THREAD_STAGED");
 }
 
 TEST(ThreadStaged, CallReturnsBeforeItsPeerCalls) {
   SKIP_WITHOUT_GPU();
   const std::vector<int> devices = rankDevices(2);
+  const ConfigTestHook hook = threadStagedOn(2);
   auto clique = Clique::create(2, CONCCL_CONFIG_UNDEF_INT, devices);
   ASSERT_TRUE(clique);
   ASSERT_TRUE(warmUp(*clique, devices));
@@ -113,7 +119,6 @@ TEST(ThreadStaged, CallReturnsBeforeItsPeerCalls) {
   EXPECT_TRUE(c.check("peer 300 ms late"));
   std::fprintf(stderr, "rank 0's call returned after %lld us with its peer %lld ms late\n",
                static_cast<long long>(rank0Took.count()), static_cast<long long>(kPeerLate.count()));
-  unsetenv("CONCCL_THREAD_STAGED");
 }
 
 }  // namespace

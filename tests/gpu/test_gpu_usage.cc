@@ -255,17 +255,5 @@ TEST(BadInput, SharedGpuWithOneHardwareQueueIsRefused) {
   }
 }
 
-// engine = sm is reserved: refused at init, never silently run on copy engines.
-TEST(BadInput, EngineSmIsRefused) {
-  SKIP_WITHOUT_GPU();
-  concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
-  config.backend = concclBackendCuda;
-  config.engine = concclEngineSm;
-  concclComm_t comm = nullptr;
-  EXPECT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclNotSupported);
-  EXPECT_NE(std::string(concclGetLastError(nullptr)).find("engine = sm"), std::string::npos);
-  EXPECT_EQ(comm, nullptr);
-}
-
 }  // namespace
 }  // namespace conccl::gputest

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/host_driver.h"
+#include "core/config.h"
 #include "exec/executor.h"
 
 namespace conccl::test {
@@ -118,8 +119,8 @@ TEST(ApiErrors, AutoReduceCtasAndTuningVariables) {
   EXPECT_NE(lastError().find("reduceCtas"), std::string::npos);
   config.reduceCtas = CONCCL_CONFIG_UNDEF_INT;
   for (const char* name :
-       {"CONCCL_PIPELINE_DEPTH", "CONCCL_PEER_REDUCE", "CONCCL_MIN_CHUNK_BYTES", "CONCCL_GRAPH_CACHE",
-        "CONCCL_GRAPH_CACHE_MAX_BYTES", "CONCCL_STAGED_MAX_BYTES"}) {
+       {"CONCCL_PIPELINE_DEPTH", "CONCCL_MIN_CHUNK_BYTES", "CONCCL_GRAPH_CACHE", "CONCCL_STAGED_MAX_BYTES",
+        "CONCCL_THREAD_STAGED"}) {
     const std::string bad = name == std::string("CONCCL_MIN_CHUNK_BYTES") ? "12"
                             : name == std::string("CONCCL_GRAPH_CACHE")   ? "-1"
                                                                           : "0x";
@@ -130,17 +131,67 @@ TEST(ApiErrors, AutoReduceCtasAndTuningVariables) {
   }
 }
 
+// engine is auto or copy; CONCCL_THREAD_STAGED is 0 or 1 (its value 2 is Config::threadStaged through
+// ConfigTestHook); the variables that only reproduced fixed bugs or compared replaced designs are not read at all.
+TEST(ApiErrors, EngineAndThreadStagedValuesAndRemovedVariables) {
+  concclComm_t comm = nullptr;
+  concclConfig_t config = CONCCL_CONFIG_INITIALIZER;
+  config.backend = concclBackendHost;
+  config.engine = 2;
+  EXPECT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclInvalidArgument);
+  EXPECT_NE(lastError().find("engine"), std::string::npos) << lastError();
+  config.engine = CONCCL_CONFIG_UNDEF_INT;
+  setenv("CONCCL_ENGINE", "sm", 1);
+  EXPECT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclInvalidArgument);
+  EXPECT_NE(lastError().find("auto|copy"), std::string::npos) << lastError();
+  unsetenv("CONCCL_ENGINE");
+  setenv("CONCCL_THREAD_STAGED", "2", 1);
+  EXPECT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclInvalidArgument);
+  EXPECT_NE(lastError().find("CONCCL_THREAD_STAGED"), std::string::npos) << lastError();
+  unsetenv("CONCCL_THREAD_STAGED");
+  for (const char* name : {"CONCCL_PEER_REDUCE", "CONCCL_GRAPH_CACHE_MAX_BYTES", "CONCCL_CALL_ORDER",
+                           "CONCCL_QUEUE_CLAIM"}) {
+    setenv(name, "not read", 1);
+  }
+  EXPECT_EQ(concclCommInitAll(&comm, 1, nullptr, &config), concclSuccess) << lastError();
+  EXPECT_EQ(concclCommDestroy(comm), concclSuccess);
+  for (const char* name : {"CONCCL_PEER_REDUCE", "CONCCL_GRAPH_CACHE_MAX_BYTES", "CONCCL_CALL_ORDER",
+                           "CONCCL_QUEUE_CLAIM"}) {
+    unsetenv(name);
+  }
+}
+
+// ConfigTestHook edits every Config resolved while it lives, and no other.
+TEST(ApiErrors, ConfigTestHookAppliesWhileItLives) {
+  EXPECT_TRUE(resolveConfig(nullptr, false).peerReduce);
+  {
+    ConfigTestHook hook([](Config& config) {
+      config.peerReduce = false;
+      config.threadStaged = 2;
+    });
+    const Config config = resolveConfig(nullptr, false);
+    EXPECT_FALSE(config.peerReduce);
+    EXPECT_EQ(config.threadStaged, 2);
+  }
+  const Config config = resolveConfig(nullptr, false);
+  EXPECT_TRUE(config.peerReduce);
+  EXPECT_EQ(config.threadStaged, 0);
+}
+
 // Reductions give the same results whether reducers read their peers in place (the default) or receive the
-// inputs into scratch first (CONCCL_PEER_REDUCE=0), here on the host backend with several pieces per share.
+// inputs into scratch first (Config::peerReduce false, a test-only switch), here on the host backend with several
+// pieces per share.
 TEST(ApiErrors, PeerReadsAndScratchExchangeAgree) {
   const int n = 3;
   const size_t count = (size_t{3} << 20) + 7;  // 12 MiB per rank: several 1 MiB pieces per share
   std::vector<std::vector<float>> results;
-  for (const char* peer : {"1", "0"}) {
-    setenv("CONCCL_PEER_REDUCE", peer, 1);
+  for (const bool peer : {true, false}) {
     setenv("CONCCL_MIN_CHUNK_BYTES", "1M", 1);
-    std::vector<concclComm_t> comms = hostComms(n);
-    unsetenv("CONCCL_PEER_REDUCE");
+    std::vector<concclComm_t> comms;
+    {
+      ConfigTestHook hook([peer](Config& config) { config.peerReduce = peer; });
+      comms = hostComms(n);
+    }
     unsetenv("CONCCL_MIN_CHUNK_BYTES");
     std::vector<std::vector<float>> send(n, std::vector<float>(count)), recv(n, std::vector<float>(count));
     for (int r = 0; r < n; ++r) {

@@ -240,7 +240,7 @@ TEST(ThreadStaged, SoloCallMirrorsTheRankWithoutPeerBuffers) {
 // End to end on the host backend: one thread per rank, every collective with a staged form, ranks in and out of
 // place, results against the reference.
 TEST(ThreadStaged, EveryCollectiveMatchesTheReferenceThreadPerRank) {
-  ::setenv("CONCCL_THREAD_STAGED", "2", 1);
+  ConfigTestHook hook([](Config& config) { config.threadStaged = 2; });
   using test::Coll;
   const Coll colls[] = {Coll::kAllGather, Coll::kReduceScatter, Coll::kAllReduce, Coll::kBroadcast,
                         Coll::kReduce,    Coll::kAllToAll,      Coll::kGather,    Coll::kScatter};
@@ -264,16 +264,17 @@ TEST(ThreadStaged, EveryCollectiveMatchesTheReferenceThreadPerRank) {
     }
     for (concclComm_t comm : comms) EXPECT_EQ(concclCommDestroy(comm), concclSuccess);
   }
-  ::unsetenv("CONCCL_THREAD_STAGED");
 }
 
 // The same on the host backend end to end: ranks that disagree on the count are caught when the last one posts, after
 // the first launched, so the communicator goes out of service (the regular path would return concclInvalidArgument
 // on both ranks and stay usable).
 TEST(ThreadStaged, HostBackendDisagreementIsFoundLate) {
-  ::setenv("CONCCL_THREAD_STAGED", "2", 1);
-  auto comms = test::makeHostComms(2, 5000);
-  ::unsetenv("CONCCL_THREAD_STAGED");
+  std::vector<concclComm_t> comms;
+  {
+    ConfigTestHook hook([](Config& config) { config.threadStaged = 2; });
+    comms = test::makeHostComms(2, 5000);
+  }
   std::vector<float> send(16, 1.0f), recv0(16), recv1(8);
   concclResult_t results[2] = {concclSuccess, concclSuccess};
   std::thread first([&] { results[0] = concclAllReduce(send.data(), recv0.data(), 16, concclFloat32, concclSum,

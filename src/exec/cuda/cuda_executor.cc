@@ -127,7 +127,7 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
     CUDA_CHECK(cudaHostGetDevicePointer(&dev, s->flags.get(), 0));
     devFlagTable_.push_back(reinterpret_cast<CUdeviceptr>(dev));
   }
-  if (queueClaimEnabled()) {
+  if (config.queueClaim) {
     claimer_ = std::make_unique<QueueClaimer>(unique);
     std::vector<QueueClaimer::Target> lanes;
     for (auto& s : ranks_) {

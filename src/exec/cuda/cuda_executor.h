@@ -115,7 +115,7 @@ class CudaExecutor final : public Executor {
 
   // Some local ranks share a device (graphCacheable: their lane programs are not cached).
   bool sharedDevices_ = false;
-  // First use of every stream, one at a time (queue_claim.h; null when CONCCL_QUEUE_CLAIM=0). Local cliques only.
+  // First use of every stream, one at a time (queue_claim.h; null when Config::queueClaim is false). Local cliques only.
   std::unique_ptr<QueueClaimer> claimer_;
   std::atomic<bool> leakedRank_{false};  // a rank could not drain: nothing may be freed with a device-synchronising call
   // Peer mappings closed and allocations newly exported or retired so far (several processes): an address in a

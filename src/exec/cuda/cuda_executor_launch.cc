@@ -182,17 +182,6 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   CopyEngineProgram(s, setup, resolve).enqueue(program);
 }
 
-namespace {
-// CONCCL_CALL_ORDER=0 turns orderAfterPreviousCall off, only to reproduce what it prevents (test_gpu_call_order.cc).
-bool callOrderEnabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("CONCCL_CALL_ORDER");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
-  return enabled;
-}
-}  // namespace
-
 void CudaExecutor::orderAfterPreviousCall(RankState& s, cudaStream_t main) {
   // The calls of a rank run on the GPU in the order they were made, whatever streams they were made on (NCCL's rule,
   // which PyTorch relies on: FSDP2 all-gathers on one stream and reduce-scatters on another). Every call of a rank
@@ -200,7 +189,7 @@ void CudaExecutor::orderAfterPreviousCall(RankState& s, cudaStream_t main) {
   // and overwrite each other's chunks: a GPU deadlock (FSDP2 through the NCCL drop-in, 2026-12-01) or wrong data.
   // Calls on the same stream are ordered by the stream; a call on another stream waits for the done marker of the
   // previous launch (GEQ is a wrap-safe comparison). One memory operation, only when the stream changes.
-  if (!callOrderEnabled()) return;
+  if (!config_.callOrder) return;  // a test reproducing what this prevents (Config::callOrder)
   unsigned long long id = 0;
   CUDA_CHECK(cudaStreamGetId(main, &id));
   if (s.launches > 0 && id != s.lastStreamId) {

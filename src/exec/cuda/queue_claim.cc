@@ -3,22 +3,12 @@
 #include <cuda.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 
 namespace conccl::exec {
-
-bool queueClaimEnabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("CONCCL_QUEUE_CLAIM");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
-  return enabled;
-}
 
 QueueClaimer::QueueClaimer(const std::vector<int>& devices) {
   gate_ = PinnedBuffer::allocate(sizeof(uint32_t));

@@ -58,7 +58,4 @@ class QueueClaimer {
   std::mutex mutex_;
 };
 
-// Off with CONCCL_QUEUE_CLAIM=0 (a diagnostic switch for the GPU tests, to show what the claim prevents).
-bool queueClaimEnabled();
-
 }  // namespace conccl::exec
