@@ -12,7 +12,6 @@
 
 #include "core/error.h"
 #include "core/tuned_defaults.h"
-#include "exec/kernel_limits.h"
 
 namespace conccl {
 namespace {
@@ -132,7 +131,7 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
 
   // One contract, checked once: no kernel of a call gets more CTAs than smBudget, so an explicit reduceCtas above it
   // is a contradiction the caller must resolve, not something to clip silently.
-  if (smBudget == 0) smBudget = config.reduceCtas > 0 ? config.reduceCtas : exec::kAutoReduceMaxCtas;
+  if (smBudget == 0) smBudget = config.reduceCtas > 0 ? config.reduceCtas : kDefaultSmBudget;
   CONCCL_REQUIRE(config.reduceCtas <= smBudget,
                  "reduceCtas = " + std::to_string(config.reduceCtas) + " exceeds smBudget = " +
                      std::to_string(smBudget) + " (CONCCL_REDUCE_CTAS / CONCCL_SM_BUDGET or the config fields)");

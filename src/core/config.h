@@ -9,6 +9,11 @@
 
 namespace conccl {
 
+// smBudget's default when neither it nor reduceCtas is given: the most CTAs the auto reduction takes. The number is a
+// configuration default, so it lives here (core) rather than in exec/kernel_limits.h, which describes the kernels and
+// sits above core; exec/call_path.cc asserts that exec::kAutoReduceMaxCtas equals it, so the two cannot drift apart.
+inline constexpr int kDefaultSmBudget = 8;
+
 struct Config {
   concclBackend_t backend = concclBackendHost;
   concclEngine_t engine = concclEngineAuto;
@@ -19,9 +24,9 @@ struct Config {
   size_t smallMessageBytes = size_t{64} << 10;
   // conccl's kernels at the greatest stream priority (conccl.h explains why this is the default).
   bool highPriority = true;
-  // The most SMs (CTAs) any kernel of a call may use; resolved, never 0 (default: reduceCtas if set, else the auto
-  // reduction's maximum, exec/kernel_limits.h).
-  int smBudget = 8;
+  // The most SMs (CTAs) any kernel of a call may use; resolved, never 0 (default: reduceCtas if set, else
+  // kDefaultSmBudget, the auto reduction's maximum).
+  int smBudget = kDefaultSmBudget;
   // Tuning knobs without a config field (environment only; README table), defaults per GPU count from
   // core/tuned_defaults.h (these are its 2-GPU row, from the sweep of 2026-11-30,
   // docs/results/2026-11-30-h200-x2-sweep-peer-reduce-c3/):

@@ -3,10 +3,16 @@
 #include <algorithm>
 #include <variant>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/types.h"
 
 namespace conccl::exec {
+
+// The default SM budget (a config default, core/config.h) is the auto reduction's maximum: with neither reduceCtas nor
+// smBudget given, the auto rule must reach its maximum without being clipped, and no higher.
+static_assert(kAutoReduceMaxCtas == kDefaultSmBudget, "kDefaultSmBudget must be the auto reduction's maximum CTAs");
+
 namespace {
 
 // The per-rank sizes from the schedule when the builder filled them in (hand-made schedules: from the programs).

@@ -9,7 +9,8 @@ namespace conccl::exec {
 // Reduction CTAs when config.reduceCtas is 0 (auto): one CTA per kAutoReduceBytesPerCta of input read, at most
 // kAutoReduceMaxCtas. Eight SMs at ~110 GB/s of input each keep pace with a peer's NVLink traffic at fan-in 2 (two
 // bytes read per byte received, FACTS.md); fewer CTAs for less work, because a CTA with little to do costs its
-// launch more than its reading. kAutoReduceMaxCtas is also config.smBudget's default.
+// launch more than its reading. kAutoReduceMaxCtas is also config.smBudget's default (core/config.h's
+// kDefaultSmBudget: core does not include exec, so the default is defined there and exec/call_path.cc asserts equality).
 inline constexpr int kAutoReduceMaxCtas = 8;
 inline constexpr size_t kAutoReduceBytesPerCta = size_t{256} << 10;
 
