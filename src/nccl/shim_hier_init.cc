@@ -167,8 +167,8 @@ HierInit initHierarchical(const std::string& answer, const std::vector<uint64_t>
   out.hier = h;
   // Where the SMs go (no per-call figure can be measured here): the intra phases use copy engines and, for the
   // reductions, conccl's reduce CTAs (CONCCL_REDUCE_CTAS); the rail phases are NCCL kernels on NCCL's own CTAs, one
-  // per channel (NCCL_MIN_NCHANNELS..NCCL_MAX_NCHANNELS; its network default is 2-4 on one NIC per GPU, capped by
-  // the config's maxCTAs, default 32).
+  // per channel (NCCL chooses the count from the topology; NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS and the config's
+  // maxCTAs, default 32, bound it).
   logInfo("rank " + std::to_string(rank) + " of " + std::to_string(nranks) + ": " + out.reason + "; node " +
           std::to_string(node) + " local " + std::to_string(local) + "; SMs per call: conccl's reduce CTAs in the "
           "intra phases (copy engines otherwise), NCCL's channels' CTAs on the rail");

@@ -174,6 +174,16 @@ struct Runner {
   }
 };
 
+// The call goes to the flat communicator: says why, once per collective kind and communicator.
+bool flat(HierState* h, const HierArgs& a, const std::string& why) {
+  const uint32_t bit = 1u << static_cast<int>(a.coll);
+  if ((h->loggedFlat & bit) == 0) {
+    h->loggedFlat |= bit;
+    logInfo(std::string(a.call) + ": flat NCCL (" + why + "; said once per collective and communicator)");
+  }
+  return false;
+}
+
 }  // namespace
 
 bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) {
@@ -182,9 +192,11 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
   // Inside a group the calls of both libraries are deferred to their own group ends, which would break the order
   // of the phases: grouped calls (and every send/recv, which NCCL programs pair inside groups) use the flat
   // communicator.
-  if (groupDepth() > 0 || a.coll == sched::HierCollective::kSendRecv || a.count == 0 || h->aborted) return false;
-  if (a.op >= static_cast<int>(ncclNumOps)) return false;  // a PreMulSum op: made on the flat communicator
-  if (!h->layout.nodeMajor && dependsOnRankOrder(a.coll)) return false;
+  if (a.count == 0 || h->aborted) return false;
+  if (groupDepth() > 0) return flat(h, a, "inside ncclGroupStart/End");
+  if (a.coll == sched::HierCollective::kSendRecv) return flat(h, a, "send/recv");
+  if (a.op >= static_cast<int>(ncclNumOps)) return flat(h, a, "a PreMulSum op");  // made on the flat communicator
+  if (!h->layout.nodeMajor && dependsOnRankOrder(a.coll)) return flat(h, a, "ranks not node-major");
   const HierLayout& l = h->layout;
   sched::HierarchicalCall call;
   call.collective = a.coll;
@@ -196,31 +208,28 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
   sched::HierarchicalPlan plan = sched::planHierarchical(call);
   const int me = l.planRank[static_cast<size_t>(h->rank)];
   HierProgram prog = hierProgram(plan, me, l.perNode);
-  if (!prog.error.empty()) return false;  // e.g. pieces the ranks per node do not divide
+  if (!prog.error.empty()) return flat(h, a, prog.error);  // e.g. pieces the ranks per node do not divide
   // Every intra step must be one conccl runs exactly (type, op, CONCCL_NCCL_COLLS).
   for (const HierStep& s : prog.steps) {
     if (s.comm != HierComm::kIntra) continue;
     Decision d = routeCall(shim().env, Path::kConccl, collOf(s.kind), static_cast<int>(a.type),
                            reduces(s.kind) ? a.op : -1);
-    if (d.path != Path::kConccl) return false;
+    if (d.path != Path::kConccl) return flat(h, a, "intra phase on conccl: " + d.reason);
   }
   const size_t es = ncclTypeBytes(static_cast<int>(a.type));
   auto ctype = toConcclType(static_cast<int>(a.type));
-  if (!ctype) return false;
+  if (!ctype) return flat(h, a, "a type conccl lacks");
   concclRedOp_t cop = concclSum;
   if (a.op >= 0) {
     auto o = toConcclOp(a.op);
-    if (!o) return false;
+    if (!o) return flat(h, a, "an op conccl lacks");
     cop = *o;
   }
   std::lock_guard<std::mutex> lock(h->mutex);
   const size_t scratchBytes = prog.scratchCount * es;
   if (scratchBytes > 0) {
     std::string why;
-    if (!acquireScratch(h, scratchBytes, a.stream, &why)) {
-      logInfo(std::string(a.call) + ": flat NCCL for this call (" + why + ")");
-      return false;
-    }
+    if (!acquireScratch(h, scratchBytes, a.stream, &why)) return flat(h, a, why);
   }
   Runner run{h, a, es, *ctype, cop};
   for (const HierStep& s : prog.steps) {
@@ -254,6 +263,14 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
       *result = fail(comm, ncclUnhandledCudaError, std::string(a.call) + " (hierarchical): cudaEventRecord failed");
       return true;
     }
+  }
+  const uint32_t bit = 1u << static_cast<int>(a.coll);
+  if ((h->loggedPhases & bit) == 0) {
+    h->loggedPhases |= bit;
+    std::string phases;
+    for (const sched::Phase& p : plan.phases) phases += (phases.empty() ? "" : " -> ") + p.name;
+    logInfo(std::string(a.call) + ": hierarchical, " + std::to_string(prog.steps.size()) + " steps on this rank: " +
+            phases + " (said once per collective and communicator)");
   }
   *result = ncclSuccess;
   return true;

@@ -42,6 +42,9 @@ struct HierState {
   cudaStream_t lastStream = nullptr;
   bool used = false;
   bool aborted = false;
+  // One INFO line per collective kind: the first call that ran in phases, and the first sent to the flat
+  // communicator with its reason (bits by sched::HierCollective).
+  uint32_t loggedPhases = 0, loggedFlat = 0;
 };
 
 // ---- setup (shim_hier_init.cc) ----

@@ -1,17 +1,22 @@
 #!/bin/bash
-# Locality per communicator on a GPU machine, with simulated nodes (issue 25 item 1): torchrun processes through the
-# NCCL shim, each told by CONCCL_HOSTID which simulated node it is on (tests/nccl/simulated_nodes.py), the real NCCL
-# talking over loopback sockets. Checks the results of every collective and which library each communicator took:
-#   world (every rank)      -> NCCL when 2+ nodes, conccl with 1
+# Communicators across simulated nodes on a GPU machine (issue 25): torchrun processes through the NCCL shim, each
+# told by CONCCL_HOSTID which simulated node it is on (tests/nccl/simulated_nodes.py), the real NCCL talking over
+# loopback sockets. Checks the results of every collective (world: each one on fresh random data, --seed) and which
+# library each communicator took:
+#   world (every rank)      -> hierarchical with 2+ nodes of 2+ ranks (conccl in each node, NCCL rails), NCCL with
+#                              one rank per node, conccl with one node
 #   node groups             -> conccl
 #   rail groups (across)    -> NCCL when 2+ nodes
+# and, on a hierarchical world, that all_reduce, all_gather, reduce_scatter, broadcast and reduce each ran in phases
+# on every rank at least once ("hierarchical, N steps" lines of the shim; all_to_all is reported, not required).
 # for --mode split (ncclCommSplit of the world: the shim's split of an NCCL parent) and --mode new_group (a unique id
 # and a rendezvous per group).
 #
 # Run from the repository root on the GPU machine, with the shim staged (TARGETS=conccl_nccl_shim scripts/gpu-build.sh):
 #   bash tests/nccl/run_simulated_nodes.sh           # $OUT/simulated-nodes/{summary.txt,*.log}
 # Environment: SHIM (default gpu-stage/lib/libconccl_nccl.so), PY (/opt/torch/.venv/bin/python), NCCL_LIB (torch's
-# NCCL), LAYOUTS (default "2x2 2x1 1x4 2x3"), LIMIT (seconds per run, 150). One GPU: every rank on GPU 0 and
+# NCCL), LAYOUTS (default "2x2 2x3 3x2"), LIMIT (seconds per run, 300), SEED (default: fresh per run, printed),
+# HIER (CONCCL_NCCL_HIERARCHICAL for the run, default 1; with 0 the world goes to NCCL as a whole). One GPU: every rank on GPU 0 and
 # NCCL_HOSTID one per process (NCCL refuses two ranks of one host on one GPU); 2+ GPUs: rank's local index mod the
 # GPU count and, when a node's ranks fit on distinct GPUs, NCCL_HOSTID = the simulated node (NCCL then uses P2P
 # inside a node and sockets across).
@@ -20,15 +25,17 @@ cd "$(dirname "$0")/../.." || exit 1
 SHIM="${SHIM:-$PWD/gpu-stage/lib/libconccl_nccl.so}"
 PY="${PY:-/opt/torch/.venv/bin/python}"
 NCCL_LIB="${NCCL_LIB:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib}"
-LAYOUTS="${LAYOUTS:-2x2 2x1 1x4 2x3}"
-LIMIT="${LIMIT:-150}"
+LAYOUTS="${LAYOUTS:-2x2 2x3 3x2}"
+LIMIT="${LIMIT:-300}"
+SEED="${SEED:-$(( (RANDOM << 15) | RANDOM ))}"
+HIER="${HIER:-1}"
 out="${OUT:-/tmp/out}/simulated-nodes"
 mkdir -p "$out"
 summary="$out/summary.txt"
 : >"$summary"
 [ -f "$SHIM" ] || { echo "FAIL: no shim at $SHIM" | tee -a "$summary"; exit 1; }
 ngpus="$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
-echo "GPUs: $ngpus, shim: $SHIM, real NCCL: $NCCL_LIB" | tee -a "$summary"
+echo "GPUs: $ngpus, shim: $SHIM, real NCCL: $NCCL_LIB, seed $SEED, CONCCL_NCCL_HIERARCHICAL=$HIER" | tee -a "$summary"
 [ "$ngpus" -ge 1 ] || { echo "FAIL: no GPU" | tee -a "$summary"; exit 1; }
 
 count() { grep -c -- "$1" "$2" 2>/dev/null || true; }
@@ -45,15 +52,24 @@ for layout in $LAYOUTS; do
     timeout -k 10 "$LIMIT" env LD_PRELOAD="$SHIM" CONCCL_NCCL_REAL_LIB="$NCCL_LIB/libnccl.so.2" \
       LD_LIBRARY_PATH="$NCCL_LIB:${LD_LIBRARY_PATH:-}" NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_NVLS_ENABLE=0 \
       NCCL_DEBUG=WARN CONCCL_DEBUG=INFO CONCCL_TIMEOUT_MS=60000 TORCH_NCCL_ASYNC_ERROR_HANDLING=1 \
+      CONCCL_NCCL_HIERARCHICAL="$HIER" \
       "$PY" -m torch.distributed.run --standalone --nproc-per-node "$np" tests/nccl/simulated_nodes.py \
-      --per-node "$per" --mode "$mode" --nccl-hostid "$hostid" >"$log" 2>&1
+      --per-node "$per" --mode "$mode" --nccl-hostid "$hostid" --seed "$SEED" >"$log" 2>&1
     rc=$?
     ok="$(count 'simulated-nodes rank .*: ok' "$log")"
     conccl="$(count 'conccl-shim: .* -> conccl (' "$log")"
     nccl="$(count 'conccl-shim: .* -> NCCL (' "$log")"
-    # Expected lines: world np (NCCL if nodes > 1), node groups np (conccl), rail groups np (NCCL if nodes > 1; a
-    # rail of one node is a one-rank communicator: conccl).
-    if [ "$nodes" -gt 1 ]; then want_nccl=$((2 * np)); want_conccl=$np; else want_nccl=0; want_conccl=$((3 * np)); fi
+    hier="$(count 'conccl-shim: .* -> hierarchical (' "$log")"
+    # Expected lines: world np (hierarchical with 2+ nodes of 2+ ranks, NCCL with one rank per node or HIER=0,
+    # conccl with one node), node groups np (conccl), rail groups np (NCCL if nodes > 1; a rail of one node is a
+    # one-rank communicator: conccl).
+    want_hier=0
+    if [ "$nodes" -gt 1 ]; then
+      want_conccl=$np
+      if [ "$per" -gt 1 ] && [ "$HIER" = 1 ]; then want_hier=$np; want_nccl=$np; else want_nccl=$((2 * np)); fi
+    else
+      want_nccl=0; want_conccl=$((3 * np))
+    fi
     verdict=PASS
     why=""
     [ "$rc" -eq 0 ] || { verdict=FAIL; why="$why rc=$rc"; }
@@ -63,12 +79,28 @@ for layout in $LAYOUTS; do
     [ "$conccl" -ge "$want_conccl" ] || { verdict=FAIL; why="$why conccl-comms=$conccl<$want_conccl"; }
     [ "$nccl" -ge "$want_nccl" ] || { verdict=FAIL; why="$why nccl-comms=$nccl<$want_nccl"; }
     [ "$nodes" -gt 1 ] || [ "$nccl" -eq 0 ] || { verdict=FAIL; why="$why nccl-comms=$nccl on one node"; }
+    [ "$hier" -ge "$want_hier" ] || { verdict=FAIL; why="$why hierarchical-comms=$hier<$want_hier"; }
+    if [ "$want_hier" -gt 0 ]; then
+      # Each of these must have run in phases on every rank at least once (the shim says so once per communicator).
+      # (torch calls ncclBcast or ncclBroadcast depending on its version.)
+      for call in ncclAllReduce ncclAllGather ncclReduceScatter 'ncclB[a-z]*cast' ncclReduce; do
+        ran="$(count "conccl-shim: $call: hierarchical, " "$log")"
+        [ "$ran" -ge "$np" ] || { verdict=FAIL; why="$why $call-in-phases=$ran<$np"; }
+      done
+      # torch builds without ncclAlltoAll run all_to_all_single as grouped send/recv (the flat communicator): noted.
+      ran="$(count 'conccl-shim: ncclAlltoAll: hierarchical, ' "$log")"
+      [ "$ran" -ge "$np" ] || why="$why (all_to_all not in phases: $ran ranks; torch's grouped send/recv?)"
+    fi
     [ "$verdict" = PASS ] || failed=1
-    echo "$verdict $name (np $np, NCCL_HOSTID per $hostid): conccl comms $conccl, NCCL comms $nccl, ranks ok $ok$why" |
+    echo "$verdict $name (np $np, NCCL_HOSTID per $hostid): hierarchical comms $hier, conccl comms $conccl, NCCL comms $nccl, ranks ok $ok$why" |
       tee -a "$summary"
   done
 done
 # The lines that say why each communicator took its path, once per distinct reason.
 grep -ho 'conccl-shim: nccl[A-Za-z]*[^:]*: comm [^ ]* rank [0-9]* nranks [0-9]* cudaDev [0-9-]* -> .*' "$out"/*.log |
   sed 's/comm 0x[0-9a-f]* rank [0-9]*/comm . rank ./; s/rendezvous [0-9.:]*/rendezvous ./' | sort | uniq -c >>"$summary"
+# Which calls ran in phases and which went to the flat communicator (and why), once per distinct line.
+grep -ho 'conccl-shim: nccl[A-Za-z]*: \(hierarchical, \|flat NCCL (\).*' "$out"/*.log | sort | uniq -c >>"$summary"
+# A rank's failures, if any.
+grep -h 'simulated-nodes rank .*: FAIL' "$out"/*.log | head -40 >>"$summary"
 exit $failed

@@ -6,9 +6,15 @@ process (--nccl-hostid proc: what one GPU needs, since NCCL refuses two ranks of
 wins over NCCL_HOSTID in the shim, so the shim's view stays the simulated nodes either way.
 
 Communicators made (every rank checks its results against values computed here):
-  world    every rank            -> NCCL when there are 2+ nodes, conccl with one
+  world    every rank            -> hierarchical with 2+ nodes of 2+ ranks (conccl inside each node, NCCL rails
+                                    between them), NCCL with one rank per node, conccl with one node
   node k   the ranks of node k   -> conccl (all on one host)
   rail j   local index j, across -> NCCL when there are 2+ nodes
+On the world communicator every collective is checked against a reference on fresh random data (--seed, integer
+values so that sums are exact in any order): all_reduce (sum, max, avg), all_gather, reduce_scatter, broadcast and
+reduce from several roots, all_to_all (even splits; uneven ones, which torch runs as grouped send/recv), gather,
+scatter, send/recv across and inside nodes, each at a count the ranks per node divide and at an odd one (the
+hierarchical path sends the latter to the flat NCCL communicator).
 --mode split: init_process_group(device_id=...) binds the device, so new_group is ncclCommSplit of the world
 (the shim's split of an NCCL parent); --mode new_group: no bound device, so each group gets its own
 ncclGetUniqueId + ncclCommInitRankConfig (a fresh rendezvous per group).
@@ -25,6 +31,7 @@ def main():
     p.add_argument("--per-node", type=int, required=True)
     p.add_argument("--mode", choices=["split", "new_group"], required=True)
     p.add_argument("--nccl-hostid", choices=["node", "proc"], default="proc")
+    p.add_argument("--seed", type=int, default=1, help="the run's random seed (the same on every rank)")
     args = p.parse_args()
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
@@ -94,6 +101,8 @@ def main():
     dist.all_gather_into_tensor(full, shard, group=mine)
     check("hierarchical all_reduce", full, world * torch.arange(m, device=device, dtype=torch.float32) + world * (world - 1) / 2)
 
+    failures += check_world(rank, world, per, device, args.seed)
+
     torch.cuda.synchronize()
     dist.barrier()
     dist.destroy_process_group()
@@ -103,6 +112,105 @@ def main():
         return 1
     print(f"simulated-nodes rank {rank}: ok", flush=True)
     return 0
+
+
+def check_world(rank, world, per, device, seed):
+    """Every collective on the world communicator against a reference every rank computes itself: the inputs of all
+    ranks are drawn from generators seeded by (seed, call, rank), so each rank knows what every other rank sent."""
+    import torch
+    import torch.distributed as dist
+
+    failures = []
+    call = [0]
+
+    def inputs(shape, dtype=torch.float32):
+        """Fresh integer-valued data of every rank for the next call: [world, *shape]."""
+        call[0] += 1
+        out = []
+        for r in range(world):
+            g = torch.Generator().manual_seed(seed * 1000003 + call[0] * 1009 + r)
+            out.append(torch.randint(-64, 64, shape, generator=g).to(dtype))
+        return torch.stack(out)
+
+    def check(name, got, want, exact=True):
+        want = want.to(got.device)
+        if got.shape != want.shape:
+            failures.append(f"world {name}: shape {tuple(got.shape)}, want {tuple(want.shape)}")
+            return
+        if not (torch.equal(got, want) if exact else torch.allclose(got, want, rtol=1e-6)):
+            bad = (got != want).nonzero()
+            first = bad[0].tolist() if bad.numel() else "?"
+            failures.append(f"world {name}: first mismatch at {first} (got {got.flatten()[:4].tolist()}, "
+                            f"want {want.flatten()[:4].tolist()})")
+
+    for count in (per * 8192, 1001):
+        tag = f"count {count}"
+        x = inputs((count,))
+        t = x[rank].to(device)
+        dist.all_reduce(t)
+        check(f"all_reduce sum {tag}", t, x.sum(0))
+        t = x[rank].to(device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        check(f"all_reduce max {tag}", t, x.max(0).values)
+        x = inputs((count,)) * world  # multiples of world: the average is an integer (a division may round it)
+        t = x[rank].to(device)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        check(f"all_reduce avg {tag}", t, x.sum(0) / world, exact=False)
+
+        x = inputs((count,))
+        out = torch.empty(world * count, device=device)
+        dist.all_gather_into_tensor(out, x[rank].to(device))
+        check(f"all_gather {tag}", out, x.flatten())
+
+        x = inputs((world * count,))
+        out = torch.empty(count, device=device)
+        dist.reduce_scatter_tensor(out, x[rank].to(device))
+        check(f"reduce_scatter {tag}", out, x.sum(0)[rank * count:(rank + 1) * count])
+
+        for root in sorted({0, world - 1, per + 1 if per + 1 < world else 1}):
+            x = inputs((count,))
+            t = x[rank].to(device)
+            dist.broadcast(t, src=root)
+            check(f"broadcast root {root} {tag}", t, x[root])
+            x = inputs((count,))
+            t = x[rank].to(device)
+            dist.reduce(t, dst=root)
+            if rank == root:
+                check(f"reduce root {root} {tag}", t, x.sum(0))
+            x = inputs((count,))
+            gathered = [torch.empty(count, device=device) for _ in range(world)] if rank == root else None
+            dist.gather(x[rank].to(device), gather_list=gathered, dst=root)
+            if rank == root:
+                check(f"gather root {root} {tag}", torch.stack(gathered), x)
+            x = inputs((world, count))
+            out = torch.empty(count, device=device)
+            dist.scatter(out, scatter_list=list(x[root].to(device).unbind(0)) if rank == root else None, src=root)
+            check(f"scatter root {root} {tag}", out, x[root][rank])
+
+        x = inputs((world, count))  # x[r][j]: what rank r sends to rank j
+        out = torch.empty(world * count, device=device)
+        dist.all_to_all_single(out, x[rank].to(device).flatten())
+        check(f"all_to_all {tag}", out, x[:, rank].flatten())
+
+    # Uneven all_to_all: rank r sends (r + j) % 3 + 1 elements to rank j (torch: grouped send/recv).
+    sizes = [[(r + j) % 3 + 1 for j in range(world)] for r in range(world)]
+    x = inputs((world, 4))
+    send = torch.cat([x[rank][j][:sizes[rank][j]] for j in range(world)]).to(device)
+    out = torch.empty(sum(sizes[r][rank] for r in range(world)), device=device)
+    dist.all_to_all_single(out, send, output_split_sizes=[sizes[r][rank] for r in range(world)],
+                           input_split_sizes=sizes[rank])
+    check("all_to_allv", out, torch.cat([x[r][rank][:sizes[r][rank]] for r in range(world)]))
+
+    # Send/recv: a ring (every pair r -> r + 1 crosses a node at the node's end, stays inside otherwise).
+    x = inputs((4096,))
+    out = torch.empty(4096, device=device)
+    ops = [dist.P2POp(dist.isend, x[rank].to(device), (rank + 1) % world),
+           dist.P2POp(dist.irecv, out, (rank - 1) % world)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    check("send/recv ring", out, x[(rank - 1) % world])
+    torch.cuda.synchronize()
+    return failures
 
 
 if __name__ == "__main__":
