@@ -182,6 +182,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResul
   if (comm == nullptr || asyncError == nullptr) {
     return fail(comm, ncclInvalidArgument, "ncclCommGetAsyncError: NULL argument");
   }
+  if (isShimComm(comm) && comm->hier != nullptr) return hierAsyncError(comm, asyncError);
   if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclCommGetAsyncError, realComm(comm), asyncError);
   concclResult_t e = concclSuccess;
   concclResult_t r = concclCommGetAsyncError(comm->conccl, &e);

@@ -175,6 +175,58 @@ HierInit initHierarchical(const std::string& answer, const std::vector<uint64_t>
   return out;
 }
 
+HierState* hierarchicalFromSplit(ncclComm_t child, const HierLayout& l, int rank,
+                                 const std::vector<concclUniqueId>& nodeIds, const ncclConfig_t* config,
+                                 std::string* error) {
+  auto split = realFn<decltype(&::ncclCommSplit)>("ncclCommSplit");
+  auto destroyReal = realFn<decltype(&::ncclCommDestroy)>("ncclCommDestroy");
+  if (split == nullptr || destroyReal == nullptr) {
+    *error = "the real NCCL lacks ncclCommSplit";
+    return nullptr;
+  }
+  if (rank < 0 || static_cast<size_t>(rank) >= l.node.size() || nodeIds.size() != static_cast<size_t>(l.nodes)) {
+    *error = "inconsistent layout";
+    return nullptr;
+  }
+  auto* h = new HierState;
+  h->layout = l;
+  h->rank = rank;
+  h->node = l.node[static_cast<size_t>(rank)];
+  h->local = l.local[static_cast<size_t>(rank)];
+  cudaGetDevice(&h->device);
+  ncclConfig_t c = blockingConfig(config);
+  ncclResult_t r = split(child, h->local, h->node, &h->rail, &c);
+  if (r != ncclSuccess || h->rail == nullptr) {
+    *error = std::string("the rail split: ") + ncclResultString(r) + ": " + realLastError();
+    delete h;
+    return nullptr;
+  }
+  concclResult_t cr = concclCommInitRank(&h->intra, l.perNode, nodeIds[static_cast<size_t>(h->node)], h->local);
+  if (cr != concclSuccess) {
+    *error = "the intra-node communicator on conccl (node " + std::to_string(h->node) + "): " +
+             concclGetErrorString(cr) + ": " + concclGetLastError(nullptr);
+    destroyReal(h->rail);
+    delete h;
+    return nullptr;
+  }
+  return h;
+}
+
+ncclResult_t hierAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  auto fn = realFn<decltype(&::ncclCommGetAsyncError)>("ncclCommGetAsyncError");
+  if (fn == nullptr) return fail(comm, ncclInvalidUsage, "ncclCommGetAsyncError: the real NCCL lacks it");
+  ncclResult_t r = fn(comm->real, asyncError);
+  if (r != ncclSuccess || *asyncError != ncclSuccess) return r;
+  HierState* h = comm->hier;
+  r = fn(h->rail, asyncError);
+  if (r != ncclSuccess || *asyncError != ncclSuccess) return r;
+  concclResult_t e = concclSuccess;
+  concclResult_t cr = concclCommGetAsyncError(h->intra, &e);
+  if (cr != concclSuccess) return fromConccl(comm, cr, "ncclCommGetAsyncError (intra)");
+  *asyncError = static_cast<ncclResult_t>(toNcclResult(e));
+  return ncclSuccess;
+}
+
 ncclResult_t destroyHierState(HierState* state, bool abort) {
   if (state == nullptr) return ncclSuccess;
   ncclResult_t first = ncclSuccess;

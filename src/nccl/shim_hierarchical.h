@@ -69,9 +69,22 @@ struct HierInit {
 HierInit initHierarchical(const std::string& answer, const std::vector<uint64_t>& hosts, int nranks, int rank,
                           ncclConfig_t* config, const std::string& call);
 
+// A child of ncclCommSplit across hosts (shim_split.cc; `child` the real NCCL's, split from the flat parent): its rail
+// by the real ncclCommSplit of the child (color = local index, key = node: collective over the child, no id to
+// exchange), its node's conccl communicator from nodeIds[node] (a conccl id from the split's table). Every rank of
+// the child must call it (the split's table decides identically everywhere). nullptr with *error on failure
+// (what was made is destroyed; the child itself is left to the caller).
+HierState* hierarchicalFromSplit(ncclComm_t child, const HierLayout& layout, int rank,
+                                 const std::vector<concclUniqueId>& nodeIds, const ncclConfig_t* config,
+                                 std::string* error);
+
 // ncclCommDestroy / ncclCommAbort of a communicator with a HierState: its intra and rail communicators and its
 // scratch (abort: scratch dropped unfreed, as the PreMulSum scratch). Returns the first failure.
 ncclResult_t destroyHierState(HierState* state, bool abort);
+
+// ncclCommGetAsyncError of a communicator with a HierState: the first error of the flat, the rail and the intra-node
+// communicators (a peer node that fails shows on the rail first; PyTorch's watchdog polls only this handle).
+ncclResult_t hierAsyncError(ncclComm_t comm, ncclResult_t* asyncError);
 
 // ---- collectives (shim_hierarchical.cc) ----
 

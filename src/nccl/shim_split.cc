@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "nccl/shim_comm.h"
+#include "nccl/shim_hierarchical.h"
 #include "nccl/split_plan.h"
 #include "nccl/type_map.h"
 
@@ -218,6 +219,8 @@ struct NcclSplitEntry {
   int32_t key;
   uint64_t host;
   char id[CONCCL_UNIQUE_ID_BYTES];
+  int32_t hierarchical;  // this rank's CONCCL_NCCL_HIERARCHICAL: a child is hierarchical only if all its ranks say 1
+  int32_t reserved;
 };
 
 // All-gather of one NcclSplitEntry per rank over an NCCL parent, with the real ncclAllGather on device memory of
@@ -288,6 +291,7 @@ ncclResult_t splitNccl(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
   mine.color = color;
   mine.key = key;
   mine.host = thisHost().id;
+  mine.hierarchical = shim().env.hierarchical ? 1 : 0;
   concclUniqueId id;
   if (concclGetUniqueId(&id) != concclSuccess) {
     return fail(comm, ncclSystemError, std::string("ncclCommSplit: concclGetUniqueId: ") + concclGetLastError(nullptr));
@@ -324,8 +328,53 @@ ncclResult_t splitNccl(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
     return rr;
   }
   if (d.path == Path::kNccl) {
-    *newcomm = real == nullptr ? nullptr : wrapComm(Path::kNccl, nullptr, real, call, d.reason);
-    if (*newcomm != nullptr) (*newcomm)->hosts = childHosts;
+    if (real == nullptr) {
+      *newcomm = nullptr;
+      return rr;
+    }
+    // A child across hosts with equal ranks per host: hierarchical, as at init, when every one of its ranks has the
+    // switch on (decided from the shared table, so identically on every rank of the child).
+    HierLayout l = hierLayout(childHosts);
+    bool allOn = true;
+    for (int parent : p.parents) allOn = allOn && all[static_cast<size_t>(parent)].hierarchical == 1;
+    if (allOn && hierarchicalLayout(l)) {
+      // A non-blocking config: the child must be ready before it is split again (bounded, as allGatherOverNccl).
+      auto asyncError = realFn<decltype(&::ncclCommGetAsyncError)>("ncclCommGetAsyncError");
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+      while (rr == ncclInProgress && asyncError != nullptr && std::chrono::steady_clock::now() < deadline) {
+        if (asyncError(real, &rr) != ncclSuccess) break;
+        if (rr == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (rr != ncclSuccess) {
+        return fail(comm, rr == ncclInProgress ? ncclRemoteError : rr,
+                    "ncclCommSplit (hierarchical child): the real split did not complete");
+      }
+      std::vector<concclUniqueId> nodeIds(static_cast<size_t>(l.nodes));
+      for (int k = 0; k < l.nodes; ++k) {
+        // The id of the node's local-0 rank: used by no other child (each parent rank is in one child only).
+        const int first = p.parents[static_cast<size_t>(l.commRank[static_cast<size_t>(k * l.perNode)])];
+        std::memcpy(nodeIds[static_cast<size_t>(k)].internal, all[static_cast<size_t>(first)].id, CONCCL_UNIQUE_ID_BYTES);
+      }
+      std::string herror;
+      HierState* h = hierarchicalFromSplit(real, l, p.newRank, nodeIds, config, &herror);
+      if (h == nullptr) {
+        auto destroy = realFn<decltype(&::ncclCommDestroy)>("ncclCommDestroy");
+        if (destroy) destroy(real);
+        return fail(comm, ncclSystemError, "ncclCommSplit (hierarchical child): " + herror);
+      }
+      auto* w = new ncclComm;
+      w->path = Path::kNccl;
+      w->real = real;
+      w->hier = h;
+      w->hosts = childHosts;
+      logComm(w, call, "hierarchical: " + std::to_string(l.nodes) + " nodes x " + std::to_string(l.perNode) +
+                           " ranks, intra on conccl, rails on NCCL; split: color " + std::to_string(color) +
+                           ", key " + std::to_string(key) + ", parent rank " + std::to_string(rank));
+      *newcomm = w;
+      return ncclSuccess;
+    }
+    *newcomm = wrapComm(Path::kNccl, nullptr, real, call, d.reason);
+    (*newcomm)->hosts = childHosts;
     return rr;
   }
   if (real != nullptr) {

@@ -7,6 +7,7 @@
 #                              one rank per node, conccl with one node
 #   node groups             -> conccl
 #   rail groups (across)    -> NCCL when 2+ nodes
+#   pairs (local 0 and 1 of every node, 2+ ranks per node) -> hierarchical when 2+ nodes
 # and, on a hierarchical world, that all_reduce, all_gather, reduce_scatter, broadcast and reduce each ran in phases
 # on every rank at least once ("hierarchical, N steps" lines of the shim; all_to_all is reported, not required).
 # for --mode split (ncclCommSplit of the world: the shim's split of an NCCL parent) and --mode new_group (a unique id
@@ -66,7 +67,10 @@ for layout in $LAYOUTS; do
     want_hier=0
     if [ "$nodes" -gt 1 ]; then
       want_conccl=$np
-      if [ "$per" -gt 1 ] && [ "$HIER" = 1 ]; then want_hier=$np; want_nccl=$np; else want_nccl=$((2 * np)); fi
+      # pairs: 2 ranks of every node; hierarchical with the switch on, NCCL otherwise.
+      pairs=0; [ "$per" -gt 1 ] && pairs=$((2 * nodes))
+      if [ "$per" -gt 1 ] && [ "$HIER" = 1 ]; then want_hier=$((np + pairs)); want_nccl=$np
+      else want_nccl=$((2 * np + pairs)); fi
     else
       want_nccl=0; want_conccl=$((3 * np))
     fi

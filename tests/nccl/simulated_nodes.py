@@ -10,6 +10,8 @@ Communicators made (every rank checks its results against values computed here):
                                     between them), NCCL with one rank per node, conccl with one node
   node k   the ranks of node k   -> conccl (all on one host)
   rail j   local index j, across -> NCCL when there are 2+ nodes
+  pairs    local index 0 and 1 of every node (with 2+ ranks per node) -> hierarchical with 2+ nodes (--mode split:
+           the shim's hierarchical split child; new_group: a rendezvous of its own)
 On the world communicator every collective is checked against a reference on fresh random data (--seed, integer
 values so that sums are exact in any order): all_reduce (sum, max, avg), all_gather, reduce_scatter, broadcast and
 reduce from several roots, all_to_all (even splits; uneven ones, which torch runs as grouped send/recv), gather,
@@ -77,6 +79,8 @@ def main():
     rail_groups = [dist.new_group([k * per + j for k in range(nodes)]) for j in range(per)]
     mine = node_groups[node]
     rail = rail_groups[local]
+    pair_members = [k * per + j for k in range(nodes) for j in range(min(per, 2))]
+    pairs = dist.new_group(pair_members) if per >= 2 else None
 
     x = torch.full((n,), float(rank + 1), device=device)
     dist.all_reduce(x, group=mine)
@@ -90,6 +94,15 @@ def main():
     x = torch.full((n,), float(rank + 1), device=device)
     dist.all_reduce(x, group=rail)
     check("rail all_reduce", x, torch.full((n,), float(sum(k * per + local + 1 for k in range(nodes))), device=device))
+
+    if pairs is not None and rank in pair_members:
+        x = torch.full((n,), float(rank + 1), device=device)
+        dist.all_reduce(x, group=pairs)
+        check("pairs all_reduce", x, torch.full((n,), float(sum(r + 1 for r in pair_members)), device=device))
+        out = torch.empty(len(pair_members) * 1024, device=device)
+        dist.all_gather_into_tensor(out, torch.full((1024,), float(rank), device=device), group=pairs)
+        check("pairs all_gather", out,
+              torch.cat([torch.full((1024,), float(r), device=device) for r in pair_members]))
 
     # The hierarchical all-reduce by hand: reduce-scatter in the node, all-reduce on the rail, all-gather in the node.
     m = per * 4096
