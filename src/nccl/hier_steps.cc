@@ -59,16 +59,8 @@ const char* hierCommName(HierComm c) {
   return "invalid";
 }
 
-bool dependsOnRankOrder(sched::HierCollective c) {
-  switch (c) {
-    case sched::HierCollective::kAllReduce:
-    case sched::HierCollective::kBroadcast:
-    case sched::HierCollective::kReduce:
-    case sched::HierCollective::kSendRecv:
-      return false;
-    default:
-      return true;
-  }
+bool needsNodeMajor(sched::HierCollective c) {
+  return c == sched::HierCollective::kAllToAll || c == sched::HierCollective::kAllToAllv;
 }
 
 namespace {

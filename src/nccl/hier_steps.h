@@ -67,9 +67,10 @@ struct HierProgram {
 // caller runs the call flat.
 HierProgram hierProgram(const sched::HierarchicalPlan& plan, int planRank, int perNode);
 
-// Whether the collective's result depends on the numbering of the ranks (block order of AllGather, ReduceScatter,
-// AllToAll, Gather, Scatter): such calls run hierarchically only on node-major communicators.
-bool dependsOnRankOrder(sched::HierCollective c);
+// Whether the collective runs hierarchically only on node-major communicators: AllToAll(v), whose plan lays every
+// block out in node-major order (AllGather, ReduceScatter, Gather and Scatter take the numbering as
+// HierarchicalCall::blockOf instead).
+bool needsNodeMajor(sched::HierCollective c);
 
 }  // namespace conccl::nccl
 

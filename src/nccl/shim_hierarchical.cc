@@ -196,13 +196,16 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
   if (groupDepth() > 0) return flat(h, a, "inside ncclGroupStart/End");
   if (a.coll == sched::HierCollective::kSendRecv) return flat(h, a, "send/recv");
   if (a.op >= static_cast<int>(ncclNumOps)) return flat(h, a, "a PreMulSum op");  // made on the flat communicator
-  if (!h->layout.nodeMajor && dependsOnRankOrder(a.coll)) return flat(h, a, "ranks not node-major");
+  if (!h->layout.nodeMajor && needsNodeMajor(a.coll)) return flat(h, a, "ranks not node-major");
   const HierLayout& l = h->layout;
   sched::HierarchicalCall call;
   call.collective = a.coll;
   call.nodes = l.nodes;
   call.perNode = l.perNode;
   call.count = a.count;
+  const bool blocks = a.coll == sched::HierCollective::kAllGather || a.coll == sched::HierCollective::kReduceScatter ||
+                      a.coll == sched::HierCollective::kGather || a.coll == sched::HierCollective::kScatter;
+  if (!l.nodeMajor && blocks) call.blockOf = l.commRank;  // block of plan rank p: its place in the caller's order
   if (a.root < 0 || a.root >= static_cast<int>(l.planRank.size())) return false;  // the flat NCCL reports it
   call.root = l.planRank[static_cast<size_t>(a.root)];
   sched::HierarchicalPlan plan = sched::planHierarchical(call);

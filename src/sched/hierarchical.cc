@@ -13,6 +13,10 @@ class Planner {
       : call_(call), plan_(plan), N_(call.nodes), G_(call.perNode), n_(call.nodes * call.perNode) {}
 
   int rank(int node, int local) const { return node * G_ + local; }
+  // Where rank r's block sits in a buffer of blocks in the caller's rank order.
+  size_t block(int r) const {
+    return call_.blockOf.empty() ? static_cast<size_t>(r) : static_cast<size_t>(call_.blockOf[static_cast<size_t>(r)]);
+  }
   std::vector<int> node(int k) const {
     std::vector<int> v;
     for (int l = 0; l < G_; ++l) v.push_back(rank(k, l));
@@ -135,7 +139,7 @@ void Planner::allGather() {
   Phase& p3 = phase(Where::kLocal, "reorder to rank order");
   for (int r = 0; r < n_; ++r) {
     for (int l = 0; l < G_; ++l) {
-      for (int k = 0; k < N_; ++k) copy(p3, r, R(kT, Nc + (l * N_ + k) * c, c), R(kR, rank(k, l) * c, c));
+      for (int k = 0; k < N_; ++k) copy(p3, r, R(kT, Nc + (l * N_ + k) * c, c), R(kR, block(rank(k, l)) * c, c));
     }
   }
 }
@@ -154,7 +158,7 @@ void Planner::reduceScatter() {
   Phase& p0 = phase(Where::kLocal, "reorder by rail");
   for (int r = 0; r < n_; ++r) {
     for (int k = 0; k < N_; ++k) {
-      for (int l = 0; l < G_; ++l) copy(p0, r, R(kS, rank(k, l) * c, c), R(kT, (l * N_ + k) * c, c));
+      for (int l = 0; l < G_; ++l) copy(p0, r, R(kS, block(rank(k, l)) * c, c), R(kT, (l * N_ + k) * c, c));
     }
   }
   Phase& p1 = phase(Where::kNode, "reduce-scatter in each node");
@@ -382,7 +386,9 @@ void Planner::gather() {
   p2.ops.push_back(g);
   Phase& p3 = phase(Where::kLocal, "reorder to rank order at the root");
   for (int l = 0; l < G_; ++l) {
-    for (int k = 0; k < N_; ++k) copy(p3, call_.root, R(kT, Nc + (l * N_ + k) * c, c), R(kR, rank(k, l) * c, c));
+    for (int k = 0; k < N_; ++k) {
+      copy(p3, call_.root, R(kT, Nc + (l * N_ + k) * c, c), R(kR, block(rank(k, l)) * c, c));
+    }
   }
 }
 
@@ -400,7 +406,7 @@ void Planner::scatter() {
   plan_->scratchCount = nc + Nc;
   Phase& p0 = phase(Where::kLocal, "reorder by rail at the root");
   for (int k = 0; k < N_; ++k) {
-    for (int l = 0; l < G_; ++l) copy(p0, call_.root, R(kS, rank(k, l) * c, c), R(kT, (l * N_ + k) * c, c));
+    for (int l = 0; l < G_; ++l) copy(p0, call_.root, R(kS, block(rank(k, l)) * c, c), R(kT, (l * N_ + k) * c, c));
   }
   Phase& p1 = phase(Where::kNode, "scatter in the root's node");
   p1.ops.push_back(uniform(GroupKind::kScatter, node(rn), rl, R(kT, 0, nc), R(kT, nc, Nc),
@@ -525,6 +531,23 @@ HierarchicalPlan planHierarchical(const HierarchicalCall& call) {
     plan.error = "all_to_allv needs an n x n matrix of counts (" + std::to_string(n * n) + "), got " +
                  std::to_string(call.counts.size());
     return plan;
+  }
+  if (!call.blockOf.empty()) {
+    std::vector<bool> seen(static_cast<size_t>(n), false);
+    bool ok = call.blockOf.size() == static_cast<size_t>(n);
+    for (size_t i = 0; ok && i < call.blockOf.size(); ++i) {
+      const int b = call.blockOf[i];
+      ok = inRange(b) && !seen[static_cast<size_t>(b)];
+      if (ok) seen[static_cast<size_t>(b)] = true;
+    }
+    if (!ok) {
+      plan.error = "blockOf must be a permutation of the " + std::to_string(n) + " ranks";
+      return plan;
+    }
+    if (call.nodes == 1 || call.perNode == 1) {
+      plan.error = "blockOf needs 2+ nodes of 2+ ranks (a flat plan keeps the group's rank order)";
+      return plan;
+    }
   }
   Planner p(call, &plan);
   switch (call.collective) {

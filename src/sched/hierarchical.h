@@ -1,9 +1,11 @@
 // The phases of a hierarchical collective across nodes (issue 25 item 2): what runs inside each node (on conccl's
 // copy engines) and what runs across nodes between the ranks of one local index, "the rail" (on NCCL), and on which
-// elements. Pure C++, no CUDA types, not wired into any executor: a plan to build on, proven here by simulation on
-// host arrays (tests/unit/test_sched_hierarchical.cc). docs/hierarchical.md says when such a plan pays.
+// elements. Pure C++, no CUDA types, proven by simulation on host arrays (tests/unit/test_sched_hierarchical.cc). The
+// NCCL drop-in runs these plans for its communicators across hosts (src/nccl/hier_steps.h turns one rank's share into
+// NCCL-shaped calls, src/nccl/shim_hierarchical.cc issues them). docs/hierarchical.md says when such a plan pays.
 //
-// Ranks are node-major: rank = node * perNode + local. Sizes are in elements (the caller multiplies by the datatype's
+// Ranks are node-major: rank = node * perNode + local (a caller numbered otherwise maps its ranks to these, and
+// gives its block order as HierarchicalCall::blockOf). Sizes are in elements (the caller multiplies by the datatype's
 // size). Every rank has three buffers: the call's send and receive buffers, and a scratch area of
 // HierarchicalPlan::scratchCount elements. A plan is a list of phases run one after the other; the group
 // operations of one phase involve disjoint ranks and run at the same time.
@@ -59,6 +61,11 @@ struct HierarchicalCall {
   // in source order, packed). The plan needs the whole matrix, which a rank of NCCL's API knows only its row of.
   std::vector<size_t> counts;
   int sender = 0, receiver = 0;  // SendRecv
+  // AllGather, ReduceScatter, Gather, Scatter: blockOf[p] = the block index (in the send buffer of ReduceScatter and
+  // Scatter, the receive buffer of AllGather and Gather) of rank p's block, when the caller's ranks are not numbered
+  // node-major (the caller's rank of plan rank p). Empty: blockOf[p] = p. Ranks, roots and members stay plan ranks.
+  // Only plans with 2+ nodes of 2+ ranks take one (the flat plans keep the group's order).
+  std::vector<int> blockOf;
 };
 
 enum class Where { kNode, kRail, kLocal };  // inside a node (copy engines), across nodes on a rail (NCCL), on one rank
@@ -113,8 +120,8 @@ struct HierarchicalPlan {
   size_t scratchCount = 0;              // elements of scratch per rank
 };
 
-// The plan for `call`; error set for nodes or perNode < 1, a root / sender / receiver out of range, or an
-// AllToAllv matrix of the wrong size.
+// The plan for `call`; error set for nodes or perNode < 1, a root / sender / receiver out of range, an
+// AllToAllv matrix of the wrong size, or a blockOf that is not a permutation of the ranks.
 HierarchicalPlan planHierarchical(const HierarchicalCall& call);
 
 // Splits `count` into `parts` pieces as even as possible (the first count % parts are one larger).

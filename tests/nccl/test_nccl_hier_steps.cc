@@ -200,19 +200,27 @@ std::vector<Vec> reference(HierCollective coll, const std::vector<Vec>& send, si
 }
 
 // Plans, translates and simulates one call; compares with the reference. Returns "" on success.
+// roundRobin: the caller's rank u sits on node u % N with local index u / N (not node-major): the plan runs on plan
+// ranks, the caller's buffers and roots are the caller's ranks', and the block order is the caller's (blockOf).
 std::string runCase(HierCollective coll, int N, int G, size_t c, int root = 0, bool inPlace = false, int sender = 0,
-                    int receiver = 1, uint32_t seed = 1) {
+                    int receiver = 1, uint32_t seed = 1, bool roundRobin = false) {
+  const int n = N * G;
+  std::vector<int> commRank(static_cast<size_t>(n)), planRank(static_cast<size_t>(n));  // [plan] / [caller's]
+  for (int p = 0; p < n; ++p) {
+    commRank[static_cast<size_t>(p)] = roundRobin ? (p % G) * N + p / G : p;
+    planRank[static_cast<size_t>(commRank[static_cast<size_t>(p)])] = p;
+  }
   HierarchicalCall call;
   call.collective = coll;
   call.nodes = N;
   call.perNode = G;
   call.count = c;
-  call.root = root;
+  call.root = planRank[static_cast<size_t>(root)];
   call.sender = sender;
   call.receiver = receiver;
+  if (roundRobin) call.blockOf = commRank;
   auto plan = planHierarchical(call);
   if (!plan.error.empty()) return "plan: " + plan.error;
-  const int n = N * G;
   std::vector<HierProgram> progs;
   for (int r = 0; r < n; ++r) {
     progs.push_back(hierProgram(plan, r, G));
@@ -221,23 +229,23 @@ std::string runCase(HierCollective coll, int N, int G, size_t c, int root = 0, b
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> d(-1000, 1000);
   std::vector<RankBuffers> bufs(static_cast<size_t>(n));
-  std::vector<Vec> send(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    RankBuffers& b = bufs[static_cast<size_t>(r)];
+  std::vector<Vec> send(static_cast<size_t>(n));  // [caller's rank]
+  for (int u = 0; u < n; ++u) {
+    RankBuffers& b = bufs[static_cast<size_t>(planRank[static_cast<size_t>(u)])];
     b.inPlace = inPlace;
     b.send.resize(plan.sendCount);
     b.recv.assign(plan.recvCount, -1e9);
     b.scratch.assign(plan.scratchCount, -2e9);
     for (double& x : b.send) x = d(rng);
     if (inPlace) b.recv = b.send;
-    send[static_cast<size_t>(r)] = b.send;
+    send[static_cast<size_t>(u)] = b.send;
   }
   std::string err = simulate(progs, G, &bufs);
   if (!err.empty()) return "simulate: " + err;
   auto want = reference(coll, send, c, root, sender, receiver);
   for (int r = 0; r < n; ++r) {
     const Vec& w = want[static_cast<size_t>(r)];
-    const Vec& got = bufs[static_cast<size_t>(r)].recv;
+    const Vec& got = bufs[static_cast<size_t>(planRank[static_cast<size_t>(r)])].recv;
     for (size_t e = 0; e < w.size(); ++e) {
       if (got.at(e) != w[e]) {
         return "rank " + std::to_string(r) + " element " + std::to_string(e) + ": got " + std::to_string(got[e]) +
@@ -368,11 +376,36 @@ TEST(NcclHierSteps, UnevenPiecesAreNotExpressibleAndSaySo) {
   EXPECT_EQ(runCase(HierCollective::kAllReduce, 2, 3, 6), "");
 }
 
-TEST(NcclHierSteps, RankOrderDependence) {
-  EXPECT_FALSE(conccl::nccl::dependsOnRankOrder(HierCollective::kAllReduce));
-  EXPECT_FALSE(conccl::nccl::dependsOnRankOrder(HierCollective::kBroadcast));
-  EXPECT_TRUE(conccl::nccl::dependsOnRankOrder(HierCollective::kAllGather));
-  EXPECT_TRUE(conccl::nccl::dependsOnRankOrder(HierCollective::kAllToAll));
+TEST(NcclHierSteps, RanksNotNodeMajorKeepTheCallersBlockOrder) {
+  // Rank u on node u % N: every collective but AllToAll runs hierarchically with the caller's numbering.
+  EXPECT_FALSE(conccl::nccl::needsNodeMajor(HierCollective::kAllGather));
+  EXPECT_FALSE(conccl::nccl::needsNodeMajor(HierCollective::kReduceScatter));
+  EXPECT_TRUE(conccl::nccl::needsNodeMajor(HierCollective::kAllToAll));
+  for (auto [N, G] : kLayouts) {
+    SCOPED_TRACE(std::to_string(N) + "x" + std::to_string(G));
+    const int n = N * G;
+    uint32_t seed = 100;
+    const size_t c = 2 * static_cast<size_t>(G);
+    for (HierCollective coll : {HierCollective::kAllReduce, HierCollective::kAllGather,
+                                HierCollective::kReduceScatter}) {
+      EXPECT_EQ(runCase(coll, N, G, c, 0, false, 0, 1, seed++, true), "") << conccl::sched::hierCollectiveName(coll);
+    }
+    for (int root : {0, 1, n - 1}) {
+      for (HierCollective coll : {HierCollective::kBroadcast, HierCollective::kReduce, HierCollective::kGather,
+                                  HierCollective::kScatter}) {
+        EXPECT_EQ(runCase(coll, N, G, c, root, false, 0, 1, seed++, true), "")
+            << conccl::sched::hierCollectiveName(coll) << " root " << root;
+      }
+    }
+  }
+  // A blockOf that is no permutation, or one given to a flat plan, is refused.
+  HierarchicalCall call{HierCollective::kAllGather, 2, 2, 3};
+  call.blockOf = {0, 1, 2};
+  EXPECT_NE(planHierarchical(call).error.find("permutation"), std::string::npos);
+  call.blockOf = {0, 2, 1, 3};
+  call.nodes = 1;
+  call.perNode = 4;
+  EXPECT_NE(planHierarchical(call).error.find("2+ nodes"), std::string::npos);
 }
 
 }  // namespace
