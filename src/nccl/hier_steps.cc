@@ -192,4 +192,52 @@ HierProgram hierProgram(const sched::HierarchicalPlan& plan, int planRank, int p
   return prog;
 }
 
+std::vector<size_t> hierChunkCounts(size_t count, int perNode, int chunks, size_t minChunk) {
+  const size_t g = static_cast<size_t>(perNode < 1 ? 1 : perNode);
+  if (chunks <= 1 || count % g != 0) return {count};
+  const size_t units = count / g;                               // chunks are whole multiples of g
+  const size_t minUnits = std::max<size_t>(1, (minChunk + g - 1) / g);
+  size_t k = std::min<size_t>(static_cast<size_t>(chunks), units / minUnits);
+  if (k <= 1) return {count};
+  std::vector<size_t> out(k, (units / k) * g);
+  out.back() = count - (k - 1) * (units / k) * g;
+  return out;
+}
+
+HierChunks hierChunkPrograms(const sched::HierarchicalCall& call, int planRank, int chunks, size_t minChunk) {
+  HierChunks out;
+  if (call.collective != sched::HierCollective::kAllReduce && call.collective != sched::HierCollective::kBroadcast) {
+    out.error = "only all_reduce and broadcast are pipelined";
+    return out;
+  }
+  out.counts = hierChunkCounts(call.count, call.perNode, chunks, minChunk);
+  size_t offset = 0;
+  for (size_t count : out.counts) {
+    sched::HierarchicalCall c = call;
+    c.count = count;
+    HierProgram p = hierProgram(sched::planHierarchical(c), planRank, call.perNode);
+    if (!p.error.empty()) {
+      out.error = p.error;
+      return out;
+    }
+    if (p.phases != 3 || p.scratchCount != 0) {
+      out.error = "a chunk's plan is not node -> rail -> node";
+      return out;
+    }
+    for (HierStep& s : p.steps) {
+      if ((s.phase == 1) != (s.comm == HierComm::kRail)) {
+        out.error = "a chunk's plan is not node -> rail -> node";
+        return out;
+      }
+      // The chunk's elements start at `offset` in both of the caller's buffers (the plan uses no scratch).
+      if (s.in.buffer != sched::HierBuffer::kScratch) s.in.offset += offset;
+      if (s.out.buffer != sched::HierBuffer::kScratch) s.out.offset += offset;
+    }
+    out.offsets.push_back(offset);
+    out.programs.push_back(std::move(p));
+    offset += count;
+  }
+  return out;
+}
+
 }  // namespace conccl::nccl

@@ -131,6 +131,21 @@ ShimEnv parseShimEnv(const EnvLookup& lookup) {
     }
     env.hierarchical = s == "1";
   }
+  if (const char* v = lookup("CONCCL_NCCL_HIER_CHUNKS"); v != nullptr) {
+    std::string_view s = trim(v);
+    int k = 0;
+    bool ok = !s.empty() && s.size() <= 2;
+    for (char ch : s) {
+      ok = ok && ch >= '0' && ch <= '9';
+      k = k * 10 + (ch - '0');
+    }
+    if (!ok || k < 1 || k > 64) {
+      env.enabled = false;
+      env.error = "CONCCL_NCCL_HIER_CHUNKS='" + std::string(v) + "' is not a count from 1 to 64";
+      return env;
+    }
+    env.hierChunks = k;
+  }
   return env;
 }
 

@@ -247,6 +247,8 @@ ncclResult_t destroyHierState(HierState* state, bool abort) {
     if (state->scratch != nullptr) cudaFree(state->scratch);
     for (void* p : state->retired) cudaFree(p);
     if (state->lastUse != nullptr) cudaEventDestroy(state->lastUse);
+    for (cudaEvent_t e : state->chunkEvents) cudaEventDestroy(e);
+    if (state->railStream != nullptr) cudaStreamDestroy(state->railStream);
   }
   delete state;
   return first;

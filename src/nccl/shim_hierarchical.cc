@@ -8,8 +8,9 @@
 // demand (HierState). A call that cannot run this way returns false before anything is enqueued and goes to the flat
 // communicator; once the first step is enqueued a failure is returned as the call's error (the peers' steps may be
 // in flight: as for NCCL, the communicator should then be aborted).
-// Not done: pipelining in chunks (phase i+1 of chunk j overlapping phase i of chunk j+1); each phase runs on the
-// whole buffer (docs/hierarchical.md).
+// Pipelining (CONCCL_NCCL_HIER_CHUNKS > 1): AllReduce and Broadcast in pieces whose rail phase runs on a second
+// stream beside the node phases of the other pieces (runPipelined); every other call runs each phase over the whole
+// buffer (docs/hierarchical.md).
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -92,33 +93,32 @@ struct Runner {
     return base == nullptr ? nullptr : base + r.offset * es;
   }
 
-  concclResult_t intra(const HierStep& s) const {
+  concclResult_t intra(const HierStep& s, cudaStream_t st) const {
     const void* in = at(s.in);
     void* out = at(s.out);
     concclComm_t c = h->intra;
     switch (s.kind) {
-      case GroupKind::kAllReduce: return concclAllReduce(in, out, s.count, ctype, cop, c, a.stream);
-      case GroupKind::kReduceScatter: return concclReduceScatter(in, out, s.count, ctype, cop, c, a.stream);
-      case GroupKind::kAllGather: return concclAllGather(in, out, s.count, ctype, c, a.stream);
-      case GroupKind::kBroadcast: return concclBroadcast(in, out, s.count, ctype, s.root, c, a.stream);
-      case GroupKind::kReduce: return concclReduce(in, out, s.count, ctype, cop, s.root, c, a.stream);
-      case GroupKind::kGather: return concclGather(in, out, s.count, ctype, s.root, c, a.stream);
-      case GroupKind::kScatter: return concclScatter(in, out, s.count, ctype, s.root, c, a.stream);
-      case GroupKind::kAllToAll: return concclAllToAll(in, out, s.count, ctype, c, a.stream);
+      case GroupKind::kAllReduce: return concclAllReduce(in, out, s.count, ctype, cop, c, st);
+      case GroupKind::kReduceScatter: return concclReduceScatter(in, out, s.count, ctype, cop, c, st);
+      case GroupKind::kAllGather: return concclAllGather(in, out, s.count, ctype, c, st);
+      case GroupKind::kBroadcast: return concclBroadcast(in, out, s.count, ctype, s.root, c, st);
+      case GroupKind::kReduce: return concclReduce(in, out, s.count, ctype, cop, s.root, c, st);
+      case GroupKind::kGather: return concclGather(in, out, s.count, ctype, s.root, c, st);
+      case GroupKind::kScatter: return concclScatter(in, out, s.count, ctype, s.root, c, st);
+      case GroupKind::kAllToAll: return concclAllToAll(in, out, s.count, ctype, c, st);
       case GroupKind::kSendRecv:
-        return s.send ? concclSend(in, s.count, ctype, s.peer, c, a.stream)
-                      : concclRecv(out, s.count, ctype, s.peer, c, a.stream);
+        return s.send ? concclSend(in, s.count, ctype, s.peer, c, st)
+                      : concclRecv(out, s.count, ctype, s.peer, c, st);
       case GroupKind::kCopy: break;
     }
     return concclInternalError;
   }
 
-  ncclResult_t rail(const HierStep& s) const {
+  ncclResult_t rail(const HierStep& s, cudaStream_t st) const {
     const void* in = at(s.in);
     void* out = at(s.out);
     ncclComm_t c = h->rail;
     const auto op = static_cast<ncclRedOp_t>(a.op < 0 ? 0 : a.op);
-    const cudaStream_t st = a.stream;
     switch (s.kind) {
       case GroupKind::kAllReduce: {
         auto fn = realFn<decltype(&::ncclAllReduce)>("ncclAllReduce");
@@ -165,14 +165,92 @@ struct Runner {
     return ncclInternalError;
   }
 
-  cudaError_t local(const HierStep& s) const {
+  cudaError_t local(const HierStep& s, cudaStream_t st) const {
     const size_t width = s.count * es;
-    if (s.rows == 1) return cudaMemcpyAsync(at(s.out), at(s.in), width, cudaMemcpyDeviceToDevice, a.stream);
+    if (s.rows == 1) return cudaMemcpyAsync(at(s.out), at(s.in), width, cudaMemcpyDeviceToDevice, st);
     // One 2D copy per row pattern: the reorders are N or G rows of one block each (hier_steps.cc).
     return cudaMemcpy2DAsync(at(s.out), s.dstPitch * es, at(s.in), s.srcPitch * es, width, s.rows,
-                             cudaMemcpyDeviceToDevice, a.stream);
+                             cudaMemcpyDeviceToDevice, st);
   }
 };
+
+// Enqueues one step on `st`; false with *result set (the failure recorded on comm) when it fails.
+bool runStep(ncclComm_t comm, const Runner& run, const HierStep& s, cudaStream_t st, ncclResult_t* result) {
+  const std::string where = std::string(run.a.call) + " (hierarchical, phase " + std::to_string(s.phase) + ", " +
+                            sched::groupKindName(s.kind) + " " + hierCommName(s.comm) + ")";
+  if (s.comm == HierComm::kIntra) {
+    concclResult_t r = run.intra(s, st);
+    if (r == concclSuccess) return true;
+    *result = fail(comm, static_cast<ncclResult_t>(toNcclResult(r)),
+                   where + ": " + concclGetErrorString(r) + ": " + concclGetLastError(run.h->intra));
+    return false;
+  }
+  if (s.comm == HierComm::kRail) {
+    ncclResult_t r = run.rail(s, st);
+    if (r == ncclSuccess) return true;
+    *result = fail(comm, r, where + ": the real NCCL: " + ncclResultString(r));
+    return false;
+  }
+  cudaError_t e = run.local(s, st);
+  if (e == cudaSuccess) return true;
+  *result = fail(comm, ncclUnhandledCudaError, where + ": " + cudaGetErrorString(e));
+  return false;
+}
+
+// The rail stream and two events per chunk, made on first use. False: not available (the call is not pipelined).
+bool pipelineResources(HierState* h, size_t chunks) {
+  CudaDeviceGuard guard(h->device);
+  if (h->railStream == nullptr && cudaStreamCreateWithFlags(&h->railStream, cudaStreamNonBlocking) != cudaSuccess) {
+    h->railStream = nullptr;
+    cudaGetLastError();
+    return false;
+  }
+  while (h->chunkEvents.size() < 2 * chunks) {
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    h->chunkEvents.push_back(e);
+  }
+  return true;
+}
+
+// A pipelined call: the node phase 0 of every chunk on the caller's stream, each followed by an event; the rail phase
+// of chunk i on the rail stream once chunk i's phase 0 is done; phase 2 of chunk i on the caller's stream once its
+// rail phase is done. Chunk i's rail phase then runs beside the node phases of the other chunks. Every rank issues
+// its conccl calls (all phase 0s, then all phase 2s) and its NCCL calls in the same order.
+bool runPipelined(ncclComm_t comm, const Runner& run, const HierChunks& hc, ncclResult_t* result) {
+  HierState* h = run.h;
+  const cudaStream_t user = run.a.stream, rail = h->railStream;
+  auto cuda = [&](cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return true;
+    *result = fail(comm, ncclUnhandledCudaError, std::string(run.a.call) + " (hierarchical, pipelined): " + what +
+                                                     ": " + cudaGetErrorString(e));
+    return false;
+  };
+  const size_t k = hc.programs.size();
+  for (size_t i = 0; i < k; ++i) {
+    for (const HierStep& s : hc.programs[i].steps) {
+      if (s.phase == 0 && !runStep(comm, run, s, user, result)) return false;
+    }
+    if (!cuda(cudaEventRecord(h->chunkEvents[2 * i], user), "cudaEventRecord")) return false;
+  }
+  for (size_t i = 0; i < k; ++i) {
+    if (!cuda(cudaStreamWaitEvent(rail, h->chunkEvents[2 * i], 0), "cudaStreamWaitEvent")) return false;
+    for (const HierStep& s : hc.programs[i].steps) {
+      if (s.phase == 1 && !runStep(comm, run, s, rail, result)) return false;
+    }
+    if (!cuda(cudaEventRecord(h->chunkEvents[2 * i + 1], rail), "cudaEventRecord")) return false;
+  }
+  for (size_t i = 0; i < k; ++i) {
+    if (!cuda(cudaStreamWaitEvent(user, h->chunkEvents[2 * i + 1], 0), "cudaStreamWaitEvent")) return false;
+    for (const HierStep& s : hc.programs[i].steps) {
+      if (s.phase == 2 && !runStep(comm, run, s, user, result)) return false;
+    }
+  }
+  return true;
+}
 
 // The call goes to the flat communicator: says why, once per collective kind and communicator.
 bool flat(HierState* h, const HierArgs& a, const std::string& why) {
@@ -235,29 +313,22 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
     if (!acquireScratch(h, scratchBytes, a.stream, &why)) return flat(h, a, why);
   }
   Runner run{h, a, es, *ctype, cop};
-  for (const HierStep& s : prog.steps) {
-    const std::string where = std::string(a.call) + " (hierarchical, phase " + std::to_string(s.phase) + ", " +
-                              sched::groupKindName(s.kind) + " " + hierCommName(s.comm) + ")";
-    if (s.comm == HierComm::kIntra) {
-      concclResult_t r = run.intra(s);
-      if (r != concclSuccess) {
-        *result = fail(comm, static_cast<ncclResult_t>(toNcclResult(r)),
-                       where + ": " + concclGetErrorString(r) + ": " + concclGetLastError(h->intra));
-        return true;
+  const size_t steps = prog.steps.size();
+  // Pipelined in chunks when asked (AllReduce and Broadcast, chunks of at least 256 KiB).
+  if (shim().env.hierChunks > 1) {
+    HierChunks hc = hierChunkPrograms(call, me, shim().env.hierChunks, (size_t{256} << 10) / es);
+    if (hc.error.empty() && hc.programs.size() > 1 && pipelineResources(h, hc.programs.size())) {
+      if (!runPipelined(comm, run, hc, result)) return true;
+      if ((h->loggedPipelined & (1u << static_cast<int>(a.coll))) == 0) {
+        h->loggedPipelined |= 1u << static_cast<int>(a.coll);
+        logInfo(std::string(a.call) + ": pipelined in " + std::to_string(hc.programs.size()) +
+                " chunks, rail phases on a second stream");
       }
-    } else if (s.comm == HierComm::kRail) {
-      ncclResult_t r = run.rail(s);
-      if (r != ncclSuccess) {
-        *result = fail(comm, r, where + ": the real NCCL: " + ncclResultString(r));
-        return true;
-      }
-    } else {
-      cudaError_t e = run.local(s);
-      if (e != cudaSuccess) {
-        *result = fail(comm, ncclUnhandledCudaError, where + ": " + cudaGetErrorString(e));
-        return true;
-      }
+      prog.steps.clear();  // enqueued above
     }
+  }
+  for (const HierStep& s : prog.steps) {
+    if (!runStep(comm, run, s, a.stream, result)) return true;
   }
   if (scratchBytes > 0) {
     h->used = true;
@@ -272,7 +343,7 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
     h->loggedPhases |= bit;
     std::string phases;
     for (const sched::Phase& p : plan.phases) phases += (phases.empty() ? "" : " -> ") + p.name;
-    logInfo(std::string(a.call) + ": hierarchical, " + std::to_string(prog.steps.size()) + " steps on this rank: " +
+    logInfo(std::string(a.call) + ": hierarchical, " + std::to_string(steps) + " steps on this rank: " +
             phases + " (said once per collective and communicator)");
   }
   *result = ncclSuccess;

@@ -44,7 +44,11 @@ struct HierState {
   bool aborted = false;
   // One INFO line per collective kind: the first call that ran in phases, and the first sent to the flat
   // communicator with its reason (bits by sched::HierCollective).
-  uint32_t loggedPhases = 0, loggedFlat = 0;
+  uint32_t loggedPhases = 0, loggedFlat = 0, loggedPipelined = 0;
+  // Pipelined calls (CONCCL_NCCL_HIER_CHUNKS > 1): the rail phases run on railStream, ordered against the caller's
+  // stream by chunkEvents (two per chunk, reused call after call: a wait takes the record enqueued before it).
+  cudaStream_t railStream = nullptr;
+  std::vector<cudaEvent_t> chunkEvents;
 };
 
 // ---- setup (shim_hier_init.cc) ----

@@ -17,7 +17,8 @@
 #   bash tests/nccl/run_simulated_nodes.sh           # $OUT/simulated-nodes/{summary.txt,*.log}
 # Environment: SHIM (default gpu-stage/lib/libconccl_nccl.so), PY (/opt/torch/.venv/bin/python), NCCL_LIB (torch's
 # NCCL), LAYOUTS (default "2x2 2x3 3x2"), LIMIT (seconds per run, 300), SEED (default: fresh per run, printed),
-# HIER (CONCCL_NCCL_HIERARCHICAL for the run, default 1; with 0 the world goes to NCCL as a whole). One GPU: every rank on GPU 0 and
+# HIER (CONCCL_NCCL_HIERARCHICAL for the run, default 1; with 0 the world goes to NCCL as a whole). --mode split runs
+# with CONCCL_NCCL_HIER_CHUNKS=4 (pipelined AllReduce / Broadcast, checked), --mode new_group with 1 (not pipelined). One GPU: every rank on GPU 0 and
 # NCCL_HOSTID one per process (NCCL refuses two ranks of one host on one GPU); 2+ GPUs: rank's local index mod the
 # GPU count and, when a node's ranks fit on distinct GPUs, NCCL_HOSTID = the simulated node (NCCL then uses P2P
 # inside a node and sockets across).
@@ -50,10 +51,11 @@ for layout in $LAYOUTS; do
   for mode in split new_group; do
     name="$layout-$mode"
     log="$out/$name.log"
+    chunks=1; [ "$mode" = split ] && chunks=4
     timeout -k 10 "$LIMIT" env LD_PRELOAD="$SHIM" CONCCL_NCCL_REAL_LIB="$NCCL_LIB/libnccl.so.2" \
       LD_LIBRARY_PATH="$NCCL_LIB:${LD_LIBRARY_PATH:-}" NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_NVLS_ENABLE=0 \
       NCCL_DEBUG=WARN CONCCL_DEBUG=INFO CONCCL_TIMEOUT_MS=60000 TORCH_NCCL_ASYNC_ERROR_HANDLING=1 \
-      CONCCL_NCCL_HIERARCHICAL="$HIER" \
+      CONCCL_NCCL_HIERARCHICAL="$HIER" CONCCL_NCCL_HIER_CHUNKS="$chunks" \
       "$PY" -m torch.distributed.run --standalone --nproc-per-node "$np" tests/nccl/simulated_nodes.py \
       --per-node "$per" --mode "$mode" --nccl-hostid "$hostid" --seed "$SEED" >"$log" 2>&1
     rc=$?
@@ -91,6 +93,10 @@ for layout in $LAYOUTS; do
         ran="$(count "conccl-shim: $call: hierarchical, " "$log")"
         [ "$ran" -ge "$np" ] || { verdict=FAIL; why="$why $call-in-phases=$ran<$np"; }
       done
+      if [ "$chunks" -gt 1 ]; then
+        ran="$(count 'conccl-shim: ncclAllReduce: pipelined in ' "$log")"
+        [ "$ran" -ge "$np" ] || { verdict=FAIL; why="$why pipelined-all_reduce=$ran<$np"; }
+      fi
       # torch builds without ncclAlltoAll run all_to_all_single as grouped send/recv (the flat communicator): noted.
       ran="$(count 'conccl-shim: ncclAlltoAll: hierarchical, ' "$log")"
       [ "$ran" -ge "$np" ] || why="$why (all_to_all not in phases: $ran ranks; torch's grouped send/recv?)"
@@ -104,7 +110,7 @@ done
 grep -ho 'conccl-shim: nccl[A-Za-z]*[^:]*: comm [^ ]* rank [0-9]* nranks [0-9]* cudaDev [0-9-]* -> .*' "$out"/*.log |
   sed 's/comm 0x[0-9a-f]* rank [0-9]*/comm . rank ./; s/rendezvous [0-9.:]*/rendezvous ./' | sort | uniq -c >>"$summary"
 # Which calls ran in phases and which went to the flat communicator (and why), once per distinct line.
-grep -ho 'conccl-shim: nccl[A-Za-z]*: \(hierarchical, \|flat NCCL (\).*' "$out"/*.log | sort | uniq -c >>"$summary"
+grep -ho 'conccl-shim: nccl[A-Za-z]*: \(hierarchical, \|flat NCCL (\|pipelined in \).*' "$out"/*.log | sort | uniq -c >>"$summary"
 # A rank's failures, if any.
 grep -h 'simulated-nodes rank .*: FAIL' "$out"/*.log | head -40 >>"$summary"
 exit $failed

@@ -205,6 +205,17 @@ def check_world(rank, world, per, device, seed):
         dist.all_to_all_single(out, x[rank].to(device).flatten())
         check(f"all_to_all {tag}", out, x[:, rank].flatten())
 
+    # Large enough to be cut into chunks when CONCCL_NCCL_HIER_CHUNKS > 1 (chunks of at least 256 KiB).
+    big = per * (1 << 18)
+    x = inputs((big,))
+    t = x[rank].to(device)
+    dist.all_reduce(t)
+    check(f"all_reduce sum count {big}", t, x.sum(0))
+    x = inputs((big,))
+    t = x[rank].to(device)
+    dist.broadcast(t, src=world - 1)
+    check(f"broadcast root {world - 1} count {big}", t, x[world - 1])
+
     # Uneven all_to_all: rank r sends (r + j) % 3 + 1 elements to rank j (torch: grouped send/recv).
     sizes = [[(r + j) % 3 + 1 for j in range(world)] for r in range(world)]
     x = inputs((world, 4))

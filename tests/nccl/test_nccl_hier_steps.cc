@@ -376,6 +376,56 @@ TEST(NcclHierSteps, UnevenPiecesAreNotExpressibleAndSaySo) {
   EXPECT_EQ(runCase(HierCollective::kAllReduce, 2, 3, 6), "");
 }
 
+TEST(NcclHierSteps, ChunkCounts) {
+  using conccl::nccl::hierChunkCounts;
+  EXPECT_EQ(hierChunkCounts(64, 2, 4, 1), (std::vector<size_t>{16, 16, 16, 16}));
+  EXPECT_EQ(hierChunkCounts(66, 3, 4, 1), (std::vector<size_t>{15, 15, 15, 21}));  // multiples of 3, rest last
+  EXPECT_EQ(hierChunkCounts(64, 2, 4, 20), (std::vector<size_t>{20, 20, 24}));     // none below 20 elements
+  EXPECT_EQ(hierChunkCounts(64, 2, 4, 40), (std::vector<size_t>{64}));
+  EXPECT_EQ(hierChunkCounts(63, 2, 4, 1), (std::vector<size_t>{63}));              // not a multiple of G
+  EXPECT_EQ(hierChunkCounts(64, 2, 1, 1), (std::vector<size_t>{64}));
+}
+
+TEST(NcclHierSteps, PipelinedChunksOfAllReduceAndBroadcastGiveTheFlatResult) {
+  for (auto [N, G] : kLayouts) {
+    SCOPED_TRACE(std::to_string(N) + "x" + std::to_string(G));
+    const int n = N * G;
+    for (HierCollective coll : {HierCollective::kAllReduce, HierCollective::kBroadcast}) {
+      for (int root : {0, n - 1}) {
+        const size_t c = 10 * static_cast<size_t>(G) + static_cast<size_t>(G);  // 11 units: uneven chunks
+        HierarchicalCall call{coll, N, G, c, root};
+        std::vector<conccl::nccl::HierChunks> per;
+        for (int r = 0; r < n; ++r) {
+          per.push_back(conccl::nccl::hierChunkPrograms(call, r, 4, 1));
+          ASSERT_TRUE(per.back().error.empty()) << per.back().error;
+          ASSERT_EQ(per.back().programs.size(), 4u);
+        }
+        EXPECT_EQ(per[0].counts, (std::vector<size_t>{2u * G, 2u * G, 2u * G, 5u * G}));
+        std::mt19937 rng(static_cast<uint32_t>(7 + root));
+        std::uniform_int_distribution<int> d(-100, 100);
+        std::vector<RankBuffers> bufs(static_cast<size_t>(n));
+        std::vector<Vec> send(static_cast<size_t>(n));
+        for (int r = 0; r < n; ++r) {
+          bufs[static_cast<size_t>(r)].send.resize(c);
+          for (double& x : bufs[static_cast<size_t>(r)].send) x = d(rng);
+          bufs[static_cast<size_t>(r)].recv.assign(c, -1e9);
+          send[static_cast<size_t>(r)] = bufs[static_cast<size_t>(r)].send;
+        }
+        // The chunks share nothing: any order of their phases gives the same result; run them one after the other.
+        for (size_t k = 0; k < 4; ++k) {
+          std::vector<HierProgram> progs;
+          for (int r = 0; r < n; ++r) progs.push_back(per[static_cast<size_t>(r)].programs[k]);
+          ASSERT_EQ(simulate(progs, G, &bufs), "");
+        }
+        auto want = reference(coll, send, c, root, 0, 1);
+        for (int r = 0; r < n; ++r) EXPECT_EQ(bufs[static_cast<size_t>(r)].recv, want[static_cast<size_t>(r)]) << r;
+      }
+    }
+  }
+  HierarchicalCall ag{HierCollective::kAllGather, 2, 2, 8};
+  EXPECT_FALSE(conccl::nccl::hierChunkPrograms(ag, 0, 4, 1).error.empty());
+}
+
 TEST(NcclHierSteps, RanksNotNodeMajorKeepTheCallersBlockOrder) {
   // Rank u on node u % N: every collective but AllToAll runs hierarchically with the caller's numbering.
   EXPECT_FALSE(conccl::nccl::needsNodeMajor(HierCollective::kAllGather));

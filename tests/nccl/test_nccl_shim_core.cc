@@ -130,6 +130,13 @@ TEST(NcclShimEnv, HierarchicalSwitch) {
   ShimEnv env = parseShimEnv(lookupIn({{"CONCCL_NCCL_HIERARCHICAL", "yes"}}));
   EXPECT_FALSE(env.enabled);
   EXPECT_NE(env.error.find("CONCCL_NCCL_HIERARCHICAL"), std::string::npos);
+  EXPECT_EQ(parseShimEnv(lookupIn({})).hierChunks, 1);
+  EXPECT_EQ(parseShimEnv(lookupIn({{"CONCCL_NCCL_HIER_CHUNKS", "8"}})).hierChunks, 8);
+  for (const char* bad : {"0", "65", "", "x", "-1", "100"}) {
+    ShimEnv e = parseShimEnv(lookupIn({{"CONCCL_NCCL_HIER_CHUNKS", bad}}));
+    EXPECT_FALSE(e.enabled) << bad;
+    EXPECT_NE(e.error.find("CONCCL_NCCL_HIER_CHUNKS"), std::string::npos) << bad;
+  }
 }
 
 TEST(NcclShimEnv, CollListParsing) {
