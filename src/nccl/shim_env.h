@@ -15,7 +15,8 @@
 //                                 (default 1). Read by the process that made the unique id: it decides for all ranks.
 //   CONCCL_NCCL_HIER_CHUNKS=k     hierarchical AllReduce and Broadcast cut into up to k pieces (1..64) whose rail
 //                                 phase runs on a second stream beside the node phases of the others (default 1: not
-//                                 pipelined; every rank of a communicator must use the same value).
+//                                 pipelined). The process that made the unique id (a split child's first rank)
+//                                 decides for every rank of the communicator.
 // A value that does not parse turns the shim off (everything forwarded: correct, if slower) and is reported in
 // ShimEnv::error, which the shim logs once.
 #ifndef CONCCL_NCCL_SHIM_ENV_H_

@@ -72,7 +72,7 @@ bool makeHierarchicalAnswer(const std::vector<uint64_t>& hosts, std::string* ans
     return false;
   }
   const size_t ids = 1 + static_cast<size_t>(l.nodes) + static_cast<size_t>(l.perNode);
-  if (1 + ids * kIdBytes + 8 > kMaxAnswerBytes) {
+  if (1 + ids * kIdBytes + 12 > kMaxAnswerBytes) {
     *why = "not hierarchical: " + std::to_string(ids) + " ids do not fit the rendezvous reply";
     return false;
   }
@@ -82,6 +82,7 @@ bool makeHierarchicalAnswer(const std::vector<uint64_t>& hosts, std::string* ans
   a.append(id, kIdBytes);
   putU32(&a, static_cast<uint32_t>(l.nodes));
   putU32(&a, static_cast<uint32_t>(l.perNode));
+  putU32(&a, static_cast<uint32_t>(shim().env.hierChunks));  // the root's, so that every rank pipelines alike
   for (int k = 0; k < l.nodes; ++k) {
     concclUniqueId cid;
     if (concclGetUniqueId(&cid) != concclSuccess) {
@@ -108,10 +109,11 @@ HierInit initHierarchical(const std::string& answer, const std::vector<uint64_t>
     out.error = call + " (hierarchical): " + what;
     return out;
   };
-  const size_t head = 1 + kIdBytes + 8;
+  const size_t head = 1 + kIdBytes + 12;
   if (answer.size() < head || answer[0] != kAnswerHierarchical) return fail(ncclInternalError, "malformed answer");
   const int nodes = static_cast<int>(getU32(answer, 1 + kIdBytes));
   const int perNode = static_cast<int>(getU32(answer, 1 + kIdBytes + 4));
+  const int chunks = static_cast<int>(getU32(answer, 1 + kIdBytes + 8));
   HierLayout l = hierLayout(hosts);
   if (!l.error.empty() || l.nodes != nodes || l.perNode != perNode || static_cast<int>(hosts.size()) != nranks ||
       rank < 0 || rank >= nranks) {
@@ -138,6 +140,7 @@ HierInit initHierarchical(const std::string& answer, const std::vector<uint64_t>
   h->rank = rank;
   h->node = node;
   h->local = local;
+  h->chunks = chunks < 1 ? 1 : chunks;
   cudaGetDevice(&h->device);
   ncclUniqueId railId;
   std::memcpy(railId.internal, answer.data() + head + (static_cast<size_t>(nodes) + local) * kIdBytes, kIdBytes);
@@ -176,7 +179,7 @@ HierInit initHierarchical(const std::string& answer, const std::vector<uint64_t>
 }
 
 HierState* hierarchicalFromSplit(ncclComm_t child, const HierLayout& l, int rank,
-                                 const std::vector<concclUniqueId>& nodeIds, const ncclConfig_t* config,
+                                 const std::vector<concclUniqueId>& nodeIds, int chunks, const ncclConfig_t* config,
                                  std::string* error) {
   auto split = realFn<decltype(&::ncclCommSplit)>("ncclCommSplit");
   auto destroyReal = realFn<decltype(&::ncclCommDestroy)>("ncclCommDestroy");
@@ -193,6 +196,7 @@ HierState* hierarchicalFromSplit(ncclComm_t child, const HierLayout& l, int rank
   h->rank = rank;
   h->node = l.node[static_cast<size_t>(rank)];
   h->local = l.local[static_cast<size_t>(rank)];
+  h->chunks = chunks < 1 ? 1 : chunks;
   cudaGetDevice(&h->device);
   ncclConfig_t c = blockingConfig(config);
   ncclResult_t r = split(child, h->local, h->node, &h->rail, &c);

@@ -47,20 +47,17 @@ bool reduces(GroupKind k) {
   return k == GroupKind::kAllReduce || k == GroupKind::kReduceScatter || k == GroupKind::kReduce;
 }
 
-// Makes the scratch at least `bytes` (within the bound) and orders this call after the last one that used it.
-// False: the bound is exceeded or an allocation failed (nothing enqueued yet; the call goes flat).
+// Makes the scratch at least `bytes` (the caller checked the bound) and orders this call after the last one that used
+// it. False with *why when an allocation or an event call failed: the call then fails (this rank cannot go flat on
+// its own: its peers, whose allocations succeeded, run the phases).
 bool acquireScratch(HierState* h, size_t bytes, cudaStream_t stream, std::string* why) {
-  if (bytes > shim().env.scratchMaxBytes) {
-    *why = "needs " + std::to_string(bytes) + " bytes of scratch, above CONCCL_NCCL_SCRATCH_MAX_BYTES";
-    return false;
-  }
   CudaDeviceGuard guard(h->device);
   if (bytes > h->scratchBytes) {
     size_t grow = h->scratchBytes * 2 > bytes ? h->scratchBytes * 2 : bytes;
     if (grow > shim().env.scratchMaxBytes) grow = bytes;
     void* p = nullptr;
     if (cudaMalloc(&p, grow) != cudaSuccess) {
-      cudaGetLastError();  // not sticky; the call goes flat
+      cudaGetLastError();  // not sticky
       *why = "cudaMalloc of " + std::to_string(grow) + " bytes of scratch failed";
       return false;
     }
@@ -197,7 +194,8 @@ bool runStep(ncclComm_t comm, const Runner& run, const HierStep& s, cudaStream_t
   return false;
 }
 
-// The rail stream and two events per chunk, made on first use. False: not available (the call is not pipelined).
+// The rail stream and two events per chunk, made on first use. False when CUDA refuses (the call then fails: its peers
+// run it pipelined, so this rank cannot run it otherwise).
 bool pipelineResources(HierState* h, size_t chunks) {
   CudaDeviceGuard guard(h->device);
   if (h->railStream == nullptr && cudaStreamCreateWithFlags(&h->railStream, cudaStreamNonBlocking) != cudaSuccess) {
@@ -306,18 +304,31 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
     if (!o) return flat(h, a, "an op conccl lacks");
     cop = *o;
   }
-  std::lock_guard<std::mutex> lock(h->mutex);
+  // Every decision above is the same on every rank (same call, same layout, same switches); what follows may fail on
+  // one rank only, so it fails the call rather than send it to the flat communicator.
   const size_t scratchBytes = prog.scratchCount * es;
+  if (scratchBytes > shim().env.scratchMaxBytes) {
+    return flat(h, a, "needs " + std::to_string(scratchBytes) + " bytes of scratch, above CONCCL_NCCL_SCRATCH_MAX_BYTES");
+  }
+  std::lock_guard<std::mutex> lock(h->mutex);
   if (scratchBytes > 0) {
     std::string why;
-    if (!acquireScratch(h, scratchBytes, a.stream, &why)) return flat(h, a, why);
+    if (!acquireScratch(h, scratchBytes, a.stream, &why)) {
+      *result = fail(comm, ncclSystemError, std::string(a.call) + " (hierarchical): " + why);
+      return true;
+    }
   }
   Runner run{h, a, es, *ctype, cop};
   const size_t steps = prog.steps.size();
   // Pipelined in chunks when asked (AllReduce and Broadcast, chunks of at least 256 KiB).
-  if (shim().env.hierChunks > 1) {
-    HierChunks hc = hierChunkPrograms(call, me, shim().env.hierChunks, (size_t{256} << 10) / es);
-    if (hc.error.empty() && hc.programs.size() > 1 && pipelineResources(h, hc.programs.size())) {
+  if (h->chunks > 1) {
+    HierChunks hc = hierChunkPrograms(call, me, h->chunks, (size_t{256} << 10) / es);
+    if (hc.error.empty() && hc.programs.size() > 1) {
+      if (!pipelineResources(h, hc.programs.size())) {
+        *result = fail(comm, ncclUnhandledCudaError,
+                       std::string(a.call) + " (hierarchical): no stream or events for the pipelined phases");
+        return true;
+      }
       if (!runPipelined(comm, run, hc, result)) return true;
       if ((h->loggedPipelined & (1u << static_cast<int>(a.coll))) == 0) {
         h->loggedPipelined |= 1u << static_cast<int>(a.coll);

@@ -27,6 +27,9 @@ struct HierState {
   int rank = 0;  // in the communicator
   int node = 0, local = 0;
   int device = -1;
+  // Pieces of a pipelined AllReduce / Broadcast (CONCCL_NCCL_HIER_CHUNKS of the process that made the id, or of the
+  // split child's first rank): one value for every rank, since pipelined and plain calls issue different steps.
+  int chunks = 1;
   concclComm_t intra = nullptr;
   ncclComm_t rail = nullptr;  // the real NCCL's own handle
   // Scratch for the phases (device memory from cudaMalloc: conccl's peers map it with CUDA IPC), grown on demand up
@@ -54,7 +57,7 @@ struct HierState {
 // ---- setup (shim_hier_init.cc) ----
 
 // The rendezvous root's answer for ranks on several hosts when the hierarchical path applies: 'H', the flat NCCL id,
-// nodes, perNode, one conccl id per node and one real-NCCL id per rail (all made here, at the root), then the reason.
+// nodes, perNode, chunks (its CONCCL_NCCL_HIER_CHUNKS), one conccl id per node and one real-NCCL id per rail (all made here, at the root), then the reason.
 // False (answer untouched) when it does not apply: *why says why (switched off, uneven, one rank per node, ...).
 inline constexpr char kAnswerHierarchical = 'H';
 bool makeHierarchicalAnswer(const std::vector<uint64_t>& hosts, std::string* answer, std::string* why,
@@ -79,7 +82,7 @@ HierInit initHierarchical(const std::string& answer, const std::vector<uint64_t>
 // the child must call it (the split's table decides identically everywhere). nullptr with *error on failure
 // (what was made is destroyed; the child itself is left to the caller).
 HierState* hierarchicalFromSplit(ncclComm_t child, const HierLayout& layout, int rank,
-                                 const std::vector<concclUniqueId>& nodeIds, const ncclConfig_t* config,
+                                 const std::vector<concclUniqueId>& nodeIds, int chunks, const ncclConfig_t* config,
                                  std::string* error);
 
 // ncclCommDestroy / ncclCommAbort of a communicator with a HierState: its intra and rail communicators and its

@@ -220,7 +220,7 @@ struct NcclSplitEntry {
   uint64_t host;
   char id[CONCCL_UNIQUE_ID_BYTES];
   int32_t hierarchical;  // this rank's CONCCL_NCCL_HIERARCHICAL: a child is hierarchical only if all its ranks say 1
-  int32_t reserved;
+  int32_t chunks;        // this rank's CONCCL_NCCL_HIER_CHUNKS: a hierarchical child takes its first rank's
 };
 
 // All-gather of one NcclSplitEntry per rank over an NCCL parent, with the real ncclAllGather on device memory of
@@ -292,6 +292,7 @@ ncclResult_t splitNccl(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
   mine.key = key;
   mine.host = thisHost().id;
   mine.hierarchical = shim().env.hierarchical ? 1 : 0;
+  mine.chunks = shim().env.hierChunks;
   concclUniqueId id;
   if (concclGetUniqueId(&id) != concclSuccess) {
     return fail(comm, ncclSystemError, std::string("ncclCommSplit: concclGetUniqueId: ") + concclGetLastError(nullptr));
@@ -356,7 +357,8 @@ ncclResult_t splitNccl(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
         std::memcpy(nodeIds[static_cast<size_t>(k)].internal, all[static_cast<size_t>(first)].id, CONCCL_UNIQUE_ID_BYTES);
       }
       std::string herror;
-      HierState* h = hierarchicalFromSplit(real, l, p.newRank, nodeIds, config, &herror);
+      const int chunks = all[static_cast<size_t>(p.parents[0])].chunks;
+      HierState* h = hierarchicalFromSplit(real, l, p.newRank, nodeIds, chunks, config, &herror);
       if (h == nullptr) {
         auto destroy = realFn<decltype(&::ncclCommDestroy)>("ncclCommDestroy");
         if (destroy) destroy(real);
