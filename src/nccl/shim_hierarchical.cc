@@ -50,13 +50,19 @@ bool reduces(GroupKind k) {
 // Makes the scratch at least `bytes` (the caller checked the bound) and orders this call after the last one that used
 // it. False with *why when an allocation or an event call failed: the call then fails (this rank cannot go flat on
 // its own: its peers, whose allocations succeeded, run the phases).
-bool acquireScratch(HierState* h, size_t bytes, cudaStream_t stream, std::string* why) {
+bool acquireScratch(HierState* h, size_t bytes, cudaStream_t stream, bool capturing, std::string* why) {
   CudaDeviceGuard guard(h->device);
   if (bytes > h->scratchBytes) {
+    // cudaMalloc is refused while this thread captures a graph in the global or thread-local mode: allocate outside
+    // the capture (the memory is not part of the graph; it lives until ncclCommDestroy).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
     size_t grow = h->scratchBytes * 2 > bytes ? h->scratchBytes * 2 : bytes;
     if (grow > shim().env.scratchMaxBytes) grow = bytes;
     void* p = nullptr;
-    if (cudaMalloc(&p, grow) != cudaSuccess) {
+    const cudaError_t e = cudaMalloc(&p, grow);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (e != cudaSuccess) {
       cudaGetLastError();  // not sticky
       *why = "cudaMalloc of " + std::to_string(grow) + " bytes of scratch failed";
       return false;
@@ -69,7 +75,8 @@ bool acquireScratch(HierState* h, size_t bytes, cudaStream_t stream, std::string
     *why = "cudaEventCreate failed";
     return false;
   }
-  if (h->used && h->lastStream != stream && cudaStreamWaitEvent(stream, h->lastUse, 0) != cudaSuccess) {
+  // Inside a capture the graph's own order applies (an event recorded outside it cannot be waited on there).
+  if (!capturing && h->used && h->lastStream != stream && cudaStreamWaitEvent(stream, h->lastUse, 0) != cudaSuccess) {
     *why = "cudaStreamWaitEvent failed";
     return false;
   }
@@ -311,9 +318,15 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
     return flat(h, a, "needs " + std::to_string(scratchBytes) + " bytes of scratch, above CONCCL_NCCL_SCRATCH_MAX_BYTES");
   }
   std::lock_guard<std::mutex> lock(h->mutex);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(a.stream, &capture) != cudaSuccess) {
+    cudaGetLastError();
+    capture = cudaStreamCaptureStatusNone;
+  }
+  const bool capturing = capture != cudaStreamCaptureStatusNone;
   if (scratchBytes > 0) {
     std::string why;
-    if (!acquireScratch(h, scratchBytes, a.stream, &why)) {
+    if (!acquireScratch(h, scratchBytes, a.stream, capturing, &why)) {
       *result = fail(comm, ncclSystemError, std::string(a.call) + " (hierarchical): " + why);
       return true;
     }
@@ -341,7 +354,7 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
   for (const HierStep& s : prog.steps) {
     if (!runStep(comm, run, s, a.stream, result)) return true;
   }
-  if (scratchBytes > 0) {
+  if (scratchBytes > 0 && !capturing) {
     h->used = true;
     h->lastStream = a.stream;
     if (cudaEventRecord(h->lastUse, a.stream) != cudaSuccess) {
