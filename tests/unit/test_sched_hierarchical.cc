@@ -439,3 +439,41 @@ TEST(SchedHierarchical, InvalidCallsSayWhy) {
   EXPECT_EQ(splitEvenly(10, 4), (std::vector<size_t>{3, 3, 2, 2}));
   EXPECT_EQ(splitEvenly(2, 4), (std::vector<size_t>{1, 1, 0, 0}));
 }
+
+// A caller numbered round robin (its rank u on node u % N, local index u / N): plan rank p is its rank blockOf[p],
+// and the blocks of AllGather / Gather output and ReduceScatter / Scatter input follow the caller's numbering.
+TEST(SchedHierarchical, BlockOfKeepsTheCallersBlockOrder) {
+  for (auto [nodes, perNode] : {std::pair{2, 2}, std::pair{2, 3}, std::pair{3, 2}, std::pair{4, 3}}) {
+    const int n = nodes * perNode;
+    std::vector<int> blockOf(static_cast<size_t>(n));
+    for (int p = 0; p < n; ++p) blockOf[static_cast<size_t>(p)] = (p % perNode) * nodes + p / perNode;
+    for (size_t c : {size_t{1}, size_t{7}}) {
+      HierarchicalCall ag{HierCollective::kAllGather, nodes, perNode, c};
+      ag.blockOf = blockOf;
+      SCOPED_TRACE(label(ag));
+      HierarchicalPlan plan = planHierarchical(ag);
+      ASSERT_EQ(plan.error, "");
+      std::vector<Mem> mem = simulate(ag, plan);
+      for (int r = 0; r < n; ++r) {
+        for (int q = 0; q < n; ++q) {  // plan rank q's block sits at the caller's rank blockOf[q]
+          for (size_t e = 0; e < c; ++e) ASSERT_EQ(mem[r].recv[blockOf[q] * c + e], value(q, e));
+        }
+      }
+      HierarchicalCall rs{HierCollective::kReduceScatter, nodes, perNode, c};
+      rs.blockOf = blockOf;
+      plan = planHierarchical(rs);
+      ASSERT_EQ(plan.error, "");
+      mem = simulate(rs, plan);
+      for (int r = 0; r < n; ++r) {
+        for (size_t e = 0; e < c; ++e) {
+          int64_t want = 0;
+          for (int q = 0; q < n; ++q) want += value(q, blockOf[r] * c + e);
+          ASSERT_EQ(mem[r].recv[e], want) << "rank " << r << " element " << e;
+        }
+      }
+    }
+  }
+  HierarchicalCall bad{HierCollective::kAllGather, 2, 2, 1};
+  bad.blockOf = {0, 0, 1, 2};
+  EXPECT_NE(planHierarchical(bad).error.find("permutation"), std::string::npos);
+}
