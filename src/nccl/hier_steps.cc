@@ -204,14 +204,53 @@ std::vector<size_t> hierChunkCounts(size_t count, int perNode, int chunks, size_
   return out;
 }
 
+namespace {
+
+// How a chunk's program addresses the caller's buffers. kFlat: the chunk's elements start at its offset (AllReduce,
+// Broadcast, Reduce: the buffer is one array). kBlocked: the buffer holds one block of the full count per rank and the
+// chunk takes piece [offset, offset + count) of every block (AllGather's output, ReduceScatter's input), so an element
+// at block b, position e of the chunk's plan moves to b * full + offset + e.
+enum class Layout { kFlat, kBlocked };
+
+bool relocate(sched::Region* r, size_t* pitch, size_t rows, Layout layout, size_t chunk, size_t full, size_t offset) {
+  if (layout == Layout::kFlat) {
+    r->offset += offset;
+    return true;
+  }
+  // Every row must stay inside one block of the chunk's plan, and the pitch must step whole blocks.
+  const size_t e = r->offset % chunk;
+  if (e + r->count > chunk || (rows > 1 && *pitch % chunk != 0)) return false;
+  r->offset = (r->offset / chunk) * full + offset + e;
+  if (rows > 1) *pitch = *pitch / chunk * full;
+  return true;
+}
+
+}  // namespace
+
 HierChunks hierChunkPrograms(const sched::HierarchicalCall& call, int planRank, int chunks, size_t minChunk) {
   HierChunks out;
-  if (call.collective != sched::HierCollective::kAllReduce && call.collective != sched::HierCollective::kBroadcast) {
-    out.error = "only all_reduce and broadcast are pipelined";
-    return out;
+  using C = sched::HierCollective;
+  Layout send = Layout::kFlat, recv = Layout::kFlat;
+  int multiple = call.perNode;  // the split of the buffer over a node's ranks must stay even in every chunk
+  switch (call.collective) {
+    case C::kAllReduce:
+    case C::kBroadcast:
+    case C::kReduce:
+      break;
+    case C::kAllGather:
+      recv = Layout::kBlocked;
+      multiple = 1;
+      break;
+    case C::kReduceScatter:
+      send = Layout::kBlocked;
+      multiple = 1;
+      break;
+    default:
+      out.error = std::string(sched::hierCollectiveName(call.collective)) + " is not pipelined";
+      return out;
   }
-  out.counts = hierChunkCounts(call.count, call.perNode, chunks, minChunk);
-  size_t offset = 0;
+  out.counts = hierChunkCounts(call.count, multiple, chunks, minChunk);
+  size_t offset = 0, slot = 0;
   for (size_t count : out.counts) {
     sched::HierarchicalCall c = call;
     c.count = count;
@@ -220,20 +259,24 @@ HierChunks hierChunkPrograms(const sched::HierarchicalCall& call, int planRank, 
       out.error = p.error;
       return out;
     }
-    if (p.phases != 3 || p.scratchCount != 0) {
-      out.error = "a chunk's plan is not node -> rail -> node";
-      return out;
-    }
     for (HierStep& s : p.steps) {
-      if ((s.phase == 1) != (s.comm == HierComm::kRail)) {
-        out.error = "a chunk's plan is not node -> rail -> node";
-        return out;
+      for (auto [r, pitch] : {std::pair{&s.in, &s.srcPitch}, std::pair{&s.out, &s.dstPitch}}) {
+        bool ok = true;
+        if (r->buffer == sched::HierBuffer::kScratch) {
+          r->offset += slot;  // each chunk its own scratch: chunks run at once
+        } else if (r->count > 0 || s.kind == GroupKind::kCopy) {
+          ok = relocate(r, pitch, s.kind == GroupKind::kCopy ? s.rows : 1,
+                        r->buffer == sched::HierBuffer::kSend ? send : recv, count, call.count, offset);
+        }
+        if (!ok) {
+          out.error = "a chunk's step spans blocks of the caller's buffer";
+          return out;
+        }
       }
-      // The chunk's elements start at `offset` in both of the caller's buffers (the plan uses no scratch).
-      if (s.in.buffer != sched::HierBuffer::kScratch) s.in.offset += offset;
-      if (s.out.buffer != sched::HierBuffer::kScratch) s.out.offset += offset;
     }
     out.offsets.push_back(offset);
+    slot += p.scratchCount;
+    out.scratchCount = slot;
     out.programs.push_back(std::move(p));
     offset += count;
   }

@@ -67,18 +67,19 @@ struct HierProgram {
 // caller runs the call flat.
 HierProgram hierProgram(const sched::HierarchicalPlan& plan, int planRank, int perNode);
 
-// Pipelining in chunks (AllReduce and Broadcast: their phases need no scratch, so chunks share nothing). The buffer
-// is cut into at most `chunks` pieces of a multiple of perNode elements, none below `minChunk` elements (the last
-// takes the rest); {count} when it cannot be cut (count not a multiple of perNode, or too small).
-std::vector<size_t> hierChunkCounts(size_t count, int perNode, int chunks, size_t minChunk);
-// The programs of plan rank `planRank` for each chunk of `call` (its count cut by hierChunkCounts), offsets into the
-// caller's buffers shifted to the chunk's. Each program has three phases: node or local steps, rail steps, node or
-// local steps (so that the shim runs phase 1 of chunk i beside phases 0 and 2 of the others). error set when the call
-// is not AllReduce / Broadcast or a chunk's plan is not of that shape.
+// Pipelining in chunks. The call is cut into at most `chunks` pieces of a multiple of `multiple` elements, none below
+// `minChunk` elements (the last takes the rest); {count} when it cannot be cut (count not a multiple, or too small).
+std::vector<size_t> hierChunkCounts(size_t count, int multiple, int chunks, size_t minChunk);
+// The programs of plan rank `planRank` for each chunk of `call`, addressing the caller's buffers and a scratch slot of
+// their own (chunks share nothing, so they may run at once):
+//   AllReduce, Broadcast, Reduce: chunks of the buffer (multiples of perNode, so that a node's pieces stay even);
+//   AllGather / ReduceScatter: piece [offset, offset + count) of every rank's block (any size).
+// error set for the other collectives. scratchCount: the sum of the chunks' slots (the unpipelined call's need).
 struct HierChunks {
   std::string error;
   std::vector<size_t> counts, offsets;
   std::vector<HierProgram> programs;
+  size_t scratchCount = 0;
 };
 HierChunks hierChunkPrograms(const sched::HierarchicalCall& call, int planRank, int chunks, size_t minChunk);
 

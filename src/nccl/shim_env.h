@@ -13,10 +13,10 @@
 //                                 collectives hierarchically (conccl inside each host, the real NCCL on the rails
 //                                 between hosts; docs/hierarchical.md); 0: the whole communicator on the real NCCL
 //                                 (default 1). Read by the process that made the unique id: it decides for all ranks.
-//   CONCCL_NCCL_HIER_CHUNKS=k     hierarchical AllReduce and Broadcast cut into up to k pieces (1..64) whose rail
-//                                 phase runs on a second stream beside the node phases of the others (default 1: not
-//                                 pipelined). The process that made the unique id (a split child's first rank)
-//                                 decides for every rank of the communicator.
+//   CONCCL_NCCL_HIER_CHUNKS=k     hierarchical AllReduce, Broadcast, Reduce, AllGather and ReduceScatter cut into up to
+//                                 k pieces (1..64) whose rail phases run on a second stream beside the node phases of
+//                                 the others (default 1: not pipelined). The process that made the unique id (a
+//                                 split child's first rank) decides for every rank of the communicator.
 // A value that does not parse turns the shim off (everything forwarded: correct, if slower) and is reported in
 // ShimEnv::error, which the shim logs once.
 #ifndef CONCCL_NCCL_SHIM_ENV_H_

@@ -8,9 +8,9 @@
 // demand (HierState). A call that cannot run this way returns false before anything is enqueued and goes to the flat
 // communicator; once the first step is enqueued a failure is returned as the call's error (the peers' steps may be
 // in flight: as for NCCL, the communicator should then be aborted).
-// Pipelining (CONCCL_NCCL_HIER_CHUNKS > 1): AllReduce and Broadcast in pieces whose rail phase runs on a second
-// stream beside the node phases of the other pieces (runPipelined); every other call runs each phase over the whole
-// buffer (docs/hierarchical.md).
+// Pipelining (CONCCL_NCCL_HIER_CHUNKS > 1): AllReduce, Broadcast, Reduce, AllGather and ReduceScatter in pieces
+// whose rail phases run on a second stream beside the node phases of the other pieces (runPipelined); the other
+// calls run each phase over the whole buffer (docs/hierarchical.md).
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -201,16 +201,16 @@ bool runStep(ncclComm_t comm, const Runner& run, const HierStep& s, cudaStream_t
   return false;
 }
 
-// The rail stream and two events per chunk, made on first use. False when CUDA refuses (the call then fails: its peers
-// run it pipelined, so this rank cannot run it otherwise).
-bool pipelineResources(HierState* h, size_t chunks) {
+// The rail stream and `events` events, made on first use. False when CUDA refuses (the call then fails: its peers run
+// it pipelined, so this rank cannot run it otherwise).
+bool pipelineResources(HierState* h, size_t events) {
   CudaDeviceGuard guard(h->device);
   if (h->railStream == nullptr && cudaStreamCreateWithFlags(&h->railStream, cudaStreamNonBlocking) != cudaSuccess) {
     h->railStream = nullptr;
     cudaGetLastError();
     return false;
   }
-  while (h->chunkEvents.size() < 2 * chunks) {
+  while (h->chunkEvents.size() < events) {
     cudaEvent_t e = nullptr;
     if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
       cudaGetLastError();
@@ -221,10 +221,17 @@ bool pipelineResources(HierState* h, size_t chunks) {
   return true;
 }
 
-// A pipelined call: the node phase 0 of every chunk on the caller's stream, each followed by an event; the rail phase
-// of chunk i on the rail stream once chunk i's phase 0 is done; phase 2 of chunk i on the caller's stream once its
-// rail phase is done. Chunk i's rail phase then runs beside the node phases of the other chunks. Every rank issues
-// its conccl calls (all phase 0s, then all phase 2s) and its NCCL calls in the same order.
+// Events a pipelined call of P phases in k chunks needs: one per (chunk, phase) boundary, a fork and a join.
+size_t pipelineEvents(const HierChunks& hc) {
+  return hc.programs.size() * static_cast<size_t>(hc.programs.front().phases) + 2;
+}
+
+// A pipelined call: phase by phase, chunk by chunk; a phase's steps go on the rail stream when they are rail steps,
+// on the caller's stream otherwise; where chunk i moves from one stream to the other, the second waits for an event
+// after chunk i's previous phase on the first. So the rail phase of one chunk runs beside the node phases of the
+// others. The rail stream first waits for the caller's stream (nothing it runs may overtake the caller's earlier
+// work), and the caller's stream ends waiting for the rail stream. Every rank issues its conccl calls and its NCCL
+// calls in the same order (phase-major), as in the unpipelined call.
 bool runPipelined(ncclComm_t comm, const Runner& run, const HierChunks& hc, ncclResult_t* result) {
   HierState* h = run.h;
   const cudaStream_t user = run.a.stream, rail = h->railStream;
@@ -235,26 +242,35 @@ bool runPipelined(ncclComm_t comm, const Runner& run, const HierChunks& hc, nccl
     return false;
   };
   const size_t k = hc.programs.size();
-  for (size_t i = 0; i < k; ++i) {
-    for (const HierStep& s : hc.programs[i].steps) {
-      if (s.phase == 0 && !runStep(comm, run, s, user, result)) return false;
-    }
-    if (!cuda(cudaEventRecord(h->chunkEvents[2 * i], user), "cudaEventRecord")) return false;
+  const int phases = hc.programs.front().phases;
+  // The stream of each phase, from this rank's steps (a phase is rail for every chunk or for none).
+  std::vector<bool> onRail(static_cast<size_t>(phases), false);
+  for (const HierStep& s : hc.programs.front().steps) {
+    if (s.comm == HierComm::kRail) onRail[static_cast<size_t>(s.phase)] = true;
   }
-  for (size_t i = 0; i < k; ++i) {
-    if (!cuda(cudaStreamWaitEvent(rail, h->chunkEvents[2 * i], 0), "cudaStreamWaitEvent")) return false;
-    for (const HierStep& s : hc.programs[i].steps) {
-      if (s.phase == 1 && !runStep(comm, run, s, rail, result)) return false;
-    }
-    if (!cuda(cudaEventRecord(h->chunkEvents[2 * i + 1], rail), "cudaEventRecord")) return false;
+  auto stream = [&](int ph) { return onRail[static_cast<size_t>(ph)] ? rail : user; };
+  auto event = [&](size_t chunk, int ph) { return h->chunkEvents[chunk * static_cast<size_t>(phases) + ph]; };
+  cudaEvent_t fork = h->chunkEvents[k * static_cast<size_t>(phases)];
+  cudaEvent_t join = h->chunkEvents[k * static_cast<size_t>(phases) + 1];
+  if (!cuda(cudaEventRecord(fork, user), "cudaEventRecord") || !cuda(cudaStreamWaitEvent(rail, fork, 0), "wait")) {
+    return false;
   }
-  for (size_t i = 0; i < k; ++i) {
-    if (!cuda(cudaStreamWaitEvent(user, h->chunkEvents[2 * i + 1], 0), "cudaStreamWaitEvent")) return false;
-    for (const HierStep& s : hc.programs[i].steps) {
-      if (s.phase == 2 && !runStep(comm, run, s, user, result)) return false;
+  for (int ph = 0; ph < phases; ++ph) {
+    for (size_t i = 0; i < k; ++i) {
+      if (ph > 0 && stream(ph) != stream(ph - 1) &&
+          !cuda(cudaStreamWaitEvent(stream(ph), event(i, ph - 1), 0), "cudaStreamWaitEvent")) {
+        return false;
+      }
+      for (const HierStep& s : hc.programs[i].steps) {
+        if (s.phase == ph && !runStep(comm, run, s, stream(ph), result)) return false;
+      }
+      if (ph + 1 < phases && stream(ph + 1) != stream(ph) &&
+          !cuda(cudaEventRecord(event(i, ph), stream(ph)), "cudaEventRecord")) {
+        return false;
+      }
     }
   }
-  return true;
+  return cuda(cudaEventRecord(join, rail), "cudaEventRecord") && cuda(cudaStreamWaitEvent(user, join, 0), "wait");
 }
 
 // The call goes to the flat communicator: says why, once per collective kind and communicator.
@@ -333,11 +349,12 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
   }
   Runner run{h, a, es, *ctype, cop};
   const size_t steps = prog.steps.size();
-  // Pipelined in chunks when asked (AllReduce and Broadcast, chunks of at least 256 KiB).
+  // Pipelined in chunks when asked (AllReduce, Broadcast, Reduce, AllGather, ReduceScatter; chunks of at least
+  // 256 KiB of the call's count argument).
   if (h->chunks > 1) {
     HierChunks hc = hierChunkPrograms(call, me, h->chunks, (size_t{256} << 10) / es);
-    if (hc.error.empty() && hc.programs.size() > 1) {
-      if (!pipelineResources(h, hc.programs.size())) {
+    if (hc.error.empty() && hc.programs.size() > 1 && hc.scratchCount <= prog.scratchCount) {
+      if (!pipelineResources(h, pipelineEvents(hc))) {
         *result = fail(comm, ncclUnhandledCudaError,
                        std::string(a.call) + " (hierarchical): no stream or events for the pipelined phases");
         return true;

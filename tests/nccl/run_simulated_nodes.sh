@@ -18,7 +18,8 @@
 # Environment: SHIM (default gpu-stage/lib/libconccl_nccl.so), PY (/opt/torch/.venv/bin/python), NCCL_LIB (torch's
 # NCCL), LAYOUTS (default "2x2 2x3 3x2"), LIMIT (seconds per run, 300), SEED (default: fresh per run, printed),
 # HIER (CONCCL_NCCL_HIERARCHICAL for the run, default 1; with 0 the world goes to NCCL as a whole). --mode split runs
-# with CONCCL_NCCL_HIER_CHUNKS=4 (pipelined AllReduce / Broadcast, checked), --mode new_group with 1 (not pipelined). One GPU: every rank on GPU 0 and
+# with CONCCL_NCCL_HIER_CHUNKS=4 (pipelined AllReduce / AllGather / ReduceScatter checked), --mode new_group with 1
+# (not pipelined). One GPU: every rank on GPU 0 and
 # NCCL_HOSTID one per process (NCCL refuses two ranks of one host on one GPU); 2+ GPUs: rank's local index mod the
 # GPU count and, when a node's ranks fit on distinct GPUs, NCCL_HOSTID = the simulated node (NCCL then uses P2P
 # inside a node and sockets across).
@@ -94,8 +95,10 @@ for layout in $LAYOUTS; do
         [ "$ran" -ge "$np" ] || { verdict=FAIL; why="$why $call-in-phases=$ran<$np"; }
       done
       if [ "$chunks" -gt 1 ]; then
-        ran="$(count 'conccl-shim: ncclAllReduce: pipelined in ' "$log")"
-        [ "$ran" -ge "$np" ] || { verdict=FAIL; why="$why pipelined-all_reduce=$ran<$np"; }
+        for call in ncclAllReduce ncclAllGather ncclReduceScatter; do
+          ran="$(count "conccl-shim: $call: pipelined in " "$log")"
+          [ "$ran" -ge "$np" ] || { verdict=FAIL; why="$why pipelined-$call=$ran<$np"; }
+        done
       fi
       # torch builds without ncclAlltoAll run all_to_all_single as grouped send/recv (the flat communicator): noted.
       ran="$(count 'conccl-shim: ncclAlltoAll: hierarchical, ' "$log")"

@@ -215,6 +215,15 @@ def check_world(rank, world, per, device, seed):
     t = x[rank].to(device)
     dist.broadcast(t, src=world - 1)
     check(f"broadcast root {world - 1} count {big}", t, x[world - 1])
+    piece = per << 17  # per rank: pieces of at least 256 KiB when cut into 4
+    x = inputs((piece,))
+    out = torch.empty(world * piece, device=device)
+    dist.all_gather_into_tensor(out, x[rank].to(device))
+    check(f"all_gather count {piece}", out, x.flatten())
+    x = inputs((world * piece,))
+    out = torch.empty(piece, device=device)
+    dist.reduce_scatter_tensor(out, x[rank].to(device))
+    check(f"reduce_scatter count {piece}", out, x.sum(0)[rank * piece:(rank + 1) * piece])
 
     # Uneven all_to_all: rank r sends (r + j) % 3 + 1 elements to rank j (torch: grouped send/recv).
     sizes = [[(r + j) % 3 + 1 for j in range(world)] for r in range(world)]

@@ -36,9 +36,35 @@ struct RankBuffers {
   }
 };
 
+// Which chunk of a pipelined call last wrote each element (-1: none): chunks run at once on the GPU, so a chunk that
+// reads or writes an element another chunk wrote would race there even though the sequential simulation is right.
+struct Owners {
+  std::vector<int> send, recv, scratch;
+  std::vector<int>& at(HierBuffer b, size_t size) {
+    std::vector<int>& v = b == HierBuffer::kSend ? send : b == HierBuffer::kRecv ? recv : scratch;
+    if (v.size() < size) v.resize(size, -1);
+    return v;
+  }
+};
+
 // Runs the programs of all n = N * G ranks; returns "" or the first inconsistency between the members of a call.
-std::string simulate(const std::vector<HierProgram>& progs, int G, std::vector<RankBuffers>* bufs) {
+// With `owners`, also the first element that chunk `chunk` touches after another chunk wrote it.
+std::string simulate(const std::vector<HierProgram>& progs, int G, std::vector<RankBuffers>* bufs,
+                     std::vector<Owners>* owners = nullptr, int chunk = -1) {
   const int n = static_cast<int>(progs.size());
+  std::string race;
+  auto touch = [&](int r, HierBuffer b, size_t offset, size_t count, bool write) {
+    if (owners == nullptr || count == 0) return;
+    const bool inPlaceSend = b == HierBuffer::kSend && (*bufs)[static_cast<size_t>(r)].inPlace;
+    std::vector<int>& own = (*owners)[static_cast<size_t>(r)].at(inPlaceSend ? HierBuffer::kRecv : b, offset + count);
+    for (size_t e = offset; e < offset + count; ++e) {
+      if (own[e] != -1 && own[e] != chunk && race.empty()) {
+        race = "chunk " + std::to_string(chunk) + " touches element " + std::to_string(e) + " of rank " +
+               std::to_string(r) + " that chunk " + std::to_string(own[e]) + " wrote";
+      }
+      if (write) own[e] = chunk;
+    }
+  };
   int phases = 0;
   for (const auto& p : progs) phases = std::max(phases, p.phases);
   for (int ph = 0; ph < phases; ++ph) {
@@ -51,6 +77,8 @@ std::string simulate(const std::vector<HierProgram>& progs, int G, std::vector<R
           Vec& src = (*bufs)[static_cast<size_t>(r)].at(s.in.buffer);
           Vec& dst = (*bufs)[static_cast<size_t>(r)].at(s.out.buffer);
           for (size_t row = 0; row < s.rows; ++row) {
+            touch(r, s.in.buffer, s.in.offset + row * s.srcPitch, s.count, false);
+            touch(r, s.out.buffer, s.out.offset + row * s.dstPitch, s.count, true);
             for (size_t e = 0; e < s.count; ++e) {
               dst.at(s.out.offset + row * s.dstPitch + e) = src.at(s.in.offset + row * s.srcPitch + e);
             }
@@ -72,6 +100,8 @@ std::string simulate(const std::vector<HierProgram>& progs, int G, std::vector<R
             if (ps.send || ps.count != s.count || ps.peer != g) return "send/recv pair mismatch";
             const Vec& src = (*bufs)[static_cast<size_t>(r)].at(s.in.buffer);
             Vec& dst = (*bufs)[static_cast<size_t>(pr)].at(ps.out.buffer);
+            touch(r, s.in.buffer, s.in.offset, s.count, false);
+            touch(pr, ps.out.buffer, ps.out.offset, s.count, true);
             for (size_t e = 0; e < s.count; ++e) dst.at(ps.out.offset + e) = src.at(s.in.offset + e);
           }
         }
@@ -94,12 +124,14 @@ std::string simulate(const std::vector<HierProgram>& progs, int G, std::vector<R
         for (int g = 0; g < size; ++g) {
           auto& [r, s] = m[static_cast<size_t>(g)];
           Vec& b = (*bufs)[static_cast<size_t>(r)].at(s.in.buffer);
+          touch(r, s.in.buffer, s.in.offset, s.in.count, false);
           if (s.in.count > 0) in[static_cast<size_t>(g)].assign(b.begin() + static_cast<long>(s.in.offset),
                                                                  b.begin() + static_cast<long>(s.in.offset + s.in.count));
         }
         const size_t cnt = s0.count;
         auto out = [&](int g, size_t e) -> double& {
           auto& [r, s] = m[static_cast<size_t>(g)];
+          touch(r, s.out.buffer, s.out.offset + e, 1, true);
           return (*bufs)[static_cast<size_t>(r)].at(s.out.buffer).at(s.out.offset + e);
         };
         for (int g = 0; g < size; ++g) {
@@ -148,7 +180,7 @@ std::string simulate(const std::vector<HierProgram>& progs, int G, std::vector<R
       }
     }
   }
-  return "";
+  return race;
 }
 
 // The flat collective on all n ranks (node-major numbering), from the send buffers.
@@ -383,47 +415,72 @@ TEST(NcclHierSteps, ChunkCounts) {
   EXPECT_EQ(hierChunkCounts(64, 2, 4, 20), (std::vector<size_t>{20, 20, 24}));     // none below 20 elements
   EXPECT_EQ(hierChunkCounts(64, 2, 4, 40), (std::vector<size_t>{64}));
   EXPECT_EQ(hierChunkCounts(63, 2, 4, 1), (std::vector<size_t>{63}));              // not a multiple of G
+  EXPECT_EQ(hierChunkCounts(7, 1, 4, 1), (std::vector<size_t>{1, 1, 1, 4}));        // AllGather pieces: any size
   EXPECT_EQ(hierChunkCounts(64, 2, 1, 1), (std::vector<size_t>{64}));
 }
 
-TEST(NcclHierSteps, PipelinedChunksOfAllReduceAndBroadcastGiveTheFlatResult) {
+TEST(NcclHierSteps, PipelinedChunksGiveTheFlatResultAndShareNothing) {
   for (auto [N, G] : kLayouts) {
     SCOPED_TRACE(std::to_string(N) + "x" + std::to_string(G));
     const int n = N * G;
-    for (HierCollective coll : {HierCollective::kAllReduce, HierCollective::kBroadcast}) {
-      for (int root : {0, n - 1}) {
-        const size_t c = 10 * static_cast<size_t>(G) + static_cast<size_t>(G);  // 11 units: uneven chunks
-        HierarchicalCall call{coll, N, G, c, root};
-        std::vector<conccl::nccl::HierChunks> per;
-        for (int r = 0; r < n; ++r) {
-          per.push_back(conccl::nccl::hierChunkPrograms(call, r, 4, 1));
-          ASSERT_TRUE(per.back().error.empty()) << per.back().error;
-          ASSERT_EQ(per.back().programs.size(), 4u);
+    for (HierCollective coll : {HierCollective::kAllReduce, HierCollective::kBroadcast, HierCollective::kReduce,
+                                HierCollective::kAllGather, HierCollective::kReduceScatter}) {
+      for (bool roundRobin : {false, true}) {
+        for (int root : {0, n - 1}) {
+          SCOPED_TRACE(std::string(conccl::sched::hierCollectiveName(coll)) + " root " + std::to_string(root) +
+                       (roundRobin ? " round robin" : ""));
+          const size_t c = 11 * static_cast<size_t>(G);  // 11 units: uneven chunks
+          std::vector<int> commRank(static_cast<size_t>(n)), planRank(static_cast<size_t>(n));
+          for (int p = 0; p < n; ++p) {
+            commRank[static_cast<size_t>(p)] = roundRobin ? (p % G) * N + p / G : p;
+            planRank[static_cast<size_t>(commRank[static_cast<size_t>(p)])] = p;
+          }
+          HierarchicalCall call{coll, N, G, c, planRank[static_cast<size_t>(root)]};
+          const bool blocks = coll == HierCollective::kAllGather || coll == HierCollective::kReduceScatter;
+          if (roundRobin && blocks) call.blockOf = commRank;
+          auto whole = planHierarchical(call);
+          std::vector<conccl::nccl::HierChunks> per;
+          for (int p = 0; p < n; ++p) {
+            per.push_back(conccl::nccl::hierChunkPrograms(call, p, 4, 1));
+            ASSERT_TRUE(per.back().error.empty()) << per.back().error;
+            ASSERT_EQ(per.back().programs.size(), 4u);
+            EXPECT_EQ(per.back().scratchCount, whole.scratchCount);  // the slots add up to the whole call's need
+          }
+          const size_t unit = blocks ? 1 : static_cast<size_t>(G);
+          EXPECT_EQ(per[0].counts, (std::vector<size_t>{c / unit / 4 * unit, c / unit / 4 * unit, c / unit / 4 * unit,
+                                                        c - 3 * (c / unit / 4 * unit)}));
+          std::mt19937 rng(static_cast<uint32_t>(7 + root));
+          std::uniform_int_distribution<int> d(-100, 100);
+          std::vector<RankBuffers> bufs(static_cast<size_t>(n));
+          std::vector<Vec> send(static_cast<size_t>(n));  // [caller's rank]
+          for (int u = 0; u < n; ++u) {
+            RankBuffers& b = bufs[static_cast<size_t>(planRank[static_cast<size_t>(u)])];
+            b.send.resize(whole.sendCount);
+            for (double& x : b.send) x = d(rng);
+            b.recv.assign(whole.recvCount, -1e9);
+            b.scratch.assign(whole.scratchCount, -2e9);
+            send[static_cast<size_t>(u)] = b.send;
+          }
+          // Run chunk after chunk, and check that no chunk touches what another wrote (on the GPU they overlap).
+          std::vector<Owners> owners(static_cast<size_t>(n));
+          for (size_t k = 0; k < 4; ++k) {
+            std::vector<HierProgram> progs;
+            for (int p = 0; p < n; ++p) progs.push_back(per[static_cast<size_t>(p)].programs[k]);
+            ASSERT_EQ(simulate(progs, G, &bufs, &owners, static_cast<int>(k)), "");
+          }
+          auto want = reference(coll, send, c, root, 0, 1);
+          for (int u = 0; u < n; ++u) {
+            const Vec& got = bufs[static_cast<size_t>(planRank[static_cast<size_t>(u)])].recv;
+            const Vec& w = want[static_cast<size_t>(u)];
+            ASSERT_GE(got.size(), w.size());
+            EXPECT_EQ(Vec(got.begin(), got.begin() + static_cast<long>(w.size())), w) << "rank " << u;
+          }
         }
-        EXPECT_EQ(per[0].counts, (std::vector<size_t>{2u * G, 2u * G, 2u * G, 5u * G}));
-        std::mt19937 rng(static_cast<uint32_t>(7 + root));
-        std::uniform_int_distribution<int> d(-100, 100);
-        std::vector<RankBuffers> bufs(static_cast<size_t>(n));
-        std::vector<Vec> send(static_cast<size_t>(n));
-        for (int r = 0; r < n; ++r) {
-          bufs[static_cast<size_t>(r)].send.resize(c);
-          for (double& x : bufs[static_cast<size_t>(r)].send) x = d(rng);
-          bufs[static_cast<size_t>(r)].recv.assign(c, -1e9);
-          send[static_cast<size_t>(r)] = bufs[static_cast<size_t>(r)].send;
-        }
-        // The chunks share nothing: any order of their phases gives the same result; run them one after the other.
-        for (size_t k = 0; k < 4; ++k) {
-          std::vector<HierProgram> progs;
-          for (int r = 0; r < n; ++r) progs.push_back(per[static_cast<size_t>(r)].programs[k]);
-          ASSERT_EQ(simulate(progs, G, &bufs), "");
-        }
-        auto want = reference(coll, send, c, root, 0, 1);
-        for (int r = 0; r < n; ++r) EXPECT_EQ(bufs[static_cast<size_t>(r)].recv, want[static_cast<size_t>(r)]) << r;
       }
     }
   }
-  HierarchicalCall ag{HierCollective::kAllGather, 2, 2, 8};
-  EXPECT_FALSE(conccl::nccl::hierChunkPrograms(ag, 0, 4, 1).error.empty());
+  HierarchicalCall a2a{HierCollective::kAllToAll, 2, 2, 8};
+  EXPECT_FALSE(conccl::nccl::hierChunkPrograms(a2a, 0, 4, 1).error.empty());
 }
 
 TEST(NcclHierSteps, RanksNotNodeMajorKeepTheCallersBlockOrder) {
