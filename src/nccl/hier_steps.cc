@@ -164,7 +164,15 @@ HierProgram hierProgram(const sched::HierarchicalPlan& plan, int planRank, int p
     const sched::Phase& phase = plan.phases[ph];
     for (const GroupOp& op : phase.ops) {
       auto it = std::find(op.members.begin(), op.members.end(), planRank);
-      if (it == op.members.end()) continue;
+      if (it == op.members.end()) {
+        // Not this rank's, but checked all the same: whether a call runs in phases must not depend on the rank
+        // (a rank that goes flat while its peers run the phases waits for them forever).
+        HierStep unused;
+        if (!op.members.empty() && !translate(op, 0, static_cast<int>(ph), HierComm::kLocal, &unused, &prog.error)) {
+          return prog;
+        }
+        continue;
+      }
       const size_t i = static_cast<size_t>(it - op.members.begin());
       HierComm comm = phase.where == Where::kNode ? HierComm::kIntra
                       : phase.where == Where::kRail ? HierComm::kRail

@@ -64,7 +64,8 @@ struct HierProgram {
 
 // The steps of plan rank `planRank` (G ranks per node), in the plan's phase order. A group operation whose members
 // would need different counts (splitEvenly of a count G does not divide) cannot be one NCCL call: error set, the
-// caller runs the call flat.
+// caller runs the call flat. Every operation of the plan is checked, not only this rank's, so the error is the same
+// on every rank.
 HierProgram hierProgram(const sched::HierarchicalPlan& plan, int planRank, int perNode);
 
 // Pipelining in chunks. The call is cut into at most `chunks` pieces of a multiple of `multiple` elements, none below

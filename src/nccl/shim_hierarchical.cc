@@ -311,12 +311,15 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
   const int me = l.planRank[static_cast<size_t>(h->rank)];
   HierProgram prog = hierProgram(plan, me, l.perNode);
   if (!prog.error.empty()) return flat(h, a, prog.error);  // e.g. pieces the ranks per node do not divide
-  // Every intra step must be one conccl runs exactly (type, op, CONCCL_NCCL_COLLS).
-  for (const HierStep& s : prog.steps) {
-    if (s.comm != HierComm::kIntra) continue;
-    Decision d = routeCall(shim().env, Path::kConccl, collOf(s.kind), static_cast<int>(a.type),
-                           reduces(s.kind) ? a.op : -1);
-    if (d.path != Path::kConccl) return flat(h, a, "intra phase on conccl: " + d.reason);
+  // Every node phase of the plan (every rank's, so that all decide alike) must be one conccl runs exactly (type, op,
+  // CONCCL_NCCL_COLLS).
+  for (const sched::Phase& ph : plan.phases) {
+    if (ph.where != sched::Where::kNode) continue;
+    for (const sched::GroupOp& op : ph.ops) {
+      Decision d = routeCall(shim().env, Path::kConccl, collOf(op.kind), static_cast<int>(a.type),
+                             reduces(op.kind) ? a.op : -1);
+      if (d.path != Path::kConccl) return flat(h, a, "intra phase on conccl: " + d.reason);
+    }
   }
   const size_t es = ncclTypeBytes(static_cast<int>(a.type));
   auto ctype = toConcclType(static_cast<int>(a.type));

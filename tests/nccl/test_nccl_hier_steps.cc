@@ -404,6 +404,16 @@ TEST(NcclHierSteps, UnevenPiecesAreNotExpressibleAndSaySo) {
   auto p = hierProgram(plan, 0, 2);
   EXPECT_NE(p.error.find("uneven pieces"), std::string::npos) << p.error;
   EXPECT_NE(runCase(HierCollective::kAllReduce, 2, 2, 7), "");
+  // The verdict is the same on every rank, also where only the root's node has the uneven group (Broadcast's
+  // scatter, Reduce's gather): a rank going flat alone would wait for its peers forever.
+  for (HierCollective coll : {HierCollective::kAllReduce, HierCollective::kBroadcast, HierCollective::kReduce}) {
+    for (int root : {0, 5}) {
+      auto uneven = planHierarchical({coll, 2, 3, 7, root});
+      for (int r = 0; r < 6; ++r) {
+        EXPECT_NE(hierProgram(uneven, r, 3).error, "") << conccl::sched::hierCollectiveName(coll) << " rank " << r;
+      }
+    }
+  }
   // A wrong answer must be caught: the simulator compares every element.
   EXPECT_EQ(runCase(HierCollective::kAllReduce, 2, 3, 6), "");
 }
