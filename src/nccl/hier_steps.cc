@@ -52,9 +52,12 @@ HierLayout hierLayout(const std::vector<uint64_t>& hosts) {
 
 const char* hierCommName(HierComm c) {
   switch (c) {
-    case HierComm::kIntra: return "intra";
-    case HierComm::kRail: return "rail";
-    case HierComm::kLocal: return "local";
+    case HierComm::kIntra:
+      return "intra";
+    case HierComm::kRail:
+      return "rail";
+    case HierComm::kLocal:
+      return "local";
   }
   return "invalid";
 }
@@ -174,7 +177,7 @@ HierProgram hierProgram(const sched::HierarchicalPlan& plan, int planRank, int p
         continue;
       }
       const size_t i = static_cast<size_t>(it - op.members.begin());
-      HierComm comm = phase.where == Where::kNode ? HierComm::kIntra
+      HierComm comm = phase.where == Where::kNode   ? HierComm::kIntra
                       : phase.where == Where::kRail ? HierComm::kRail
                                                     : HierComm::kLocal;
       // The group's rank of a member must be its rank in the communicator the shim made for that group: its local
@@ -203,7 +206,7 @@ HierProgram hierProgram(const sched::HierarchicalPlan& plan, int planRank, int p
 std::vector<size_t> hierChunkCounts(size_t count, int perNode, int chunks, size_t minChunk) {
   const size_t g = static_cast<size_t>(perNode < 1 ? 1 : perNode);
   if (chunks <= 1 || count % g != 0) return {count};
-  const size_t units = count / g;                               // chunks are whole multiples of g
+  const size_t units = count / g;  // chunks are whole multiples of g
   const size_t minUnits = std::max<size_t>(1, (minChunk + g - 1) / g);
   size_t k = std::min<size_t>(static_cast<size_t>(chunks), units / minUnits);
   if (k <= 1) return {count};

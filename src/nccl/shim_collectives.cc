@@ -13,11 +13,6 @@ using conccl::sched::HierCollective;
 
 namespace {
 
-// A communicator across hosts with the hierarchical path: runs the call in phases when it decomposes
-// (shim_hierarchical.h); false sends it to the flat communicator.
-bool hierarchical(ncclComm_t comm, const HierArgs& args, ncclResult_t* result) {
-  return hierarchicalCall(comm, args, result);
-}
 
 // The route of one call; on kFail the failure is already recorded and `*result` holds its code.
 Path route(ncclComm_t comm, Coll coll, ncclDataType_t type, int op, const char* call, ncclResult_t* result) {
@@ -55,9 +50,12 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbu
   }
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kAllReduce, datatype, redOp, "ncclAllReduce", &r)) {
-    case Path::kNccl:
-      if (hierarchical(comm, {HierCollective::kAllReduce, sendbuff, recvbuff, count, datatype, redOp, 0, stream, "ncclAllReduce"}, &r)) return r;
+    case Path::kNccl: {
+      const HierArgs args{HierCollective::kAllReduce, sendbuff, recvbuff, count, datatype, redOp, 0, stream,
+                          "ncclAllReduce"};
+      if (hierarchicalCall(comm, args, &r)) return r;  // across hosts, in phases
       CONCCL_NCCL_FORWARD(comm, ncclAllReduce, sendbuff, recvbuff, count, datatype, redOp, realComm(comm), stream);
+    }
     case Path::kFail:
       return r;
     case Path::kConccl:
@@ -75,9 +73,12 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff,
   }
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kReduce, datatype, redOp, "ncclReduce", &r)) {
-    case Path::kNccl:
-      if (hierarchical(comm, {HierCollective::kReduce, sendbuff, recvbuff, count, datatype, redOp, root, stream, "ncclReduce"}, &r)) return r;
+    case Path::kNccl: {
+      const HierArgs args{HierCollective::kReduce, sendbuff, recvbuff, count, datatype, redOp, root, stream,
+                          "ncclReduce"};
+      if (hierarchicalCall(comm, args, &r)) return r;  // across hosts, in phases
       CONCCL_NCCL_FORWARD(comm, ncclReduce, sendbuff, recvbuff, count, datatype, redOp, root, realComm(comm), stream);
+    }
     case Path::kFail:
       return r;
     case Path::kConccl:
@@ -100,10 +101,13 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* re
   }
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kReduceScatter, datatype, redOp, "ncclReduceScatter", &r)) {
-    case Path::kNccl:
-      if (hierarchical(comm, {HierCollective::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, redOp, 0, stream, "ncclReduceScatter"}, &r)) return r;
+    case Path::kNccl: {
+      const HierArgs args{HierCollective::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, redOp, 0, stream,
+                          "ncclReduceScatter"};
+      if (hierarchicalCall(comm, args, &r)) return r;  // across hosts, in phases
       CONCCL_NCCL_FORWARD(comm, ncclReduceScatter, sendbuff, recvbuff, recvcount, datatype, redOp, realComm(comm),
                           stream);
+    }
     case Path::kFail:
       return r;
     case Path::kConccl:
@@ -118,9 +122,12 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbu
                                               ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kBroadcast, datatype, -1, "ncclBroadcast", &r)) {
-    case Path::kNccl:
-      if (hierarchical(comm, {HierCollective::kBroadcast, sendbuff, recvbuff, count, datatype, -1, root, stream, "ncclBroadcast"}, &r)) return r;
+    case Path::kNccl: {
+      const HierArgs args{HierCollective::kBroadcast, sendbuff, recvbuff, count, datatype, -1, root, stream,
+                          "ncclBroadcast"};
+      if (hierarchicalCall(comm, args, &r)) return r;  // across hosts, in phases
       CONCCL_NCCL_FORWARD(comm, ncclBroadcast, sendbuff, recvbuff, count, datatype, root, realComm(comm), stream);
+    }
     case Path::kFail:
       return r;
     case Path::kConccl:
@@ -135,9 +142,11 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kBroadcast, datatype, -1, "ncclBcast", &r)) {
     // The real ncclBcast calls ncclBroadcast through the PLT, which would land in the shim: go there directly.
-    case Path::kNccl:
-      if (hierarchical(comm, {HierCollective::kBroadcast, buff, buff, count, datatype, -1, root, stream, "ncclBcast"}, &r)) return r;
+    case Path::kNccl: {
+      const HierArgs args{HierCollective::kBroadcast, buff, buff, count, datatype, -1, root, stream, "ncclBcast"};
+      if (hierarchicalCall(comm, args, &r)) return r;  // across hosts, in phases
       CONCCL_NCCL_FORWARD(comm, ncclBroadcast, buff, buff, count, datatype, root, realComm(comm), stream);
+    }
     case Path::kFail:
       return r;
     case Path::kConccl:
@@ -150,9 +159,12 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbu
                                               ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kAllGather, datatype, -1, "ncclAllGather", &r)) {
-    case Path::kNccl:
-      if (hierarchical(comm, {HierCollective::kAllGather, sendbuff, recvbuff, sendcount, datatype, -1, 0, stream, "ncclAllGather"}, &r)) return r;
+    case Path::kNccl: {
+      const HierArgs args{HierCollective::kAllGather, sendbuff, recvbuff, sendcount, datatype, -1, 0, stream,
+                          "ncclAllGather"};
+      if (hierarchicalCall(comm, args, &r)) return r;  // across hosts, in phases
       CONCCL_NCCL_FORWARD(comm, ncclAllGather, sendbuff, recvbuff, sendcount, datatype, realComm(comm), stream);
+    }
     case Path::kFail:
       return r;
     case Path::kConccl:
@@ -166,9 +178,12 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuf
                                              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kAllToAll, datatype, -1, "ncclAlltoAll", &r)) {
-    case Path::kNccl:
-      if (hierarchical(comm, {HierCollective::kAllToAll, sendbuff, recvbuff, count, datatype, -1, 0, stream, "ncclAlltoAll"}, &r)) return r;
+    case Path::kNccl: {
+      const HierArgs args{HierCollective::kAllToAll, sendbuff, recvbuff, count, datatype, -1, 0, stream,
+                          "ncclAlltoAll"};
+      if (hierarchicalCall(comm, args, &r)) return r;  // across hosts, in phases
       CONCCL_NCCL_FORWARD(comm, ncclAlltoAll, sendbuff, recvbuff, count, datatype, realComm(comm), stream);
+    }
     case Path::kFail:
       return r;
     case Path::kConccl:
@@ -197,9 +212,11 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff,
                                            int root, ncclComm_t comm, cudaStream_t stream) {
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kGather, datatype, -1, "ncclGather", &r)) {
-    case Path::kNccl:
-      if (hierarchical(comm, {HierCollective::kGather, sendbuff, recvbuff, count, datatype, -1, root, stream, "ncclGather"}, &r)) return r;
+    case Path::kNccl: {
+      const HierArgs args{HierCollective::kGather, sendbuff, recvbuff, count, datatype, -1, root, stream, "ncclGather"};
+      if (hierarchicalCall(comm, args, &r)) return r;  // across hosts, in phases
       CONCCL_NCCL_FORWARD(comm, ncclGather, sendbuff, recvbuff, count, datatype, root, realComm(comm), stream);
+    }
     case Path::kFail:
       return r;
     case Path::kConccl:
@@ -213,9 +230,12 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff
                                             int root, ncclComm_t comm, cudaStream_t stream) {
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kScatter, datatype, -1, "ncclScatter", &r)) {
-    case Path::kNccl:
-      if (hierarchical(comm, {HierCollective::kScatter, sendbuff, recvbuff, count, datatype, -1, root, stream, "ncclScatter"}, &r)) return r;
+    case Path::kNccl: {
+      const HierArgs args{HierCollective::kScatter, sendbuff, recvbuff, count, datatype, -1, root, stream,
+                          "ncclScatter"};
+      if (hierarchicalCall(comm, args, &r)) return r;  // across hosts, in phases
       CONCCL_NCCL_FORWARD(comm, ncclScatter, sendbuff, recvbuff, count, datatype, root, realComm(comm), stream);
+    }
     case Path::kFail:
       return r;
     case Path::kConccl:

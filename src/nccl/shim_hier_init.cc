@@ -132,8 +132,8 @@ HierInit initHierarchical(const std::string& answer, const std::vector<uint64_t>
   ncclUniqueId flatId;
   std::memcpy(flatId.internal, answer.data() + 1, kIdBytes);
   ncclResult_t r = initReal(&out.flat, nranks, flatId, rank, &c);
-  if (r != ncclSuccess) return fail(r, std::string("the flat NCCL communicator: ") + ncclResultString(r) + ": " +
-                                           realLastError());
+  if (r != ncclSuccess)
+    return fail(r, std::string("the flat NCCL communicator: ") + ncclResultString(r) + ": " + realLastError());
   // 2. The rail: the ranks with this local index, ranked by node.
   auto* h = new HierState;
   h->layout = l;
@@ -150,8 +150,8 @@ HierInit initHierarchical(const std::string& answer, const std::vector<uint64_t>
     destroyReal(out.flat);
     out.flat = nullptr;
     delete h;
-    return fail(r, "the rail NCCL communicator (local index " + std::to_string(local) + "): " +
-                       ncclResultString(r) + ": " + e);
+    return fail(
+        r, "the rail NCCL communicator (local index " + std::to_string(local) + "): " + ncclResultString(r) + ": " + e);
   }
   // 3. The node: conccl, ranked by local index.
   concclUniqueId nodeId;
@@ -163,9 +163,9 @@ HierInit initHierarchical(const std::string& answer, const std::vector<uint64_t>
     destroyReal(out.flat);
     out.flat = nullptr;
     delete h;
-    return fail(static_cast<ncclResult_t>(toNcclResult(cr)),
-                "the intra-node communicator on conccl (node " + std::to_string(node) + "): " +
-                    concclGetErrorString(cr) + ": " + e);
+    return fail(static_cast<ncclResult_t>(toNcclResult(cr)), "the intra-node communicator on conccl (node " +
+                                                                 std::to_string(node) +
+                                                                 "): " + concclGetErrorString(cr) + ": " + e);
   }
   out.hier = h;
   // Where the SMs go (no per-call figure can be measured here): the intra phases use copy engines and, for the
@@ -173,7 +173,8 @@ HierInit initHierarchical(const std::string& answer, const std::vector<uint64_t>
   // per channel (NCCL chooses the count from the topology; NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS and the config's
   // maxCTAs, default 32, bound it).
   logInfo("rank " + std::to_string(rank) + " of " + std::to_string(nranks) + ": " + out.reason + "; node " +
-          std::to_string(node) + " local " + std::to_string(local) + "; SMs per call: conccl's reduce CTAs in the "
+          std::to_string(node) + " local " + std::to_string(local) +
+          "; SMs per call: conccl's reduce CTAs in the "
           "intra phases (copy engines otherwise), NCCL's channels' CTAs on the rail");
   return out;
 }
@@ -207,8 +208,8 @@ HierState* hierarchicalFromSplit(ncclComm_t child, const HierLayout& l, int rank
   }
   concclResult_t cr = concclCommInitRank(&h->intra, l.perNode, nodeIds[static_cast<size_t>(h->node)], h->local);
   if (cr != concclSuccess) {
-    *error = "the intra-node communicator on conccl (node " + std::to_string(h->node) + "): " +
-             concclGetErrorString(cr) + ": " + concclGetLastError(nullptr);
+    *error = "the intra-node communicator on conccl (node " + std::to_string(h->node) +
+             "): " + concclGetErrorString(cr) + ": " + concclGetLastError(nullptr);
     destroyReal(h->rail);
     delete h;
     return nullptr;

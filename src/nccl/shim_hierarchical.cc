@@ -11,6 +11,8 @@
 // Pipelining (CONCCL_NCCL_HIER_CHUNKS > 1): AllReduce, Broadcast, Reduce, AllGather and ReduceScatter in pieces
 // whose rail phases run on a second stream beside the node phases of the other pieces (runPipelined); the other
 // calls run each phase over the whole buffer (docs/hierarchical.md).
+#include "nccl/shim_hierarchical.h"
+
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -18,7 +20,6 @@
 
 #include "nccl/premul_ops.h"
 #include "nccl/shim_comm.h"
-#include "nccl/shim_hierarchical.h"
 #include "nccl/type_map.h"
 
 namespace conccl::nccl {
@@ -29,16 +30,25 @@ using sched::HierBuffer;
 
 Coll collOf(GroupKind k) {
   switch (k) {
-    case GroupKind::kAllReduce: return Coll::kAllReduce;
-    case GroupKind::kReduceScatter: return Coll::kReduceScatter;
-    case GroupKind::kAllGather: return Coll::kAllGather;
-    case GroupKind::kBroadcast: return Coll::kBroadcast;
-    case GroupKind::kReduce: return Coll::kReduce;
-    case GroupKind::kGather: return Coll::kGather;
-    case GroupKind::kScatter: return Coll::kScatter;
-    case GroupKind::kAllToAll: return Coll::kAllToAll;
+    case GroupKind::kAllReduce:
+      return Coll::kAllReduce;
+    case GroupKind::kReduceScatter:
+      return Coll::kReduceScatter;
+    case GroupKind::kAllGather:
+      return Coll::kAllGather;
+    case GroupKind::kBroadcast:
+      return Coll::kBroadcast;
+    case GroupKind::kReduce:
+      return Coll::kReduce;
+    case GroupKind::kGather:
+      return Coll::kGather;
+    case GroupKind::kScatter:
+      return Coll::kScatter;
+    case GroupKind::kAllToAll:
+      return Coll::kAllToAll;
     case GroupKind::kSendRecv:
-    case GroupKind::kCopy: return Coll::kSendRecv;
+    case GroupKind::kCopy:
+      return Coll::kSendRecv;
   }
   return Coll::kSendRecv;
 }
@@ -102,18 +112,26 @@ struct Runner {
     void* out = at(s.out);
     concclComm_t c = h->intra;
     switch (s.kind) {
-      case GroupKind::kAllReduce: return concclAllReduce(in, out, s.count, ctype, cop, c, st);
-      case GroupKind::kReduceScatter: return concclReduceScatter(in, out, s.count, ctype, cop, c, st);
-      case GroupKind::kAllGather: return concclAllGather(in, out, s.count, ctype, c, st);
-      case GroupKind::kBroadcast: return concclBroadcast(in, out, s.count, ctype, s.root, c, st);
-      case GroupKind::kReduce: return concclReduce(in, out, s.count, ctype, cop, s.root, c, st);
-      case GroupKind::kGather: return concclGather(in, out, s.count, ctype, s.root, c, st);
-      case GroupKind::kScatter: return concclScatter(in, out, s.count, ctype, s.root, c, st);
-      case GroupKind::kAllToAll: return concclAllToAll(in, out, s.count, ctype, c, st);
+      case GroupKind::kAllReduce:
+        return concclAllReduce(in, out, s.count, ctype, cop, c, st);
+      case GroupKind::kReduceScatter:
+        return concclReduceScatter(in, out, s.count, ctype, cop, c, st);
+      case GroupKind::kAllGather:
+        return concclAllGather(in, out, s.count, ctype, c, st);
+      case GroupKind::kBroadcast:
+        return concclBroadcast(in, out, s.count, ctype, s.root, c, st);
+      case GroupKind::kReduce:
+        return concclReduce(in, out, s.count, ctype, cop, s.root, c, st);
+      case GroupKind::kGather:
+        return concclGather(in, out, s.count, ctype, s.root, c, st);
+      case GroupKind::kScatter:
+        return concclScatter(in, out, s.count, ctype, s.root, c, st);
+      case GroupKind::kAllToAll:
+        return concclAllToAll(in, out, s.count, ctype, c, st);
       case GroupKind::kSendRecv:
-        return s.send ? concclSend(in, s.count, ctype, s.peer, c, st)
-                      : concclRecv(out, s.count, ctype, s.peer, c, st);
-      case GroupKind::kCopy: break;
+        return s.send ? concclSend(in, s.count, ctype, s.peer, c, st) : concclRecv(out, s.count, ctype, s.peer, c, st);
+      case GroupKind::kCopy:
+        break;
     }
     return concclInternalError;
   }
@@ -164,7 +182,8 @@ struct Runner {
         auto fn = realFn<decltype(&::ncclRecv)>("ncclRecv");
         return fn ? fn(out, s.count, a.type, s.peer, c, st) : ncclInvalidUsage;
       }
-      case GroupKind::kCopy: break;
+      case GroupKind::kCopy:
+        break;
     }
     return ncclInternalError;
   }
@@ -237,8 +256,8 @@ bool runPipelined(ncclComm_t comm, const Runner& run, const HierChunks& hc, nccl
   const cudaStream_t user = run.a.stream, rail = h->railStream;
   auto cuda = [&](cudaError_t e, const char* what) {
     if (e == cudaSuccess) return true;
-    *result = fail(comm, ncclUnhandledCudaError, std::string(run.a.call) + " (hierarchical, pipelined): " + what +
-                                                     ": " + cudaGetErrorString(e));
+    *result = fail(comm, ncclUnhandledCudaError,
+                   std::string(run.a.call) + " (hierarchical, pipelined): " + what + ": " + cudaGetErrorString(e));
     return false;
   };
   const size_t k = hc.programs.size();
@@ -316,8 +335,8 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
   for (const sched::Phase& ph : plan.phases) {
     if (ph.where != sched::Where::kNode) continue;
     for (const sched::GroupOp& op : ph.ops) {
-      Decision d = routeCall(shim().env, Path::kConccl, collOf(op.kind), static_cast<int>(a.type),
-                             reduces(op.kind) ? a.op : -1);
+      Decision d =
+          routeCall(shim().env, Path::kConccl, collOf(op.kind), static_cast<int>(a.type), reduces(op.kind) ? a.op : -1);
       if (d.path != Path::kConccl) return flat(h, a, "intra phase on conccl: " + d.reason);
     }
   }
@@ -334,7 +353,8 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
   // one rank only, so it fails the call rather than send it to the flat communicator.
   const size_t scratchBytes = prog.scratchCount * es;
   if (scratchBytes > shim().env.scratchMaxBytes) {
-    return flat(h, a, "needs " + std::to_string(scratchBytes) + " bytes of scratch, above CONCCL_NCCL_SCRATCH_MAX_BYTES");
+    return flat(h, a,
+                "needs " + std::to_string(scratchBytes) + " bytes of scratch, above CONCCL_NCCL_SCRATCH_MAX_BYTES");
   }
   std::lock_guard<std::mutex> lock(h->mutex);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -387,8 +407,8 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
     h->loggedPhases |= bit;
     std::string phases;
     for (const sched::Phase& p : plan.phases) phases += (phases.empty() ? "" : " -> ") + p.name;
-    logInfo(std::string(a.call) + ": hierarchical, " + std::to_string(steps) + " steps on this rank: " +
-            phases + " (said once per collective and communicator)");
+    logInfo(std::string(a.call) + ": hierarchical, " + std::to_string(steps) + " steps on this rank: " + phases +
+            " (said once per collective and communicator)");
   }
   *result = ncclSuccess;
   return true;

@@ -57,8 +57,9 @@ struct HierState {
 // ---- setup (shim_hier_init.cc) ----
 
 // The rendezvous root's answer for ranks on several hosts when the hierarchical path applies: 'H', the flat NCCL id,
-// nodes, perNode, chunks (its CONCCL_NCCL_HIER_CHUNKS), one conccl id per node and one real-NCCL id per rail (all made here, at the root), then the reason.
-// False (answer untouched) when it does not apply: *why says why (switched off, uneven, one rank per node, ...).
+// nodes, perNode, chunks (its CONCCL_NCCL_HIER_CHUNKS), one conccl id per node and one real-NCCL id per rail (all made
+// here, at the root), then the reason. False (answer untouched) when it does not apply: *why says why (switched off,
+// uneven, one rank per node, ...).
 inline constexpr char kAnswerHierarchical = 'H';
 bool makeHierarchicalAnswer(const std::vector<uint64_t>& hosts, std::string* answer, std::string* why,
                             std::string* error);

@@ -354,7 +354,8 @@ ncclResult_t splitNccl(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
       for (int k = 0; k < l.nodes; ++k) {
         // The id of the node's local-0 rank: used by no other child (each parent rank is in one child only).
         const int first = p.parents[static_cast<size_t>(l.commRank[static_cast<size_t>(k * l.perNode)])];
-        std::memcpy(nodeIds[static_cast<size_t>(k)].internal, all[static_cast<size_t>(first)].id, CONCCL_UNIQUE_ID_BYTES);
+        std::memcpy(nodeIds[static_cast<size_t>(k)].internal, all[static_cast<size_t>(first)].id,
+                    CONCCL_UNIQUE_ID_BYTES);
       }
       std::string herror;
       const int chunks = all[static_cast<size_t>(p.parents[0])].chunks;

@@ -125,8 +125,9 @@ std::string simulate(const std::vector<HierProgram>& progs, int G, std::vector<R
           auto& [r, s] = m[static_cast<size_t>(g)];
           Vec& b = (*bufs)[static_cast<size_t>(r)].at(s.in.buffer);
           touch(r, s.in.buffer, s.in.offset, s.in.count, false);
-          if (s.in.count > 0) in[static_cast<size_t>(g)].assign(b.begin() + static_cast<long>(s.in.offset),
-                                                                 b.begin() + static_cast<long>(s.in.offset + s.in.count));
+          if (s.in.count > 0)
+            in[static_cast<size_t>(g)].assign(b.begin() + static_cast<long>(s.in.offset),
+                                              b.begin() + static_cast<long>(s.in.offset + s.in.count));
         }
         const size_t cnt = s0.count;
         auto out = [&](int g, size_t e) -> double& {
@@ -155,7 +156,8 @@ std::string simulate(const std::vector<HierProgram>& progs, int G, std::vector<R
               break;
             case GroupKind::kAllGather:
               for (int j = 0; j < size; ++j)
-                for (size_t e = 0; e < cnt; ++e) out(g, static_cast<size_t>(j) * cnt + e) = in[static_cast<size_t>(j)].at(e);
+                for (size_t e = 0; e < cnt; ++e)
+                  out(g, static_cast<size_t>(j) * cnt + e) = in[static_cast<size_t>(j)].at(e);
               break;
             case GroupKind::kBroadcast:
               for (size_t e = 0; e < cnt; ++e) out(g, e) = in[static_cast<size_t>(s0.root)].at(e);
@@ -163,7 +165,8 @@ std::string simulate(const std::vector<HierProgram>& progs, int G, std::vector<R
             case GroupKind::kGather:
               if (g != s0.root) break;
               for (int j = 0; j < size; ++j)
-                for (size_t e = 0; e < cnt; ++e) out(g, static_cast<size_t>(j) * cnt + e) = in[static_cast<size_t>(j)].at(e);
+                for (size_t e = 0; e < cnt; ++e)
+                  out(g, static_cast<size_t>(j) * cnt + e) = in[static_cast<size_t>(j)].at(e);
               break;
             case GroupKind::kScatter:
               for (size_t e = 0; e < cnt; ++e) out(g, e) = in[static_cast<size_t>(s0.root)].at(G_ * cnt + e);
@@ -200,7 +203,8 @@ std::vector<Vec> reference(HierCollective coll, const std::vector<Vec>& send, si
         for (size_t e = 0; e < c; ++e) o.push_back(sum(e));
         break;
       case HierCollective::kReduce:
-        if (r == root) for (size_t e = 0; e < c; ++e) o.push_back(sum(e));
+        if (r == root)
+          for (size_t e = 0; e < c; ++e) o.push_back(sum(e));
         break;
       case HierCollective::kBroadcast:
         o = send[static_cast<size_t>(root)];
@@ -209,7 +213,8 @@ std::vector<Vec> reference(HierCollective coll, const std::vector<Vec>& send, si
         for (const Vec& v : send) o.insert(o.end(), v.begin(), v.begin() + static_cast<long>(c));
         break;
       case HierCollective::kGather:
-        if (r == root) for (const Vec& v : send) o.insert(o.end(), v.begin(), v.begin() + static_cast<long>(c));
+        if (r == root)
+          for (const Vec& v : send) o.insert(o.end(), v.begin(), v.begin() + static_cast<long>(c));
         break;
       case HierCollective::kReduceScatter:
         for (size_t e = 0; e < c; ++e) o.push_back(sum(static_cast<size_t>(r) * c + e));
@@ -424,8 +429,8 @@ TEST(NcclHierSteps, ChunkCounts) {
   EXPECT_EQ(hierChunkCounts(66, 3, 4, 1), (std::vector<size_t>{15, 15, 15, 21}));  // multiples of 3, rest last
   EXPECT_EQ(hierChunkCounts(64, 2, 4, 20), (std::vector<size_t>{20, 20, 24}));     // none below 20 elements
   EXPECT_EQ(hierChunkCounts(64, 2, 4, 40), (std::vector<size_t>{64}));
-  EXPECT_EQ(hierChunkCounts(63, 2, 4, 1), (std::vector<size_t>{63}));              // not a multiple of G
-  EXPECT_EQ(hierChunkCounts(7, 1, 4, 1), (std::vector<size_t>{1, 1, 1, 4}));        // AllGather pieces: any size
+  EXPECT_EQ(hierChunkCounts(63, 2, 4, 1), (std::vector<size_t>{63}));         // not a multiple of G
+  EXPECT_EQ(hierChunkCounts(7, 1, 4, 1), (std::vector<size_t>{1, 1, 1, 4}));  // AllGather pieces: any size
   EXPECT_EQ(hierChunkCounts(64, 2, 1, 1), (std::vector<size_t>{64}));
 }
 
@@ -503,13 +508,13 @@ TEST(NcclHierSteps, RanksNotNodeMajorKeepTheCallersBlockOrder) {
     const int n = N * G;
     uint32_t seed = 100;
     const size_t c = 2 * static_cast<size_t>(G);
-    for (HierCollective coll : {HierCollective::kAllReduce, HierCollective::kAllGather,
-                                HierCollective::kReduceScatter}) {
+    for (HierCollective coll :
+         {HierCollective::kAllReduce, HierCollective::kAllGather, HierCollective::kReduceScatter}) {
       EXPECT_EQ(runCase(coll, N, G, c, 0, false, 0, 1, seed++, true), "") << conccl::sched::hierCollectiveName(coll);
     }
     for (int root : {0, 1, n - 1}) {
-      for (HierCollective coll : {HierCollective::kBroadcast, HierCollective::kReduce, HierCollective::kGather,
-                                  HierCollective::kScatter}) {
+      for (HierCollective coll :
+           {HierCollective::kBroadcast, HierCollective::kReduce, HierCollective::kGather, HierCollective::kScatter}) {
         EXPECT_EQ(runCase(coll, N, G, c, root, false, 0, 1, seed++, true), "")
             << conccl::sched::hierCollectiveName(coll) << " root " << root;
       }
