@@ -302,19 +302,11 @@ bool flat(HierState* h, const HierArgs& a, const std::string& why) {
   return false;
 }
 
-}  // namespace
-
-bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) {
-  if (comm == nullptr || !isShimComm(comm) || comm->hier == nullptr || comm->real == nullptr) return false;
-  HierState* h = comm->hier;
-  // Inside a group the calls of both libraries are deferred to their own group ends, which would break the order
-  // of the phases: grouped calls (and every send/recv, which NCCL programs pair inside groups) use the flat
-  // communicator.
-  if (a.count == 0 || h->aborted) return false;
-  if (groupDepth() > 0) return flat(h, a, "inside ncclGroupStart/End");
-  if (a.coll == sched::HierCollective::kSendRecv) return flat(h, a, "send/recv");
-  if (a.op >= static_cast<int>(ncclNumOps)) return flat(h, a, "a PreMulSum op");  // made on the flat communicator
-  if (!h->layout.nodeMajor && needsNodeMajor(a.coll)) return flat(h, a, "ranks not node-major");
+// The plan of a call of this shape on this rank (HierCallPlan), made on first use. Called with h->mutex held.
+std::shared_ptr<const HierCallPlan> planFor(HierState* h, const HierArgs& a) {
+  const HierCallKey key{static_cast<int>(a.coll), a.count, a.root, static_cast<int>(a.type), a.op};
+  if (auto it = h->plans.find(key); it != h->plans.end()) return it->second;
+  auto cp = std::make_shared<HierCallPlan>();
   const HierLayout& l = h->layout;
   sched::HierarchicalCall call;
   call.collective = a.coll;
@@ -324,39 +316,71 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
   const bool blocks = a.coll == sched::HierCollective::kAllGather || a.coll == sched::HierCollective::kReduceScatter ||
                       a.coll == sched::HierCollective::kGather || a.coll == sched::HierCollective::kScatter;
   if (!l.nodeMajor && blocks) call.blockOf = l.commRank;  // block of plan rank p: its place in the caller's order
-  if (a.root < 0 || a.root >= static_cast<int>(l.planRank.size())) return false;  // the flat NCCL reports it
   call.root = l.planRank[static_cast<size_t>(a.root)];
-  sched::HierarchicalPlan plan = sched::planHierarchical(call);
+  const sched::HierarchicalPlan plan = sched::planHierarchical(call);
   const int me = l.planRank[static_cast<size_t>(h->rank)];
-  HierProgram prog = hierProgram(plan, me, l.perNode);
-  if (!prog.error.empty()) return flat(h, a, prog.error);  // e.g. pieces the ranks per node do not divide
+  cp->program = hierProgram(plan, me, l.perNode);
+  const size_t es = ncclTypeBytes(static_cast<int>(a.type));
+  if (!cp->program.error.empty()) {
+    cp->flatWhy = cp->program.error;  // e.g. pieces the ranks per node do not divide
+  } else if (!toConcclType(static_cast<int>(a.type)) || (a.op >= 0 && !toConcclOp(a.op))) {
+    cp->flatWhy = "a type or op conccl lacks";
+  } else if (cp->program.scratchCount * es > shim().env.scratchMaxBytes) {
+    cp->flatWhy = "needs " + std::to_string(cp->program.scratchCount * es) +
+                  " bytes of scratch, above CONCCL_NCCL_SCRATCH_MAX_BYTES";
+  }
   // Every node phase of the plan (every rank's, so that all decide alike) must be one conccl runs exactly (type, op,
   // CONCCL_NCCL_COLLS).
   for (const sched::Phase& ph : plan.phases) {
-    if (ph.where != sched::Where::kNode) continue;
+    if (ph.where != sched::Where::kNode || !cp->flatWhy.empty()) continue;
     for (const sched::GroupOp& op : ph.ops) {
       Decision d =
           routeCall(shim().env, Path::kConccl, collOf(op.kind), static_cast<int>(a.type), reduces(op.kind) ? a.op : -1);
-      if (d.path != Path::kConccl) return flat(h, a, "intra phase on conccl: " + d.reason);
+      if (d.path != Path::kConccl) {
+        cp->flatWhy = "intra phase on conccl: " + d.reason;
+        break;
+      }
     }
   }
-  const size_t es = ncclTypeBytes(static_cast<int>(a.type));
-  auto ctype = toConcclType(static_cast<int>(a.type));
-  if (!ctype) return flat(h, a, "a type conccl lacks");
-  concclRedOp_t cop = concclSum;
-  if (a.op >= 0) {
-    auto o = toConcclOp(a.op);
-    if (!o) return flat(h, a, "an op conccl lacks");
-    cop = *o;
+  for (const sched::Phase& p : plan.phases) cp->phaseNames += (cp->phaseNames.empty() ? "" : " -> ") + p.name;
+  // Pipelined in chunks when asked (AllReduce, Broadcast, Reduce, AllGather, ReduceScatter; chunks of at least
+  // 256 KiB of the call's count argument), in the scratch the whole call needs.
+  if (cp->flatWhy.empty() && h->chunks > 1) {
+    cp->chunks = hierChunkPrograms(call, me, h->chunks, (size_t{256} << 10) / es);
+    if (!cp->chunks.error.empty() || cp->chunks.programs.size() < 2 ||
+        cp->chunks.scratchCount > cp->program.scratchCount) {
+      cp->chunks = HierChunks{};
+    }
   }
+  if (h->plans.size() >= HierState::kMaxCachedPlans) h->plans.clear();
+  h->plans.emplace(key, cp);
+  return cp;
+}
+
+}  // namespace
+
+bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) {
+  if (comm == nullptr || !isShimComm(comm) || comm->hier == nullptr || comm->real == nullptr) return false;
+  HierState* h = comm->hier;
+  if (a.count == 0 || h->aborted) return false;
+  // A root outside the communicator: the flat NCCL reports it.
+  if (a.root < 0 || a.root >= static_cast<int>(h->layout.planRank.size())) return false;
+  std::lock_guard<std::mutex> lock(h->mutex);
+  // Inside a group the calls of both libraries are deferred to their own group ends, which would break the order
+  // of the phases: grouped calls (and every send/recv, which NCCL programs pair inside groups) use the flat
+  // communicator.
+  if (groupDepth() > 0) return flat(h, a, "inside ncclGroupStart/End");
+  if (a.coll == sched::HierCollective::kSendRecv) return flat(h, a, "send/recv");
+  if (a.op >= static_cast<int>(ncclNumOps)) return flat(h, a, "a PreMulSum op");  // made on the flat communicator
+  if (!h->layout.nodeMajor && needsNodeMajor(a.coll)) return flat(h, a, "ranks not node-major");
+  const std::shared_ptr<const HierCallPlan> cp = planFor(h, a);
+  if (!cp->flatWhy.empty()) return flat(h, a, cp->flatWhy);
+  const size_t es = ncclTypeBytes(static_cast<int>(a.type));
+  const concclDataType_t ctype = *toConcclType(static_cast<int>(a.type));
+  const concclRedOp_t cop = a.op >= 0 ? *toConcclOp(a.op) : concclSum;
   // Every decision above is the same on every rank (same call, same layout, same switches); what follows may fail on
   // one rank only, so it fails the call rather than send it to the flat communicator.
-  const size_t scratchBytes = prog.scratchCount * es;
-  if (scratchBytes > shim().env.scratchMaxBytes) {
-    return flat(h, a,
-                "needs " + std::to_string(scratchBytes) + " bytes of scratch, above CONCCL_NCCL_SCRATCH_MAX_BYTES");
-  }
-  std::lock_guard<std::mutex> lock(h->mutex);
+  const size_t scratchBytes = cp->program.scratchCount * es;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(a.stream, &capture) != cudaSuccess) {
     cudaGetLastError();
@@ -370,29 +394,23 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
       return true;
     }
   }
-  Runner run{h, a, es, *ctype, cop};
-  const size_t steps = prog.steps.size();
-  // Pipelined in chunks when asked (AllReduce, Broadcast, Reduce, AllGather, ReduceScatter; chunks of at least
-  // 256 KiB of the call's count argument).
-  if (h->chunks > 1) {
-    HierChunks hc = hierChunkPrograms(call, me, h->chunks, (size_t{256} << 10) / es);
-    if (hc.error.empty() && hc.programs.size() > 1 && hc.scratchCount <= prog.scratchCount) {
-      if (!pipelineResources(h, pipelineEvents(hc))) {
-        *result = fail(comm, ncclUnhandledCudaError,
-                       std::string(a.call) + " (hierarchical): no stream or events for the pipelined phases");
-        return true;
-      }
-      if (!runPipelined(comm, run, hc, result)) return true;
-      if ((h->loggedPipelined & (1u << static_cast<int>(a.coll))) == 0) {
-        h->loggedPipelined |= 1u << static_cast<int>(a.coll);
-        logInfo(std::string(a.call) + ": pipelined in " + std::to_string(hc.programs.size()) +
-                " chunks, rail phases on a second stream");
-      }
-      prog.steps.clear();  // enqueued above
+  Runner run{h, a, es, ctype, cop};
+  if (cp->chunks.programs.size() > 1) {
+    if (!pipelineResources(h, pipelineEvents(cp->chunks))) {
+      *result = fail(comm, ncclUnhandledCudaError,
+                     std::string(a.call) + " (hierarchical): no stream or events for the pipelined phases");
+      return true;
     }
-  }
-  for (const HierStep& s : prog.steps) {
-    if (!runStep(comm, run, s, a.stream, result)) return true;
+    if (!runPipelined(comm, run, cp->chunks, result)) return true;
+    if ((h->loggedPipelined & (1u << static_cast<int>(a.coll))) == 0) {
+      h->loggedPipelined |= 1u << static_cast<int>(a.coll);
+      logInfo(std::string(a.call) + ": pipelined in " + std::to_string(cp->chunks.programs.size()) +
+              " chunks, rail phases on a second stream");
+    }
+  } else {
+    for (const HierStep& s : cp->program.steps) {
+      if (!runStep(comm, run, s, a.stream, result)) return true;
+    }
   }
   if (scratchBytes > 0 && !capturing) {
     h->used = true;
@@ -405,10 +423,8 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
   const uint32_t bit = 1u << static_cast<int>(a.coll);
   if ((h->loggedPhases & bit) == 0) {
     h->loggedPhases |= bit;
-    std::string phases;
-    for (const sched::Phase& p : plan.phases) phases += (phases.empty() ? "" : " -> ") + p.name;
-    logInfo(std::string(a.call) + ": hierarchical, " + std::to_string(steps) + " steps on this rank: " + phases +
-            " (said once per collective and communicator)");
+    logInfo(std::string(a.call) + ": hierarchical, " + std::to_string(cp->program.steps.size()) +
+            " steps on this rank: " + cp->phaseNames + " (said once per collective and communicator)");
   }
   *result = ncclSuccess;
   return true;

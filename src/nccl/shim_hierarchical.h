@@ -13,14 +13,27 @@
 #include <nccl.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "nccl/hier_steps.h"
 #include "sched/hierarchical.h"
 
 namespace conccl::nccl {
+
+// What a call of one shape (collective, count, root, type, op) does on this rank, planned once: either a reason to
+// go flat, or this rank's steps (and, when pipelined, its chunks' programs). Every rank reaches the same verdict.
+struct HierCallPlan {
+  std::string flatWhy;
+  HierProgram program;
+  HierChunks chunks;       // programs.size() > 1: pipelined
+  std::string phaseNames;  // for the log line
+};
+using HierCallKey = std::tuple<int, size_t, int, int, int>;
 
 struct HierState {
   HierLayout layout;
@@ -52,6 +65,10 @@ struct HierState {
   // stream by chunkEvents (two per chunk, reused call after call: a wait takes the record enqueued before it).
   cudaStream_t railStream = nullptr;
   std::vector<cudaEvent_t> chunkEvents;
+  // Plans by call shape (training repeats a few shapes; an AllToAll plan costs O(n^2) to build). Bounded: cleared
+  // when it reaches kMaxCachedPlans.
+  static constexpr size_t kMaxCachedPlans = 256;
+  std::map<HierCallKey, std::shared_ptr<const HierCallPlan>> plans;
 };
 
 // ---- setup (shim_hier_init.cc) ----
