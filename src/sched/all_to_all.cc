@@ -1,4 +1,5 @@
-// AllToAll and AllToAllv, direct push: rank r copies its block for peer q straight into q's recvbuff.
+// AllToAll and AllToAllv, direct push: rank r copies its block for peer q straight into q's recvbuff (or, with
+// peerScratchOnly, through q's scratch: emitStaged).
 // Never in place (validated), so the local block is a plain local copy.
 #include "sched/builder_util.h"
 
@@ -32,7 +33,8 @@ Schedule buildAllToAllv(const CollectiveCall& call, const BuildOptions& options)
                                Location{q, 1, call.recvDispls[uq][ur] * es}, call.sendCounts[ur][uq] * es});
     }
   }
-  emitDirect(transfers, options, s);
+  // Every rank's program is built from the whole count matrix, so a staged AllToAllv chunks alike on every rank.
+  emitMovement(call, transfers, options, s);
   return s;
 }
 

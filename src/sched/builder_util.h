@@ -89,8 +89,12 @@ void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const Build
 // call buffers. Transfers must not carry `then` (BuildOptions::ownBlockViaPeer is off for such calls). `afterDone(me,
 // writer, ops)` is called once everything `writer` sends to `me` has been copied into place. Uses the staged flags
 // below and sets scratchBytes (to at least what it needs) and algorithm.
+// `sizeIndependentChunks`: the chunk size and slot depth follow from the options and the rank count only, not from
+// the transfers' sizes. Send/Recv needs it: a pair's two programs are built from different calls (each rank's own
+// group, with only its share of each partner's), so anything taken from the longest transfer could differ between
+// the sender's and the receiver's views of the same pair.
 void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule,
-                const AfterDoneHook& afterDone = {});
+                const AfterDoneHook& afterDone = {}, bool sizeIndependentChunks = false);
 // emitStaged for calls with peerScratchOnly, emitDirect otherwise: what the movement builders call.
 void emitMovement(const CollectiveCall& call, const std::vector<std::vector<Transfer>>& transfers,
                   const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone = {});

@@ -288,8 +288,8 @@ void validateCall(const CollectiveCall& call) {
   }
   CONCCL_REQUIRE(!call.pushInputs || call.kind == CollKind::kReduceScatter,
                  what + "pushInputs is only defined for ReduceScatter");
-  CONCCL_REQUIRE(!call.peerScratchOnly || (call.kind != CollKind::kAllToAllv && call.kind != CollKind::kSendRecv),
-                 what + "peerScratchOnly is not defined for AllToAllv and SendRecv");
+  CONCCL_REQUIRE(!call.peerScratchOnly || call.kind != CollKind::kSendRecv,
+                 what + "peerScratchOnly is not defined for SendRecv (its receives choose: P2POp::viaScratch)");
   if (isRooted(call.kind)) {
     CONCCL_REQUIRE(call.root >= 0 && call.root < call.nranks,
                    what + "root " + std::to_string(call.root) + " out of range [0, " + std::to_string(n) + ")");

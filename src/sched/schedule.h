@@ -182,6 +182,10 @@ struct P2POp {
   int peer = 0;
   size_t count = 0;
   int buffer = 0;  // index of its buffer in the posting rank's call buffers
+  // Recv only: the sender may not write into this buffer (memory its process cannot share, e.g. PyTorch's expandable
+  // segments): every Send of this pair in the call goes through the receiver's scratch, and the receiver copies it
+  // into place (detail::emitStaged).
+  bool viaScratch = false;
 };
 
 struct CollectiveCall {
@@ -210,7 +214,9 @@ struct CollectiveCall {
   // the receiver moves (or reduces) it into place itself (detail::emitStaged). A rank's program then follows from its
   // own arguments alone, so a rank of a process clique can launch without learning its peers' buffer addresses (no
   // host rendezvous, core/process_clique_calls.cc). Costs one local copy of every received byte (SMs on our GPUs) and
-  // turns BuildOptions::peerReads and ownBlockViaPeer off. Not for AllToAllv and SendRecv.
+  // turns BuildOptions::peerReads and ownBlockViaPeer off. AllToAllv takes it only once every rank's counts are known
+  // (process cliques use it for memory a peer cannot map). Not for SendRecv, whose pairs choose on their own
+  // (P2POp::viaScratch).
   bool peerScratchOnly = false;
 };
 

@@ -47,7 +47,7 @@ struct Chunk {
 }  // namespace
 
 void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule,
-                const AfterDoneHook& afterDone) {
+                const AfterDoneHook& afterDone, bool sizeIndependentChunks) {
   const int n = schedule.nranks;
   const auto un = static_cast<size_t>(n);
   const int lanes = options.lanes;
@@ -72,7 +72,7 @@ void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const Build
   if (maxPair > 0) {
     CONCCL_REQUIRE(chunkBytes >= kAlign, "scratch budget of " + std::to_string(options.scratchBudget) +
                                              " bytes is too small for " + std::to_string(n) + " ranks");
-    chunkBytes = std::min(chunkBytes, roundUp(chunking.pieceBytes, kAlign));
+    if (!sizeIndependentChunks) chunkBytes = std::min(chunkBytes, roundUp(chunking.pieceBytes, kAlign));
   }
   // chunks[r][q]: r's stream to q, transfer by transfer, in chunks of at most chunkBytes.
   std::vector<std::vector<std::vector<Chunk>>> chunks(un, std::vector<std::vector<Chunk>>(un));
@@ -87,7 +87,8 @@ void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const Build
       maxN = std::max(maxN, list.size());
     }
   }
-  const size_t depthEff = std::max<size_t>(1, std::min(static_cast<size_t>(depth), maxN));
+  const size_t depthEff =
+      sizeIndependentChunks ? static_cast<size_t>(depth) : std::max<size_t>(1, std::min(static_cast<size_t>(depth), maxN));
   if (maxN > 0) {
     schedule.scratchBytes = std::max(schedule.scratchBytes, peers * depthEff * chunkBytes);
     schedule.algorithm = "staged(chunks=" + std::to_string(maxN) + ",depth=" + std::to_string(depthEff) +

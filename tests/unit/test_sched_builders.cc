@@ -380,10 +380,24 @@ TEST(PushInputs, ReduceScatterPushesEvenWithPeerReads) {
   }
 }
 
-TEST(PeerScratchOnly, NotForAllToAllvOrSendRecv) {
-  CollectiveCall v = makeAllToAllv(3, 7);
-  v.peerScratchOnly = true;
-  EXPECT_THROW(buildSchedule(v, BuildOptions{}), conccl::Error);
+// AllToAllv through the receivers' scratch (memory a peer process cannot map): built from the whole count matrix.
+TEST(PeerScratchOnly, AllToAllv) {
+  for (int n = 2; n <= 6; ++n) {
+    CollectiveCall v = makeAllToAllv(n, 7 + static_cast<unsigned>(n));
+    v.peerScratchOnly = true;
+    for (const BuildOptions& o : {BuildOptions{}, tinyOptions(2, 2), tinyOptions(1, 3)}) {
+      expectValid(v, o, n == 3);
+      const Schedule s = buildSchedule(v, o);
+      for (int r = 0; r < n; ++r) {
+        forEachPeerLocation(s.programs[static_cast<size_t>(r)], r, [&](const Location& loc) {
+          EXPECT_EQ(loc.buffer, kScratch) << "rank " << r << " touches buffer " << loc.buffer << " of rank " << loc.rank;
+        });
+      }
+    }
+  }
+}
+
+TEST(PeerScratchOnly, NotForSendRecv) {
   CollectiveCall p2p = makeCall(CollKind::kSendRecv, 2, 0);
   p2p.inPlace.clear();
   p2p.p2p = {{P2POp{true, 1, 16, 0}}, {P2POp{false, 0, 16, 0}}};

@@ -2,6 +2,7 @@
 // same pair (matched in posting order), and mixed sizes including zero.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "test_sched_util.h"
@@ -99,6 +100,90 @@ TEST(SchedSendRecv, AllToAllAsPointToPoint) {
       }
     }
     expectValid(c, tinyOptions(2, 2), n == 5);
+  }
+}
+
+// Receives whose buffers the senders cannot map (P2POp::viaScratch): the pair goes through the receiver's scratch,
+// its sender never touches the receiver's call buffers, and the other pairs stay direct.
+TEST(SchedSendRecv, ViaScratchPairs) {
+  for (int n = 2; n <= 6; ++n) {
+    for (unsigned pattern = 1; pattern < (1u << n); pattern += 3) {  // which ranks receive via scratch
+      CollectiveCall c = p2pCall(n, concclFloat32);
+      for (int r = 0; r < n; ++r) {
+        for (int p = 0; p < n; ++p) {
+          post(c, r, true, p, static_cast<size_t>(700 * r + 13 * p + 1));
+          post(c, r, false, p, static_cast<size_t>(700 * p + 13 * r + 1));
+          c.p2p[static_cast<size_t>(r)].back().viaScratch = (pattern >> r) & 1u;
+        }
+      }
+      for (const BuildOptions& o : kOptions) {
+        expectValid(c, o, n == 3);
+        const Schedule s = buildSchedule(c, o);
+        for (int r = 0; r < n; ++r) {
+          forEachPeerLocation(s.programs[static_cast<size_t>(r)], r, [&](const Location& loc) {
+            if ((pattern >> loc.rank) & 1u) {
+              EXPECT_EQ(loc.buffer, kScratch) << "rank " << r << " writes into the call buffer of rank " << loc.rank
+                                              << ", which receives via scratch";
+            }
+          });
+        }
+      }
+    }
+  }
+}
+
+// What a process clique builds (core/process_clique_p2p.cc): each rank's program comes from its own view of the
+// group, its own ops plus, per partner, the mirror of only the ops it shares with that partner. The views of one pair
+// differ in everything else (here: rank 1 also receives a much larger message from rank 2), yet the programs built
+// from them must fit together. Checked by running each rank's program from its own view as one schedule.
+TEST(SchedSendRecv, ViaScratchProgramsFromEachRanksOwnViewFitTogether) {
+  CollectiveCall full = p2pCall(3, concclFloat32);
+  post(full, 0, false, 1, 5000);  // direct (buffer index 0 on both views)
+  post(full, 0, true, 1, 70000);
+  post(full, 0, true, 2, 300);
+  post(full, 1, true, 0, 5000);
+  post(full, 1, false, 0, 70000);
+  full.p2p[1].back().viaScratch = true;
+  post(full, 1, false, 2, 200000);
+  full.p2p[1].back().viaScratch = true;
+  post(full, 2, false, 0, 300);  // direct
+  post(full, 2, true, 1, 200000);
+  auto viewOf = [&](int me) -> CollectiveCall {
+    CollectiveCall v = p2pCall(3, concclFloat32);
+    v.p2p[static_cast<size_t>(me)] = full.p2p[static_cast<size_t>(me)];
+    std::vector<std::vector<int>> seen(3, std::vector<int>(2, 0));  // [peer][isSend]: ops matched so far
+    for (const P2POp& op : full.p2p[static_cast<size_t>(me)]) {
+      if (op.peer == me) continue;
+      // The partner's k-th op of the opposite direction with `me` (matching is by order per pair).
+      int k = seen[static_cast<size_t>(op.peer)][op.isSend ? 1 : 0]++;
+      const P2POp* theirs = nullptr;
+      for (const P2POp& t : full.p2p[static_cast<size_t>(op.peer)]) {
+        if (t.peer == me && t.isSend != op.isSend && k-- == 0) {
+          theirs = &t;
+          break;
+        }
+      }
+      if (theirs == nullptr) {
+        ADD_FAILURE() << "rank " << op.peer << " has no op matching one of rank " << me;
+        return v;
+      }
+      auto& mirror = v.p2p[static_cast<size_t>(op.peer)];
+      P2POp m{!op.isSend, me, op.count, static_cast<int>(mirror.size())};
+      m.viaScratch = theirs->viaScratch;
+      mirror.push_back(m);
+    }
+    return v;
+  };
+  for (const BuildOptions& o : kOptions) {
+    Schedule composed = buildSchedule(full, o);
+    for (int r = 0; r < 3; ++r) {
+      const Schedule own = buildSchedule(viewOf(r), o);
+      composed.programs[static_cast<size_t>(r)] = own.programs[static_cast<size_t>(r)];
+      composed.slots = std::max(composed.slots, own.slots);
+      composed.scratchBytes = std::max(composed.scratchBytes, own.scratchBytes);
+    }
+    const CheckResult result = checkSchedule(full, composed);
+    EXPECT_TRUE(result.ok) << callStr(full, o) << ": " << result.error;
   }
 }
 
