@@ -161,6 +161,7 @@ std::string shapeKey(const sched::CollectiveCall& call) {
       put(op.peer);
       put(op.count);
       put(op.buffer);
+      put(op.viaScratch);
     }
   }
   return key;

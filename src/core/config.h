@@ -52,6 +52,11 @@ struct Config {
   // finished by the communicator's proxy thread while the caller's stream waits on the GPU (ProcessClique, "Deferred
   // calls"). CONCCL_DEFER_CALLS=0 makes such calls wait on the caller's thread instead (the blocking form).
   bool deferCalls = true;
+  // Symmetric and staged calls (no peer address needed) whose program is long (a staged 1 MiB AllReduce: dozens of
+  // ops, one CUDA call each) are handed to the proxy thread to enqueue, like deferred calls, so that the caller pays
+  // the gate's two CUDA calls instead (CONCCL_DEFER_LONG_LAUNCHES=1). Off by default: with it on, PyTorch's
+  // collectives through the NCCL drop-in hung on one H200 (2026-12-02, cause not found), while the C++ suite passed.
+  bool deferLongLaunches = false;
   // Ranks of one process called from a thread each (a group per call posting only that rank) may stage such calls
   // too and launch them at once instead of waiting for the peers' threads (LocalClique::post). CONCCL_THREAD_STAGED:
   // 0 (default, until it is measured across GPUs: docs/cuda-executor.md, "Thread-per-rank staged calls") = never;

@@ -197,7 +197,7 @@ void ProcessClique::abandon(CallTicket& ticket) {
     // Behind deferred calls, the ring moves on only once they have been read: keep the order.
     std::lock_guard<std::mutex> lock(proxyMutex_);
     if (proxyPending_ > 0) {
-      proxyQueue_.push_back(DeferredItem{ticket, {}, std::nullopt, true});
+      proxyQueue_.push_back(DeferredItem{ticket, {}, std::nullopt, std::nullopt, true});
       ++proxyPending_;
       proxyCv_.notify_all();
       return;

@@ -142,6 +142,9 @@ class ProcessClique final : public Clique {
   // Hands the ticket to the proxy (with `own` when the caller's thread already checked and published it); false
   // when the executor refuses to defer the caller's stream.
   bool deferToProxy(CallTicket& ticket, std::optional<OwnPart> own);
+  // What deferToProxy and deferEarlyLaunch share: the gate on the caller's stream, then the queue.
+  bool enqueueDeferred(CallTicket& ticket, std::optional<OwnPart> own,
+                       std::optional<std::vector<Assumption>> earlyLaunch);
   bool proxyBusy();
   // Blocks until every deferred call has been finished (bounded: each one is bounded by the timeout, and a failure
   // makes the later ones fail at once).
@@ -153,8 +156,16 @@ class ProcessClique final : public Clique {
   void finishCall(CallTicket& ticket);
   void finishRegular(CallTicket& ticket, const OwnPart& own);
   // Steps 1-3 of a collective (its slot free): checks, the symmetric attempt, publish; a symmetric or staged call is
-  // launched here (nullopt), a regular one returns what the second half needs.
-  std::optional<OwnPart> checkAndPublish(CallTicket& ticket);
+  // launched (nullopt): on this thread, or by the proxy when `mayDeferLaunch` and its program is long enough that
+  // enqueueing it would cost the caller more than handing it over (deferEarlyLaunch). A regular call returns what the
+  // second half needs.
+  std::optional<OwnPart> checkAndPublish(CallTicket& ticket, bool mayDeferLaunch);
+  // Hands a symmetric call's launch to the proxy; false when the caller's stream cannot be deferred.
+  bool deferEarlyLaunch(CallTicket& ticket, std::vector<Assumption>& assumed);
+  // Whether any buffer of the call is cudaMallocAsync pool memory. The caller may free such memory with
+  // cudaFreeAsync right after the call returns, after which CUDA refuses the pointer in any later API call (the
+  // driver faulted on it, 2026-12-02), so such calls are enqueued on the caller's thread, never by the proxy.
+  bool usesPoolMemory(const RankArgs& mine) const;
   // Non-blocking checks of what the blocking forms would wait for.
   bool slotFreeNow(uint64_t seq);
   bool peersPublished(uint64_t seq) const;
@@ -169,15 +180,18 @@ class ProcessClique final : public Clique {
     exec::BufferExport exports[2];   // buffers outside windows, exported for the peers
     std::optional<Error> error;      // published instead of the exports
     bool staged = false;             // stagesThroughScratch: decided once per call
-    // Valid memory CUDA IPC cannot share (VMM, pools): published, and then every rank runs the call through the
-    // peers' scratch (decided after the rendezvous, from every rank's entry).
+    // Valid memory CUDA IPC cannot share (VMM, pools): published, and every rank runs the call through the peers'
+    // scratch. This rank then knows the call is staged without hearing from its peers, and launches it at once as a
+    // staged symmetric call; a peer with shareable memory learns it from this rank's entry (PeerParts).
     bool unshareable = false;
   };
   struct DeferredItem {
     CallTicket ticket;
     exec::DeferredCall gate;
     std::optional<OwnPart> own;  // set: checked and published on the caller's thread; the proxy reads the peers
-    bool abandonOnly = false;    // an abandoned call, kept in order (abandon() while the proxy is busy)
+    // Set: a symmetric call, checked, built and published on the caller's thread; the proxy only launches it.
+    std::optional<std::vector<Assumption>> earlyLaunch;
+    bool abandonOnly = false;  // an abandoned call, kept in order (abandon() while the proxy is busy)
   };
   // What the peers published for a regular call.
   struct PeerParts {
@@ -215,6 +229,9 @@ class ProcessClique final : public Clique {
   struct OwnP2P {
     std::vector<WindowRef> windows;           // [op]
     std::vector<exec::BufferExport> exports;  // [op]
+    // [op] a Recv into memory CUDA IPC cannot share: its sender goes through this rank's scratch
+    // (sched::P2POp::viaScratch).
+    std::vector<bool> viaScratch;
     std::optional<Error> error;
   };
   OwnP2P checkOwnP2P(const RankArgs& mine) const;

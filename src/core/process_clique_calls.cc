@@ -24,7 +24,7 @@ namespace conccl {
 void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   checkHealthy();
   RankArgs& mine = *ticket.call->args[static_cast<size_t>(rank_)];
-  if (!deferrable(mine)) {
+  if (!deferrable(mine) || usesPoolMemory(mine)) {
     waitForProxyIdle(ticket.what);
     finishCall(ticket);
     return;
@@ -39,8 +39,8 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   }
   // The proxy is idle and the slot free: the call starts here, and is handed over only if the peers are late.
   closeRetiredPeerImports();
-  std::optional<OwnPart> own = checkAndPublish(ticket);
-  if (!own) return;  // symmetric or staged: launched
+  std::optional<OwnPart> own = checkAndPublish(ticket, /*mayDeferLaunch=*/true);
+  if (!own) return;  // symmetric or staged: launched, or handed to the proxy to launch
   if (!peersPublished(ticket.call->seq) && deferToProxy(ticket, own)) return;
   finishRegular(ticket, *own);
 }
@@ -53,10 +53,18 @@ void ProcessClique::finishCall(CallTicket& ticket) {
     return;
   }
   waitForFreeSlot(ticket.call->seq, ticket.what);
-  if (std::optional<OwnPart> own = checkAndPublish(ticket)) finishRegular(ticket, *own);
+  if (std::optional<OwnPart> own = checkAndPublish(ticket, /*mayDeferLaunch=*/false)) finishRegular(ticket, *own);
 }
 
-std::optional<ProcessClique::OwnPart> ProcessClique::checkAndPublish(CallTicket& ticket) {
+namespace {
+// Enqueueing a program costs about one CUDA call per op (~1.5-3 us each where we measured, docs/cuda-executor.md);
+// handing the launch to the proxy costs the caller about two (the gate: an event and a stream wait). Programs up to
+// this many ops are cheaper to enqueue here; with Config::deferLongLaunches, longer ones (a staged 1 MiB AllReduce
+// has dozens) go to the proxy.
+constexpr size_t kInlineLaunchMaxOps = 4;
+}  // namespace
+
+std::optional<ProcessClique::OwnPart> ProcessClique::checkAndPublish(CallTicket& ticket, bool mayDeferLaunch) {
   PendingCall& pending = *ticket.call;
   // 1. This rank's own checks and exports, before the peers hear of the call: an error is published instead.
   OwnPart own = checkOwnPart(*pending.args[static_cast<size_t>(rank_)]);
@@ -66,6 +74,10 @@ std::optional<ProcessClique::OwnPart> ProcessClique::checkAndPublish(CallTicket&
   // 3. Publish.
   publish(pending, own, symmetric);
   if (symmetric) {
+    const size_t ops = pending.schedule->programs[static_cast<size_t>(rank_)].ops.size();
+    if (mayDeferLaunch && config_.deferLongLaunches && ops > kInlineLaunchMaxOps && deferEarlyLaunch(ticket, assumed)) {
+      return std::nullopt;
+    }
     launchEarly(pending, ticket, std::move(assumed));
     return std::nullopt;
   }
@@ -120,12 +132,10 @@ ProcessClique::OwnPart ProcessClique::checkOwnPart(const RankArgs& mine) const {
         executor_->checkBuffer(rank_, ptr, bytes, what.c_str());
         return;
       }
-      // Memory CUDA IPC cannot share (PyTorch's expandable segments, pools) is staged whatever the size; AllToAllv
-      // has no staged form (a rank does not know its peers' counts), so there it stays an error.
+      // Memory CUDA IPC cannot share (PyTorch's expandable segments, pools) is staged whatever the size (AllToAllv
+      // too: its staged form is built once every rank's counts are read).
       if (std::optional<exec::BufferExport> e = executor_->exportIfShareable(rank_, ptr, bytes, what.c_str())) {
         own.exports[b] = *e;
-      } else if (mine.kind == sched::CollKind::kAllToAllv) {
-        own.exports[b] = executor_->exportBuffer(rank_, ptr, bytes, what.c_str());  // throws the explanation
       } else {
         own.unshareable = true;
       }
@@ -146,7 +156,8 @@ bool ProcessClique::trySymmetric(PendingCall& pending, const OwnPart& own, std::
   // the watchdog checks that they did.
   const int n = nranks_;
   const RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
-  const bool staged = own.staged;
+  // Memory no peer can map makes the call staged on every rank (they read this rank's entry), so this rank knows it.
+  const bool staged = own.staged || own.unshareable;
   // An in-place Gather or Scatter root keeps its own block inside the big buffer (at root * count), so its
   // pointers differ from the peers' by construction: it cannot speak for them, and takes the regular path (unless
   // staged: then no peer pointer is needed).
@@ -418,6 +429,14 @@ std::string ProcessClique::mismatch(const Unmatched& u, int peer) const {
   if (e.errorCode != 0) return who + " refused its arguments: " + std::string(e.error);
   const RankArgs mine = argsOf(m, layout_->vectors(m), nranks_);
   const RankArgs peers = argsOf(e, layout_->vectors(e), nranks_);
+  // Both launched without waiting, one staged (memory its peers cannot map), the other from its windows: their
+  // programs do not fit together.
+  if (m.launchedEarly != 0 && e.launchedEarly != 0 && m.unshareable != e.unshareable && !stagesThroughScratch(mine)) {
+    const std::string staged = m.unshareable != 0 ? me : who;
+    return staged + " passed memory that CUDA IPC cannot share (so it staged " + u.what + " through scratch) while " +
+           (m.unshareable != 0 ? who : me) +
+           " launched it from its registered windows; use the same kind of memory on every rank";
+  }
   if (std::string problem = disagreement(mine, rank_, peers, peer); !problem.empty()) {
     return problem + " (" + u.what + ")";
   }

@@ -29,8 +29,9 @@ namespace conccl {
 // Any failure here ends the communicator: a partner that already launched its part would wait on its flags.
 void ProcessClique::launchSendRecv(CallTicket& ticket) {
   PendingCall& pending = *ticket.call;
-  const RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
+  RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
   const OwnP2P own = checkOwnP2P(mine);
+  for (size_t i = 0; i < mine.p2p.size(); ++i) mine.p2p[i].viaScratch = own.viaScratch[i];
   // 1. Publish this rank's side (an error travels in every record); 2. read the partners' side, in the same order.
   const std::vector<uint64_t> pairIndex = publishP2P(ticket, mine, own);
   std::vector<RankArgs> mirrors = readP2PPartners(ticket, mine, pairIndex, own.error);
@@ -44,6 +45,7 @@ ProcessClique::OwnP2P ProcessClique::checkOwnP2P(const RankArgs& mine) const {
   OwnP2P own;
   own.windows.resize(ops);
   own.exports.resize(ops);
+  own.viaScratch.assign(ops, false);
   for (size_t i = 0; i < ops && !own.error; ++i) {
     const sched::P2POp& op = mine.p2p[i];
     if (op.count == 0) continue;
@@ -57,8 +59,11 @@ ProcessClique::OwnP2P ProcessClique::checkOwnP2P(const RankArgs& mine) const {
       if (own.windows[i].id != 0) continue;
       if (op.peer == rank_ || op.isSend) {
         executor_->checkBuffer(rank_, ptr, op.count, what.c_str());
+      } else if (std::optional<exec::BufferExport> e =
+                     executor_->exportIfShareable(rank_, ptr, op.count, what.c_str())) {
+        own.exports[i] = *e;
       } else {
-        own.exports[i] = executor_->exportBuffer(rank_, ptr, op.count, what.c_str());
+        own.viaScratch[i] = true;  // PyTorch's expandable segments, pools: the sender writes into this rank's scratch
       }
     } catch (const Error& e) {
       own.error = e;
@@ -90,6 +95,7 @@ std::vector<uint64_t> ProcessClique::publishP2P(const CallTicket& ticket, const 
     rec.buffer = own.exports[i];
     rec.windowId = own.windows[i].id;
     rec.windowOffset = own.windows[i].offset;
+    rec.viaScratch = own.viaScratch[i] ? 1 : 0;
     rec.published.store(k + 1, std::memory_order_release);
   }
   return pairIndex;
@@ -123,7 +129,8 @@ std::vector<RankArgs> ProcessClique::readP2PPartners(const CallTicket& ticket, c
     RankArgs& mirror = mirrors[static_cast<size_t>(op.peer)];
     const int buffer = static_cast<int>(mirror.p2pBuffers.size());
     void* address = nullptr;
-    if (!firstError && op.isSend && op.count > 0) {
+    const bool viaScratch = op.isSend && rec.viaScratch != 0;
+    if (!firstError && op.isSend && op.count > 0 && !viaScratch) {
       // Where this rank writes: the partner's receive buffer, in one of its windows or exported.
       try {
         if (rec.windowId != 0) address = peerAddress(op.peer, WindowRef{rec.windowId, rec.windowOffset}, rec.bytes);
@@ -132,7 +139,9 @@ std::vector<RankArgs> ProcessClique::readP2PPartners(const CallTicket& ticket, c
         firstError = e;
       }
     }
-    mirror.p2p.push_back(sched::P2POp{!op.isSend, rank_, op.count, buffer});
+    sched::P2POp theirs{!op.isSend, rank_, op.count, buffer};
+    theirs.viaScratch = viaScratch;  // the partner's Recv: this rank writes into the partner's scratch
+    mirror.p2p.push_back(theirs);
     mirror.p2pBuffers.push_back(address);
     // Consumed even after an error: the partner's ring must not stay blocked on a record this rank has read.
     layout_->p2pRing(op.peer, rank_, !op.isSend).consumed.store(k + 1, std::memory_order_release);

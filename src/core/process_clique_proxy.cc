@@ -36,6 +36,19 @@ bool ProcessClique::deferrable(const RankArgs& mine) const {
   return config_.deferCalls && !ranksShareProcess_ && mine.chunkEvents.empty() && mine.inputEvents.empty();
 }
 
+bool ProcessClique::usesPoolMemory(const RankArgs& mine) const {
+  if (mine.kind == sched::CollKind::kSendRecv) {
+    for (void* p : mine.p2pBuffers) {
+      if (p != nullptr && executor_->isPoolMemory(rank_, p)) return true;
+    }
+    return false;
+  }
+  for (const void* p : {mine.sendbuff, static_cast<const void*>(mine.recvbuff)}) {
+    if (p != nullptr && executor_->isPoolMemory(rank_, p)) return true;
+  }
+  return false;
+}
+
 bool ProcessClique::proxyBusy() {
   std::lock_guard<std::mutex> lock(proxyMutex_);
   return proxyPending_ > 0;
@@ -63,34 +76,53 @@ bool ProcessClique::peersPublished(uint64_t seq) const {
 }
 
 bool ProcessClique::deferToProxy(CallTicket& ticket, std::optional<OwnPart> own) {
+  return enqueueDeferred(ticket, std::move(own), std::nullopt);
+}
+
+bool ProcessClique::deferEarlyLaunch(CallTicket& ticket, std::vector<Assumption>& assumed) {
+  return enqueueDeferred(ticket, std::nullopt, std::move(assumed));
+}
+
+bool ProcessClique::enqueueDeferred(CallTicket& ticket, std::optional<OwnPart> own,
+                                    std::optional<std::vector<Assumption>> earlyLaunch) {
   RankArgs& mine = *ticket.call->args[static_cast<size_t>(rank_)];
   std::string whyNot;
   std::optional<exec::DeferredCall> gate = executor_->deferCall(rank_, mine.stream, &whyNot);
   if (!gate) {
     if (whyNot != lastNoDeferReason_) {
       lastNoDeferReason_ = whyNot;
-      CONCCL_INFO(rank_, device_, ticket.what + " waits on the host for its peers: " + whyNot);
+      CONCCL_INFO(rank_, device_, ticket.what + " is finished on the caller's thread (" +
+                                      (earlyLaunch ? "launched there" : "waiting on the host for its peers") +
+                                      "): " + whyNot);
     }
     return false;
   }
   mine.stream = gate->launchStream;  // the program runs there, as if it were the caller's stream
   mine.deferred = true;
+  // A symmetric call is bound already (trySymmetric), with the caller's stream.
+  if (earlyLaunch) ticket.call->binding.streams[static_cast<size_t>(rank_)] = gate->launchStream;
+  std::string startFailure;
   {
     std::lock_guard<std::mutex> lock(proxyMutex_);
-    proxyQueue_.push_back(DeferredItem{ticket, *gate, std::move(own), false});
+    proxyQueue_.push_back(DeferredItem{ticket, *gate, std::move(own), std::move(earlyLaunch), false});
     ++proxyPending_;
     if (!proxy_.joinable()) {
       stopProxy_ = false;
       try {
         proxy_ = std::thread([this] { proxyLoop(); });
       } catch (const std::system_error& e) {
-        // The caller's stream already waits for this ticket: release it, and report.
         proxyQueue_.pop_back();
         --proxyPending_;
-        executor_->endDeferred(rank_, *gate);
-        CONCCL_THROW(concclSystemError, std::string("cannot start the proxy thread: ") + e.what());
+        startFailure = std::string("cannot start the proxy thread: ") + e.what();
       }
     }
+  }
+  if (!startFailure.empty()) {
+    // The caller's stream already waits for this ticket: release it. The call may be published already (the peers
+    // expect this rank's part), so the communicator cannot go on.
+    executor_->endDeferred(rank_, *gate);
+    fail(concclSystemError, startFailure);
+    CONCCL_THROW(concclSystemError, startFailure);
   }
   proxyCv_.notify_all();
   return true;
@@ -146,7 +178,10 @@ void ProcessClique::runDeferred(DeferredItem& item) {
   }
   try {
     executor_->beginDeferred(rank_, item.gate);
-    if (item.own) {
+    if (item.earlyLaunch) {
+      checkHealthy();
+      launchEarly(*item.ticket.call, item.ticket, std::move(*item.earlyLaunch));
+    } else if (item.own) {
       checkHealthy();
       finishRegular(item.ticket, *item.own);
     } else {

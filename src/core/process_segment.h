@@ -87,6 +87,7 @@ struct P2PRecord {
   char error[256];
   exec::BufferExport buffer;  // receives: where the sender must write (allocId 0: see the window)
   uint64_t windowId, windowOffset;
+  uint32_t viaScratch;  // receives: 1 when the receiver's buffer cannot be mapped (sched::P2POp::viaScratch)
 };
 
 // Entry kinds beside sched::CollKind's values: the collective window operations, which take ring slots too.

@@ -152,6 +152,9 @@ class Executor {
   // PyTorch's expandable segments; cudaMallocAsync pools) gives nullopt instead of an error: the call then goes
   // through the peers' scratch (ProcessClique). Bad buffers still throw concclInvalidArgument.
   virtual std::optional<BufferExport> exportIfShareable(int rank, const void* ptr, size_t bytes, const char* what);
+  // Whether `ptr` is memory of a cudaMallocAsync pool (the caller may cudaFreeAsync it right after a call; CUDA then
+  // refuses the pointer in later API calls, whatever the stream order).
+  virtual bool isPoolMemory(int /*rank*/, const void* /*ptr*/) const { return false; }
 
   // --- Deferred launches (several processes; exec/cuda/deferred_launch.h; the others answer "not supported") ---
 

@@ -56,6 +56,7 @@ class CudaExecutor final : public Executor {
   void* importBuffer(int owner, const BufferExport& buffer) override;
   void closeImport(int owner, uint64_t allocId) override;
   std::optional<BufferExport> exportIfShareable(int rank, const void* ptr, size_t bytes, const char* what) override;
+  bool isPoolMemory(int rank, const void* ptr) const override;
 
   std::optional<DeferredCall> deferCall(int rank, cudaStream_t caller, std::string* whyNot) override;
   void beginDeferred(int rank, const DeferredCall& call) override;
@@ -76,6 +77,9 @@ class CudaExecutor final : public Executor {
   bool graphCacheable(const sched::Schedule& schedule, int rank) const;
   // An eager call on another stream than the rank's previous eager call waits on the GPU for that call to end.
   void orderAfterPreviousCall(RankState& s, cudaStream_t main);
+  // launch()'s second half: rank `rank`'s program on `main` (small-message kernel, cached graph or op by op).
+  void enqueueProgram(RankState& s, const sched::Schedule& schedule, const CallBinding& binding, int rank,
+                      cudaStream_t main, const std::vector<cudaEvent_t>* chunks, bool eager);
   // How rank `rank`'s copy-engine program is enqueued on `main` (the same for an eager enqueue and a graph capture).
   CopyEngineSetup copyEngineSetup(const sched::Schedule& schedule, int rank, cudaStream_t main, bool eager) const;
   // prepareCall's parts: the first use of new caller streams (queue_claim.h); the graphs of repeated calls.

@@ -72,6 +72,11 @@ BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes,
   return *e;
 }
 
+bool CudaExecutor::isPoolMemory(int rank, const void* ptr) const {
+  DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
+  return queryPointer(ptr).pool != nullptr;
+}
+
 std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void* ptr, size_t bytes,
                                                             const char* what) {
   CONCCL_ASSERT(processMode_ && rank == localRank_);

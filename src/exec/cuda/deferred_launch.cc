@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
+#include "exec/cuda/host_gated_work.h"
 #include "exec/queue_budget.h"
 
 namespace conccl::exec {
@@ -75,6 +76,7 @@ DeferredLaunches::~DeferredLaunches() {
   std::lock_guard<std::mutex> lock(mutex_);
   storeWord(gate_, issued_);
   storeWord(probeWord_, probeTicket_);
+  if (gatesHeld_ > 0) HostGatedWork::instance().leave(gatesHeld_);
 }
 
 cudaEvent_t DeferredLaunches::takeEvent() {
@@ -130,11 +132,14 @@ std::optional<DeferredCall> DeferredLaunches::defer(cudaStream_t caller, std::st
     *whyNot = verdict;
     return std::nullopt;
   }
+  // Counted before the Wait exists, so that no close of an IPC mapping starts while it could be pending.
+  HostGatedWork::instance().enter();
   DeferredCall call;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     call.ticket = ++issued_;
     call.reached = takeEvent();
+    ++gatesHeld_;
   }
   call.launchStream = launchStream_.get();
   try {
@@ -201,12 +206,25 @@ void DeferredLaunches::end(const DeferredCall& call) {
   DeviceGuard guard(device_);
   CU_CHECK(driverApi().streamWriteValue32(reinterpret_cast<CUstream>(launchStream_.get()), gateDevice_, call.ticket,
                                           0));
+  releaseGate();
+}
+
+void DeferredLaunches::releaseGate() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (gatesHeld_ == 0) return;
+    --gatesHeld_;
+  }
+  HostGatedWork::instance().leave();
 }
 
 void DeferredLaunches::openFromHost(uint32_t ticket) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const uint32_t now = *static_cast<volatile uint32_t*>(gate_.as<uint32_t>());
-  if (static_cast<int32_t>(ticket - now) > 0) storeWord(gate_, ticket);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint32_t now = *static_cast<volatile uint32_t*>(gate_.as<uint32_t>());
+    if (static_cast<int32_t>(ticket - now) > 0) storeWord(gate_, ticket);
+  }
+  releaseGate();
 }
 
 bool DeferredLaunches::drain(std::chrono::milliseconds limit) {

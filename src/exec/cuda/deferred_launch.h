@@ -57,6 +57,8 @@ class DeferredLaunches {
  private:
   bool probe(cudaStream_t caller, std::string* whyNot);
   cudaEvent_t takeEvent();
+  // One gate fewer pending (end(), openFromHost()): HostGatedWork::leave, at most once per ticket handed out.
+  void releaseGate();
 
   int device_;
   std::vector<cudaStream_t> lanes_;
@@ -68,6 +70,7 @@ class DeferredLaunches {
   uint32_t probeTicket_ = 0;
   mutable std::mutex mutex_;
   uint32_t issued_ = 0;              // tickets handed out (wraps; the gate compares wrap-safely)
+  size_t gatesHeld_ = 0;             // tickets whose release is not enqueued yet (HostGatedWork, host_gated_work.h)
   std::vector<Event> events_;        // every event ever made (owned here)
   std::vector<cudaEvent_t> free_;    // events not waited on by a pending begin()
   std::map<unsigned long long, std::string> verdicts_;  // stream id -> "" (deferrable) or why not

@@ -10,6 +10,7 @@
 #include "core/logging.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
+#include "exec/cuda/host_gated_work.h"
 #include "exec/cuda/raii.h"
 
 namespace conccl::exec {
@@ -25,8 +26,9 @@ PointerInfo queryPointer(const void* ptr) {
   PointerInfo info;
   CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                       CU_POINTER_ATTRIBUTE_IS_MANAGED,  CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                      CU_POINTER_ATTRIBUTE_RANGE_SIZE,  CU_POINTER_ATTRIBUTE_BUFFER_ID};
-  void* data[] = {&info.memoryType, &info.device, &info.managed, &info.base, &info.size, &info.bufferId};
+                                      CU_POINTER_ATTRIBUTE_RANGE_SIZE,  CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                      CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE};
+  void* data[] = {&info.memoryType, &info.device, &info.managed, &info.base, &info.size, &info.bufferId, &info.pool};
   // Unlike cuPointerGetAttribute, this does not fail for a pointer CUDA does not know: it leaves the values 0.
   CU_CHECK(driverApi().pointerGetAttributes(static_cast<unsigned int>(std::size(attributes)), attributes, data,
                                             reinterpret_cast<CUdeviceptr>(ptr)));
@@ -91,9 +93,25 @@ size_t IpcImportTable::size() {
 }
 
 namespace {
+// How long a close waits for a moment without pending deferred-call gates before it gives up and leaves the mapping
+// in place (a leak of address space, not of correctness).
+constexpr auto kUngatedWait = std::chrono::seconds(300);
+
 void closeMapping(void* base, int device) {
-  DeviceGuard guard(device);
-  cudaError_t err = cudaIpcCloseMemHandle(base);
+  // cudaIpcCloseMemHandle waits for the device holding a driver lock: never while a deferred call's gate is pending
+  // in this process (host_gated_work.h).
+  cudaError_t err = cudaSuccess;
+  const bool ran = HostGatedWork::instance().runUngated(
+      [&] {
+        DeviceGuard guard(device);
+        err = cudaIpcCloseMemHandle(base);
+      },
+      std::chrono::duration_cast<std::chrono::milliseconds>(kUngatedWait));
+  if (!ran) {
+    CONCCL_WARN(-1, device, "an IPC mapping of a peer's buffer was left open: deferred calls were pending for " +
+                                std::to_string(kUngatedWait.count()) + " s");
+    return;
+  }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     CONCCL_WARN(-1, device, std::string("cudaIpcCloseMemHandle failed: ") + cudaGetErrorString(err));
@@ -133,8 +151,9 @@ void IpcImportTable::closeLoop() {
     for (const PendingClose& p : batch) {
       const int device = p.key.device;
       // Wait for the device first, holding no driver lock: cudaIpcCloseMemHandle waits for the device itself, and
-      // while it does, other threads' CUDA calls on the device stall (seen with 3 processes sharing an H200, 2026-12-01). After
-      // this wait it finds the device (nearly) idle and returns at once.
+      // while it does, other threads' CUDA calls on the device stall (seen with 3 processes sharing an H200,
+      // 2026-12-01). After this wait it finds the device (nearly) idle and returns at once. The close itself runs
+      // only while no deferred call's gate is pending (closeMapping).
       {
         DeviceGuard guard(device);
         if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
