@@ -26,6 +26,7 @@
 //                calls return at once, the watchdog reports the failure on every rank, the streams drain.
 #include <conccl/conccl.h>
 #include <cuda_runtime_api.h>
+#include <execinfo.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -52,6 +53,18 @@
 #include "gpu/multiprocess/worker_util.h"
 
 namespace {
+
+// A worker that crashes prints where (offsets into the binary, for addr2line against the unstripped build), so that a
+// crash seen once on the GPU machine can be found without rerunning it under a debugger.
+void printBacktraceAndDie(int sig) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  const char header[] = "conccl_mp_worker: fatal signal, backtrace:\n";
+  (void)!write(STDERR_FILENO, header, sizeof(header) - 1);
+  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
 
 using conccl::test::Bytes;
 using conccl::test::Coll;
@@ -655,6 +668,7 @@ int main(int argc, char** argv) {
   // otherwise leaves its workers running for up to their own limits, on the GPU the next test uses (most likely why
   // a 4-process test missed its time limit right after such a kill on 2026-12-01; it passed alone and in a clean run).
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) std::signal(sig, printBacktraceAndDie);
 
   std::string scenario = argv[1];
   // Which path calls on ordinary buffers take is the scenario's choice, not the caller's environment: scenarios about

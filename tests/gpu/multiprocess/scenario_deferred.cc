@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/host_driver.h"  // callCollective, reference (header-only)
+#include "exec/executor.h"        // graphCacheReplays
 #include "gpu/multiprocess/worker_util.h"
 
 namespace conccl::mpworker {
@@ -82,7 +83,8 @@ struct AllToAllvCall {
 
 size_t uneven(int s, int d, size_t base) { return base + static_cast<size_t>((3 * s + 5 * d) % 7) * (base / 4 + 1); }
 
-std::unique_ptr<AllToAllvCall> prepareAllToAllv(size_t base, int rank, int nranks, cudaStream_t stream) {
+std::unique_ptr<AllToAllvCall> prepareAllToAllv(size_t base, int rank, int nranks, cudaStream_t stream,
+                                                BufKind kind = BufKind::kMalloc) {
   auto a = std::make_unique<AllToAllvCall>();
   size_t sendTotal = 0;
   for (int d = 0; d < nranks; ++d) {
@@ -99,8 +101,8 @@ std::unique_ptr<AllToAllvCall> prepareAllToAllv(size_t base, int rank, int nrank
       host[a->sendDispls[static_cast<size_t>(d)] + i] = static_cast<float>(rank * 65536 + static_cast<int>(i % 65536));
     }
   }
-  a->send = std::make_unique<Buf>(sendTotal * 4);
-  a->recv = std::make_unique<Buf>(a->recvTotal * 4);
+  a->send = std::make_unique<Buf>(sendTotal * 4, kind);
+  a->recv = std::make_unique<Buf>(a->recvTotal * 4, kind);
   cudaOk(cudaMemcpyAsync(a->send->p, host.data(), sendTotal * 4, cudaMemcpyHostToDevice, stream), "h2d");
   cudaOk(cudaMemsetAsync(a->recv->p, 0x5a, a->recvTotal * 4, stream), "memset");
   return a;
@@ -132,13 +134,13 @@ struct RingCall {
   size_t count = 0;
 };
 
-std::unique_ptr<RingCall> prepareRing(size_t count, int rank, cudaStream_t stream) {
+std::unique_ptr<RingCall> prepareRing(size_t count, int rank, cudaStream_t stream, BufKind kind = BufKind::kMalloc) {
   auto r = std::make_unique<RingCall>();
   r->count = count;
   std::vector<float> host(count);
   for (size_t i = 0; i < count; ++i) host[i] = static_cast<float>(rank * 4096 + static_cast<int>(i % 1024));
-  r->send = std::make_unique<Buf>(count * 4);
-  r->recv = std::make_unique<Buf>(count * 4);
+  r->send = std::make_unique<Buf>(count * 4, kind);
+  r->recv = std::make_unique<Buf>(count * 4, kind);
   cudaOk(cudaMemcpyAsync(r->send->p, host.data(), count * 4, cudaMemcpyHostToDevice, stream), "h2d");
   return r;
 }
@@ -197,18 +199,21 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
   auto record = [&](const std::string& what, const std::vector<double>& us) {
     const double p50 = percentile(us, 0.5), mx = percentile(us, 1.0);
     report += "\n  " + what + ": p50 " + std::to_string(p50).substr(0, 6) + " us, max " + std::to_string(mx).substr(0, 8) +
-              " us (" + std::to_string(us.size()) + " calls)";
+              " us (" + std::to_string(us.size()) + " calls:";
+    for (double u : us) report += " " + std::to_string(u).substr(0, 6);
+    // Which calls replayed a cached graph (exec/graph_cache.h) tells a slow replay from an uncached call.
+    report += "; graph replays so far " + std::to_string(exec::graphCacheReplays()) + ")";
     if (rank == 0 && p50 > limitUs) tooSlow = true;
   };
   uint64_t seed = 9000;
-  // AllReduce at 1 MiB, 64 MiB, 1 GiB: five calls each, on one buffer pair (the result of the last is checked).
+  // AllReduce at 1 MiB, 64 MiB, 1 GiB: nine calls each, on one buffer pair (the result of the last is checked).
   for (size_t bytes : {size_t{1} << 20, size_t{64} << 20, size_t{1} << 30}) {
     const size_t count = bytes / 4;
     Buf in(bytes), out(bytes);
     std::vector<float> host(count, static_cast<float>(rank + 1));
     cudaOk(cudaMemcpyAsync(in.p, host.data(), bytes, cudaMemcpyHostToDevice, stream), "h2d");
     syncBounded(stream, "inputs", 120);
-    const auto us = skewedRound(rank, 5, kDelayMs, [&](int) {
+    const auto us = skewedRound(rank, 9, kDelayMs, [&](int) {
       ok(concclAllReduce(in.p, out.p, count, concclFloat32, concclSum, comm, stream), comm, "AllReduce (skewed)");
     });
     cudaOk(cudaMemcpyAsync(host.data(), out.p, bytes, cudaMemcpyDeviceToHost, stream), "d2h");
@@ -336,36 +341,6 @@ void scenarioCrossOrder(concclComm_t comm, int rank, int nranks, cudaStream_t st
 
 namespace {
 
-// VMM memory as PyTorch's expandable segments map it: cuMemCreate + cuMemMap + cuMemSetAccess, no IPC handle type.
-struct VmmBuffer {
-  CUdeviceptr ptr = 0;
-  size_t bytes = 0;
-  CUmemGenericAllocationHandle handle = 0;
-  VmmBuffer(size_t want, int device) {
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = device;
-    size_t granularity = 0;
-    if (cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS) {
-      throw std::runtime_error("cuMemGetAllocationGranularity failed");
-    }
-    bytes = (want + granularity - 1) / granularity * granularity;
-    if (cuMemCreate(&handle, bytes, &prop, 0) != CUDA_SUCCESS) throw std::runtime_error("cuMemCreate failed");
-    if (cuMemAddressReserve(&ptr, bytes, 0, 0, 0) != CUDA_SUCCESS) throw std::runtime_error("cuMemAddressReserve");
-    if (cuMemMap(ptr, bytes, 0, handle, 0) != CUDA_SUCCESS) throw std::runtime_error("cuMemMap failed");
-    CUmemAccessDesc access{};
-    access.location = prop.location;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if (cuMemSetAccess(ptr, bytes, &access, 1) != CUDA_SUCCESS) throw std::runtime_error("cuMemSetAccess failed");
-  }
-  ~VmmBuffer() {
-    cuMemUnmap(ptr, bytes);
-    cuMemAddressFree(ptr, bytes);
-    cuMemRelease(handle);
-  }
-  void* p() const { return reinterpret_cast<void*>(ptr); }
-};
 
 }  // namespace
 
@@ -420,6 +395,17 @@ void scenarioMemoryKinds(concclComm_t comm, int rank, int nranks, cudaStream_t s
       }
       report += std::string(" ") + (kind == 0 ? "VMM" : "pool") + " " + std::to_string(bytes >> 20) + " MiB OK;";
     }
+  }
+  // AllToAllv (uneven) and a Send/Recv ring above the staging limit, on both kinds: through the receivers' scratch.
+  for (BufKind kind : {BufKind::kVmm, BufKind::kPool}) {
+    auto a2av = prepareAllToAllv((size_t{12} << 20) / 4 / static_cast<size_t>(nranks), rank, nranks, stream, kind);
+    auto ring = prepareRing((size_t{12} << 20) / 4, rank, stream, kind);
+    syncBounded(stream, "inputs", 120);
+    ok(callAllToAllv(*a2av, comm, stream), comm, "AllToAllv");
+    ok(callRing(*ring, rank, nranks, comm, stream), comm, "Send/Recv ring");
+    checkAllToAllv(*a2av, nranks, stream);
+    checkRing(*ring, rank, nranks, stream);
+    report += std::string(" ") + bufKindName(kind) + " AllToAllv + Send/Recv 12 MiB OK;";
   }
   std::fprintf(stderr, "rank %d: every collective on memory CUDA IPC cannot share:%s\n", rank, report.c_str());
 }
