@@ -29,6 +29,7 @@ build/install-consumer/conccl_consumer
 build/install-consumer/conccl_consumer_static
 if [ -x build/install-consumer/conccl_ops_consumer ]; then build/install-consumer/conccl_ops_consumer; fi
 python3 tests/docs/check_links.py  # relative links in README, CHANGELOG, docs/
+python3 tests/docs/check_layers.py  # no include runs up the layers (README, "How it is built")
 # ---------------------------------------------------------------------------------------------------------------
 # Python package (issue 26, docs/pytorch.md): `pip install .` into a venv (scikit-build-core runs this CMake with
 # CONCCL_PYTHON_PACKAGE=ON: libconccl, libconccl_nccl and libconccl_ops only), then tests/python (no torch, no GPU).

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/comm.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::api {
 

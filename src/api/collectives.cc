@@ -10,7 +10,7 @@
 
 #include "api/api_guard.h"
 #include "core/group.h"
-#include "core/types.h"
+#include "base/types.h"
 #include "sched/schedule.h"
 
 namespace conccl::api {

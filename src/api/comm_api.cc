@@ -5,7 +5,7 @@
 #include "api/api_guard.h"
 #include "core/bootstrap.h"
 #include "core/group.h"
-#include "core/logging.h"
+#include "base/logging.h"
 
 namespace conccl::api {
 namespace {

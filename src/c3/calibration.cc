@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "c3/text_file.h"
-#include "core/error.h"
+#include "base/error.h"
 
 #if __has_include(<nlohmann/json.hpp>)
 #include <nlohmann/json.hpp>

@@ -3,7 +3,7 @@
 #include <numeric>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/tuned_defaults.h"
 #include "exec/call_path.h"
 #include "sched/schedule.h"

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "c3/metrics.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::c3 {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "c3/planner.h"
 #include "c3/text_file.h"
-#include "core/error.h"
+#include "base/error.h"
 
 #if __has_include(<nlohmann/json.hpp>)
 #include <nlohmann/json.hpp>

@@ -3,7 +3,7 @@
 #include <cctype>
 #include <set>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::c3 {
 namespace {

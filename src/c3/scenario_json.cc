@@ -2,7 +2,7 @@
 // it still links: the functions then throw concclNotSupported.
 #include "c3/scenario.h"
 #include "c3/text_file.h"
-#include "core/error.h"
+#include "base/error.h"
 
 #if __has_include(<nlohmann/json.hpp>)
 #include <nlohmann/json.hpp>

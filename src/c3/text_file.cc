@@ -3,7 +3,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::c3 {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::c3 {
 namespace {

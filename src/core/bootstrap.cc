@@ -15,9 +15,9 @@
 #include <thread>
 
 #include "core/bootstrap_wire.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/keyed_hash.h"
-#include "core/logging.h"
+#include "base/logging.h"
 
 namespace conccl {
 namespace {

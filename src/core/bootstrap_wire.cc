@@ -8,7 +8,7 @@
 #include <climits>
 #include <new>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::wire {
 

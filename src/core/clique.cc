@@ -5,7 +5,7 @@
 #include <atomic>
 #include <string>
 
-#include "core/types.h"
+#include "base/types.h"
 
 namespace conccl {
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "exec/executor.h"
 #include "sched/schedule.h"
 

@@ -2,10 +2,10 @@
 
 #include <set>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/bootstrap.h"
 #include "core/local_clique.h"
-#include "core/logging.h"
+#include "base/logging.h"
 #include "core/process_clique.h"
 #include "core/tuned_defaults.h"
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <strings.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/tuned_defaults.h"
 
 namespace conccl {

@@ -1,91 +1,14 @@
-// The communicator configuration after the caller's struct, environment variables and defaults have been
-// merged (see the table in conccl.h). Every later layer reads this, never the environment.
+// How a communicator's Config is made from the caller's struct, the environment and the defaults, and written back
+// into the public struct. The struct itself is base/config.h (the executors read it).
 #pragma once
 
 #include <conccl/conccl.h>
 
-#include <cstddef>
 #include <functional>
 
+#include "base/config.h"
+
 namespace conccl {
-
-// smBudget's default when neither it nor reduceCtas is given: the most CTAs the auto reduction takes. The number is a
-// configuration default, so it lives here (core) rather than in exec/kernel_limits.h, which describes the kernels and
-// sits above core; exec/call_path.cc asserts that exec::kAutoReduceMaxCtas equals it, so the two cannot drift apart.
-inline constexpr int kDefaultSmBudget = 8;
-
-struct Config {
-  concclBackend_t backend = concclBackendHost;
-  concclEngine_t engine = concclEngineAuto;
-  int reduceCtas = 0;  // 0: auto, from the size of each reduction (exec/cuda/copy_engine_program.h)
-  int lanes = 2;
-  size_t scratchBytes = size_t{64} << 20;
-  int timeoutMs = 300000;
-  size_t smallMessageBytes = size_t{64} << 10;
-  // conccl's kernels at the greatest stream priority (conccl.h explains why this is the default).
-  bool highPriority = true;
-  // The most SMs (CTAs) any kernel of a call may use; resolved, never 0 (default: reduceCtas if set, else
-  // kDefaultSmBudget, the auto reduction's maximum).
-  int smBudget = kDefaultSmBudget;
-  // Tuning knobs without a config field (environment only; README table), defaults per GPU count from
-  // core/tuned_defaults.h (these are its 2-GPU row, from the sweep of 2026-11-30,
-  // docs/results/2026-11-30-h200-x2-sweep-peer-reduce-c3/):
-  // programs that copy at most singleStreamBytes run every op on the caller's stream (lanes cost fork/join calls that
-  // small programs do not win back); reduction pipelines cut a share into pieces of at least minChunkBytes (each
-  // piece costs ~3-6 CUDA calls per rank, which 512 KiB - 2 MiB pieces did not win back below 16 MiB), at most what
-  // the scratch allows at pipelineDepth slots per peer.
-  size_t singleStreamBytes = size_t{4} << 20;
-  size_t minChunkBytes = size_t{8} << 20;
-  int pipelineDepth = 2;
-  // How long a rank's thread spins for its peers before it blocks on the clique's condition variable
-  // (LocalClique::spinUntilReady; CONCCL_RENDEZVOUS_SPIN_US, 0 = block at once).
-  int rendezvousSpinUs = 50;
-  // Eager copy-engine calls whose shape (schedule + buffers) repeats run as one cached CUDA graph per rank
-  // (exec/cuda/graph_cache.h): at most this many shapes per rank; 0 = off (CONCCL_GRAPH_CACHE).
-  size_t graphCacheEntries = 64;
-  // Ranks in separate processes stage a call through their peers' scratch (sched::CollectiveCall::peerScratchOnly) when
-  // its largest buffer is at most this many bytes: the call then launches without waiting on the host for the peers
-  // (whose buffer addresses it no longer needs), at the price of one local copy of what a rank receives; 0 = never
-  // (CONCCL_STAGED_MAX_BYTES). Must agree across the processes of a communicator (checked at init).
-  size_t stagedMaxBytes = size_t{8} << 20;
-  // Ranks in separate processes never wait on the host for their peers: a call whose peers have not made it yet is
-  // finished by the communicator's proxy thread while the caller's stream waits on the GPU (ProcessClique, "Deferred
-  // calls"). CONCCL_DEFER_CALLS=0 makes such calls wait on the caller's thread instead (the blocking form).
-  bool deferCalls = true;
-  // Symmetric and staged calls (no peer address needed) whose program is long (a staged 1 MiB AllReduce: dozens of
-  // ops, one CUDA call each) are handed to the proxy thread to enqueue, like deferred calls, so that the caller pays
-  // the gate's two CUDA calls instead (CONCCL_DEFER_LONG_LAUNCHES=1). Off by default: with it on, PyTorch's
-  // collectives through the NCCL drop-in hung on one H200 (2026-12-02, cause not found), while the C++ suite passed.
-  bool deferLongLaunches = false;
-  // Ranks of one process called from a thread each (a group per call posting only that rank) may stage such calls
-  // too and launch them at once instead of waiting for the peers' threads (LocalClique::post). CONCCL_THREAD_STAGED:
-  // 0 (default, until it is measured across GPUs: docs/cuda-executor.md, "Thread-per-rank staged calls") = never;
-  // 1 = when every rank has a GPU of its own. 2 (tests only, through ConfigTestHook; the host backend's CPU tests and
-  // ranks sharing one GPU) = also when ranks share a GPU or run on the host backend: there the ranks' streams must
-  // first have been used by a grouped call (their hardware queues claimed together, Hazard 4), and such calls never
-  // use the graph cache (exec::CallBinding::eagerOnly).
-  int threadStaged = 0;
-  // The knobs of core/tuned_defaults.h (lanes, singleStreamBytes, minChunkBytes, smallMessageBytes) that the caller's
-  // struct or the environment set (TunedKnob bits); the others take the row for the communicator's GPU count once its
-  // devices are known (applyTunedDefaults). The values above are that table's 2-GPU row until then.
-  unsigned explicitKnobs = 0;
-
-  // Test-only switches: never read from the environment or concclConfig_t, set only through ConfigTestHook (below).
-  // Each turns off a fix or a design choice, to reproduce what it prevents or to check that both forms agree.
-  //
-  // Reductions read the peers' inputs where they lie when every GPU pair has peer access (sched::emitPullReduce);
-  // false keeps the copy-engine exchange into scratch everywhere (the form used anyway without peer access).
-  bool peerReduce = true;
-  // A rank's calls on different caller streams run in call order (CudaExecutor::orderAfterPreviousCall); false only
-  // reproduces two calls of a rank running at once on the GPU (docs/cuda-executor.md, Hazard 6).
-  bool callOrder = true;
-  // Every stream's first use is claimed one at a time (exec/cuda/queue_claim.h); false only reproduces the shared-GPU
-  // hardware-queue deadlock (docs/cuda-executor.md, Hazard 4).
-  bool queueClaim = true;
-  // Only programs whose part of the call (Schedule::workBytes) is at most this are graph-cached; 0 = no limit. For
-  // comparing cache policies (e.g. single-stream programs only).
-  size_t graphCacheMaxBytes = 0;
-};
 
 // Merges `user` (may be null), the CONCCL_* environment variables and the defaults. `cudaAvailable`
 // decides the default backend. Throws Error(concclInvalidArgument) for a bad struct or value, naming the

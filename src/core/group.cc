@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "core/comm.h"
-#include "core/error.h"
-#include "core/logging.h"
+#include "base/error.h"
+#include "base/logging.h"
 
 namespace conccl {
 namespace {

@@ -4,8 +4,8 @@
 #include <set>
 #include <sstream>
 
-#include "core/logging.h"
-#include "core/types.h"
+#include "base/logging.h"
+#include "base/types.h"
 
 namespace conccl {
 

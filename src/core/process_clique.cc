@@ -16,9 +16,9 @@
 #include <thread>
 #include <variant>
 
-#include "core/logging.h"
+#include "base/logging.h"
 #include "core/tuned_defaults.h"
-#include "core/types.h"
+#include "base/types.h"
 
 namespace conccl {
 

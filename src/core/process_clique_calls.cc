@@ -16,8 +16,8 @@
 #include <thread>
 #include <variant>
 
-#include "core/logging.h"
-#include "core/types.h"
+#include "base/logging.h"
+#include "base/types.h"
 
 namespace conccl {
 

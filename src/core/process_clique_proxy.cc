@@ -21,7 +21,7 @@
 #include <string>
 #include <utility>
 
-#include "core/logging.h"
+#include "base/logging.h"
 #include "core/process_clique.h"
 #include "core/process_segment.h"
 

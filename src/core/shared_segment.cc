@@ -9,7 +9,7 @@
 #include <cstring>
 #include <utility>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl {
 namespace {

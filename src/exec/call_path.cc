@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <variant>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "core/types.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/types.h"
 
 namespace conccl::exec {
 

@@ -1,7 +1,7 @@
 // Defaults of the multi-process part of the Executor interface: only the CUDA process executor implements it.
 #include "exec/executor.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::exec {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "sched/schedule.h"
 
 namespace conccl::exec {

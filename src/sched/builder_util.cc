@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::sched::detail {
 

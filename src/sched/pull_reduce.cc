@@ -19,7 +19,7 @@
 #include <algorithm>
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "sched/builder_util.h"
 
 namespace conccl::sched::detail {

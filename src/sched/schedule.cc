@@ -7,8 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "core/error.h"
-#include "core/types.h"
+#include "base/error.h"
+#include "base/types.h"
 #include "sched/builder_util.h"
 
 namespace conccl::sched {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "exec/cuda/reduce_kernel.h"
 #include "exec/executor.h"
 #include "exec/host/host_reduce.h"

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "core/bootstrap.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/keyed_hash.h"
 
 namespace conccl {

@@ -9,7 +9,7 @@
 #include <variant>
 #include <vector>
 
-#include "core/types.h"
+#include "base/types.h"
 #include "exec/call_path.h"
 #include "sched/schedule.h"
 #include "test_sched_util.h"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/clique.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/shared_segment.h"
 
 namespace conccl {

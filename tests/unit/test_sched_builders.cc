@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "test_sched_util.h"
 
 namespace conccl::sched::testing {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "test_sched_util.h"
 
 namespace conccl::sched::testing {

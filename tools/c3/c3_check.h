@@ -7,7 +7,7 @@
 #include <conccl/conccl.h>
 #include <cublasLt.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/raii.h"
 

@@ -1,6 +1,6 @@
 #include "c3_options.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::c3 {
 

@@ -15,7 +15,7 @@
 #include "c3/calibration.h"
 #include "c3/report.h"
 #include "c3_options.h"
-#include "core/error.h"
+#include "base/error.h"
 
 #ifdef CONCCL_HAVE_CUDA
 #include "gpu_runner.h"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "check_cuda.h"
-#include "core/types.h"
+#include "base/types.h"
 #include "exec/cuda/reduce_kernel.h"
 #include "exec/cuda/reduce_kernel_impl.cuh"
 #include "bulk_store_reduce.cuh"

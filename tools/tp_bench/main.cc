@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "tp_options.h"
 #include "tp_report.h"
 #include "tp_runner.h"

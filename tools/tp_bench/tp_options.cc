@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::tp {
 

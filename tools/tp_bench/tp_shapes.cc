@@ -3,7 +3,7 @@
 #include <charconv>
 #include <sstream>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::tp {
 

@@ -5,11 +5,11 @@
 #include <string>
 #include <variant>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "exec/call_path.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
-#include "core/types.h"
+#include "base/types.h"
 #include "exec/cuda/reduce_kernel.h"
 
 namespace conccl::exec {

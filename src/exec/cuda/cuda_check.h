@@ -10,7 +10,7 @@
 #include <cuda.h>  // types only (CUresult): the driver is reached through driver_api.h, never linked
 #include <cuda_runtime_api.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::exec::detail {
 

@@ -29,9 +29,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "core/logging.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/logging.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/graph_cache.h"

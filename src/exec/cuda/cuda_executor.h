@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "exec/cuda/copy_engine_program.h"
 #include "exec/cuda/deferred_launch.h"
 #include "exec/cuda/ipc_import_table.h"

@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
-#include "core/logging.h"
+#include "base/error.h"
+#include "base/logging.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_executor.h"
 #include "exec/cuda/driver_api.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "exec/call_path.h"
 #include "exec/call_shape_cache.h"
 #include "exec/cuda/copy_engine_program.h"

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <thread>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/host_gated_work.h"

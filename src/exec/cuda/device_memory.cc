@@ -1,7 +1,7 @@
 // Device queries and allocations the API needs outside an executor (concclCommInitRank, concclMemAlloc).
 #include <cuda_runtime_api.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/executor.h"
 

@@ -5,7 +5,7 @@
 #include <mutex>
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "exec/cuda/cuda_check.h"
 
 namespace conccl::exec {

@@ -6,8 +6,8 @@
 #include <atomic>
 #include <string>
 
-#include "core/error.h"
-#include "core/logging.h"
+#include "base/error.h"
+#include "base/logging.h"
 #include "exec/cuda/copy_engine_program.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"

@@ -1,7 +1,7 @@
 // See host_gated_work.h.
 #include "exec/cuda/host_gated_work.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::exec {
 

@@ -6,8 +6,8 @@
 #include <iterator>
 #include <thread>
 
-#include "core/error.h"
-#include "core/logging.h"
+#include "base/error.h"
+#include "base/logging.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/host_gated_work.h"

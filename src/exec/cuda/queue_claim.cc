@@ -4,7 +4,7 @@
 
 #include <atomic>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 

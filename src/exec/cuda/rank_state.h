@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "exec/cuda/graph_cache.h"
 #include "exec/cuda/raii.h"
 #include "exec/cuda/small_program_kernel.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <type_traits>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/reduce_kernel.h"
 #include "exec/cuda/reduce_kernel_impl.cuh"

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/reduce_kernel.h"
 #include "exec/cuda/reduce_ops.cuh"

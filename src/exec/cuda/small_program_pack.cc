@@ -3,7 +3,7 @@
 
 #include <variant>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::exec {
 namespace {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::exec {
 

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "c3/calibration.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::c3 {
 namespace {

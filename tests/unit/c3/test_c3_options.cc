@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "c3_options.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::c3 {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "c3/call_resources.h"
 #include "c3/planner.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::c3 {
 namespace {

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "c3/scenario.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::c3 {
 namespace {

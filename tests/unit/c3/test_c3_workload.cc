@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "c3/workload.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace conccl::c3 {
 namespace {

@@ -1,7 +1,7 @@
 // conccl-tp-bench's option parsing and selections (tools/tp_bench/tp_options.h).
 #include <gtest/gtest.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "tp_options.h"
 
 namespace conccl::tp {

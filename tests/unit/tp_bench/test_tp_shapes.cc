@@ -1,7 +1,7 @@
 // conccl-tp-bench's shape table (tools/tp_bench/tp_shapes.h).
 #include <gtest/gtest.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "tp_shapes.h"
 
 namespace conccl::tp {
