@@ -42,8 +42,16 @@ if [ -n "$WHEEL" ] && [ -f "$WHEEL" ]; then
   say "package: python/ of this tree, libraries of $WHEEL"
 else
   export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
-  export CONCCL_LIB_DIR="${CONCCL_LIB_DIR:-$root/gpu-stage/lib}"
-  say "package: $root/python with CONCCL_LIB_DIR=$CONCCL_LIB_DIR (no wheel in build-wheel/)"
+  staged="${CONCCL_LIB_DIR:-$root/gpu-stage/lib}"
+  # scripts/gpu-build.sh stages libconccl.so.0 and libconccl_ops.so.0; the package looks for the unversioned names.
+  mkdir -p "$work/lib"
+  for f in "$staged"/*.so "$staged"/*.so.0; do
+    [ -e "$f" ] || continue
+    ln -sf "$f" "$work/lib/$(basename "$f")"
+    case "$f" in *.so.0) ln -sf "$f" "$work/lib/$(basename "$f" .0)" ;; esac
+  done
+  export CONCCL_LIB_DIR="$work/lib"
+  say "package: $root/python with the libraries of $staged (no wheel in build-wheel/)"
 fi
 G="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
 say "date: $(date -u +%FT%TZ)  GPUs: $G  $(git -C "$root" log --oneline -1 2>/dev/null)"
