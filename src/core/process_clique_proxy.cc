@@ -43,10 +43,8 @@ bool ProcessClique::usesPoolMemory(const RankArgs& mine) const {
     }
     return false;
   }
-  for (const void* p : {mine.sendbuff, static_cast<const void*>(mine.recvbuff)}) {
-    if (p != nullptr && executor_->isPoolMemory(rank_, p)) return true;
-  }
-  return false;
+  if (mine.sendbuff != nullptr && executor_->isPoolMemory(rank_, mine.sendbuff)) return true;
+  return mine.recvbuff != nullptr && mine.recvbuff != mine.sendbuff && executor_->isPoolMemory(rank_, mine.recvbuff);
 }
 
 bool ProcessClique::proxyBusy() {

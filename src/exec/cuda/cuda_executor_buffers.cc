@@ -73,8 +73,13 @@ BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes,
 }
 
 bool CudaExecutor::isPoolMemory(int rank, const void* ptr) const {
+  // One attribute, asked on every deferrable call (ProcessClique::usesPoolMemory): not queryPointer's six.
   DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
-  return queryPointer(ptr).pool != nullptr;
+  CUpointer_attribute attribute = CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE;
+  CUmemoryPool pool = nullptr;
+  void* data[] = {&pool};
+  CU_CHECK(driverApi().pointerGetAttributes(1, &attribute, data, reinterpret_cast<CUdeviceptr>(ptr)));
+  return pool != nullptr;
 }
 
 std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void* ptr, size_t bytes,

@@ -49,9 +49,4 @@ bool HostGatedWork::runUngated(const std::function<void()>& fn, std::chrono::mil
   return true;
 }
 
-size_t HostGatedWork::pending() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return pending_;
-}
-
 }  // namespace conccl::exec

@@ -28,8 +28,6 @@ class HostGatedWork {
   // Runs `fn` at a moment when no gate is pending, holding new ones off until it returns. Waits at most `limit`
   // for such a moment; false (and `fn` not run) if none came.
   bool runUngated(const std::function<void()>& fn, std::chrono::milliseconds limit);
-  // Gates pending now (tests).
-  size_t pending();
 
  private:
   std::mutex mutex_;

@@ -28,7 +28,6 @@ struct PointerInfo {
   CUdeviceptr base = 0;  // allocation range (0 when the driver does not know it, e.g. some pool allocators)
   size_t size = 0;
   unsigned long long bufferId = 0;  // unique per allocation for the life of the process
-  CUmemoryPool pool = nullptr;      // the cudaMallocAsync pool the memory belongs to, if any
 };
 
 PointerInfo queryPointer(const void* ptr);
