@@ -48,14 +48,21 @@ struct Config {
   // (whose buffer addresses it no longer needs), at the price of one local copy of what a rank receives; 0 = never
   // (CONCCL_STAGED_MAX_BYTES). Must agree across the processes of a communicator (checked at init).
   size_t stagedMaxBytes = size_t{8} << 20;
-  // Ranks in separate processes never wait on the host for their peers: a call whose peers have not made it yet is
+  // A call across processes whose peers have not all made it within rendezvousSpinUs of this rank is run staged
+  // through the peers' scratch (as a staged call: no peer address needed) and launched at once, on the caller's thread
+  // and stream; every rank of the call takes the same route, agreed through the shared segment (ProcessClique, "Late
+  // peers"). 0 = such calls wait on the host for their peers (CONCCL_STAGE_LATE_CALLS). Concerns every collective but
+  // AllToAllv; Send/Recv and AllToAllv wait for their peers (or are deferred: deferCalls). Must agree across the
+  // processes of a communicator (checked at init).
+  bool stageLateCalls = true;
+  // Calls that would wait on the host for their peers (Send/Recv, AllToAllv, and every call after one of them) are
   // finished by the communicator's proxy thread while the caller's stream waits on the GPU (ProcessClique, "Deferred
-  // calls"). CONCCL_DEFER_CALLS=0 makes such calls wait on the caller's thread instead (the blocking form).
-  bool deferCalls = true;
-  // Symmetric and staged calls (no peer address needed) whose program is long (a staged 1 MiB AllReduce: dozens of
-  // ops, one CUDA call each) are handed to the proxy thread to enqueue, like deferred calls, so that the caller pays
-  // the gate's two CUDA calls instead (CONCCL_DEFER_LONG_LAUNCHES=1). Off by default: with it on, PyTorch's
-  // collectives through the NCCL drop-in hung on one H200 (2026-12-02, cause not found), while the C++ suite passed.
+  // calls"); CONCCL_DEFER_CALLS=1. Off by default: work enqueued after the call returned sits behind whatever the
+  // program enqueued or does meanwhile, and on one H200 (2026-12-02) every deferred call deadlocked once PyTorch made
+  // other streams wait on the caller's (tests/torch/stream_waits.py), with 8 or 32 hardware queues.
+  bool deferCalls = false;
+  // With deferCalls: symmetric and staged calls whose program is long are handed to the proxy thread to enqueue too,
+  // so that the caller pays the gate's two CUDA calls instead (CONCCL_DEFER_LONG_LAUNCHES=1). Off by default.
   bool deferLongLaunches = false;
   // Ranks of one process called from a thread each (a group per call posting only that rank) may stage such calls
   // too and launch them at once instead of waiting for the peers' threads (LocalClique::post). CONCCL_THREAD_STAGED:

@@ -62,4 +62,11 @@ void logMessage(LogLevel level, int rank, int device, const std::string& message
   std::fflush(s.file);
 }
 
+std::string addressText(const void* p) {
+  if (p == nullptr) return "null";
+  char text[2 + 2 * sizeof(void*) + 1];
+  std::snprintf(text, sizeof(text), "%p", p);
+  return text;
+}
+
 }  // namespace conccl

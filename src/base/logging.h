@@ -11,6 +11,8 @@ enum class LogLevel { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
 LogLevel logLevel();
 // rank/device < 0: not known (printed as '-').
 void logMessage(LogLevel level, int rank, int device, const std::string& message);
+// "0x7f..." (or "null"): names a stream, event or buffer in a log line.
+std::string addressText(const void* p);
 
 }  // namespace conccl
 

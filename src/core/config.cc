@@ -126,6 +126,7 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
   if (envInt("CONCCL_STAGED_MAX_BYTES", 0, LLONG_MAX, &v)) config.stagedMaxBytes = static_cast<size_t>(v);
   if (envInt("CONCCL_THREAD_STAGED", 0, 1, &v)) config.threadStaged = static_cast<int>(v);
   if (envInt("CONCCL_DEFER_CALLS", 0, 1, &v)) config.deferCalls = v != 0;
+  if (envInt("CONCCL_STAGE_LATE_CALLS", 0, 1, &v)) config.stageLateCalls = v != 0;
   if (envInt("CONCCL_DEFER_LONG_LAUNCHES", 0, 1, &v)) config.deferLongLaunches = v != 0;
 
   if (user != nullptr) applyUserFields(*user, config, &smBudget);

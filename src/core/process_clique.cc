@@ -32,7 +32,8 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
   layout_ = std::make_unique<Layout>(nranks, slots);
   const std::string shmName = "/conccl-" + tag_;
 
-  HelloPayload hello{device, config.lanes, config.scratchBytes, slots, 0, config.minChunkBytes, config.stagedMaxBytes};
+  HelloPayload hello{device, config.lanes, config.scratchBytes, slots, config.stageLateCalls ? 1 : 0,
+                     config.minChunkBytes, config.stagedMaxBytes};
   std::string payload(sizeof(hello), '\0');
   std::memcpy(payload.data(), &hello, sizeof(hello));
   auto boot = Bootstrap::connect(id, rank, nranks, payload, timeout);
@@ -49,17 +50,19 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
     std::memcpy(&h, boot->payloads()[static_cast<size_t>(r)].data(), sizeof(h));
     devices[static_cast<size_t>(r)] = h.device;
     if (h.lanes != hello.lanes || h.scratchBytes != hello.scratchBytes || h.pipelineSlots != hello.pipelineSlots ||
-        h.minChunkBytes != hello.minChunkBytes || h.stagedMaxBytes != hello.stagedMaxBytes) {
+        h.minChunkBytes != hello.minChunkBytes || h.stagedMaxBytes != hello.stagedMaxBytes ||
+        h.stageLateCalls != hello.stageLateCalls) {
       auto describe = [](int who, const HelloPayload& x) {
         return "rank " + std::to_string(who) + " has lanes " + std::to_string(x.lanes) + ", scratchBytes " +
                std::to_string(x.scratchBytes) + ", pipeline flags " + std::to_string(x.pipelineSlots) +
                ", minChunkBytes " + std::to_string(x.minChunkBytes) + ", stagedMaxBytes " +
-               std::to_string(x.stagedMaxBytes);
+               std::to_string(x.stagedMaxBytes) + ", stageLateCalls " + std::to_string(x.stageLateCalls);
       };
       CONCCL_THROW(concclInvalidUsage, "ranks disagree on the configuration: " + describe(rank, hello) + ", " +
                                            describe(r, h) +
                                            " (set CONCCL_LANES, CONCCL_SCRATCH_BYTES, CONCCL_PIPELINE_DEPTH, "
-                                           "CONCCL_MIN_CHUNK_BYTES and CONCCL_STAGED_MAX_BYTES alike everywhere)");
+                                           "CONCCL_MIN_CHUNK_BYTES, CONCCL_STAGED_MAX_BYTES and CONCCL_STAGE_LATE_CALLS alike "
+                                           "everywhere)");
     }
   }
 

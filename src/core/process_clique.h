@@ -117,6 +117,14 @@ class ProcessClique final : public Clique {
   void startWatchdog();
   void stopWatchdog();
   void watchdogLoop();
+  // Whether the oldest unmatched call (`what`, launched at `launched`) can no longer be matched: a peer of
+  // `waitingFor` departed or died (checked when `checkLiveness`), or the timeout has passed. code concclSuccess: not yet.
+  struct Stall {
+    concclResult_t code = concclSuccess;
+    std::string reason;
+  };
+  Stall stallOf(const std::vector<int>& waitingFor, const std::string& what, std::chrono::steady_clock::time_point launched,
+                std::chrono::steady_clock::time_point now, bool checkLiveness) const;
 
   WindowRef findWindow(const void* ptr, size_t bytes) const;
   // rank `peer`'s buffer at `ref`, `bytes` long; nullptr if that would leave the peer's window.
@@ -184,6 +192,8 @@ class ProcessClique final : public Clique {
     // scratch. This rank then knows the call is staged without hearing from its peers, and launches it at once as a
     // staged symmetric call; a peer with shareable memory learns it from this rank's entry (PeerParts).
     bool unshareable = false;
+    // The call's agreed route is staged (Config::stageLateCalls: a peer was late), whatever its size.
+    bool stagedLate = false;
   };
   struct DeferredItem {
     CallTicket ticket;
@@ -199,7 +209,26 @@ class ProcessClique final : public Clique {
     std::vector<WindowRef> windows;           // [2 * rank + buffer]
     bool launchedEarly = false;               // some peer launched symmetrically: its work cannot be taken back
     bool anyUnshareable = false;              // some peer's buffers cannot be mapped: stage the call
+    bool routeStaged = false;                 // the agreed route (Config::stageLateCalls) is staged
   };
+  // Late peers (Config::stageLateCalls). The route of one call (SegmentHeader::routes): direct (each rank maps its
+  // peers' buffers) or staged through the peers' scratch (no peer address needed: launched at once).
+  enum class Route : uint32_t { kUndecided = 0, kDirect = 1, kStaged = 2 };
+  // Whether call `mine` takes an agreed route at all: every collective and AllToAllv that is not staged by size
+  // already (Send/Recv groups are matched pair by pair instead, and wait for their partners).
+  bool routed(const RankArgs& mine, const OwnPart& own) const;
+  // The AllToAllv arguments of `peer` as far as this rank's staged program needs them (trySymmetric).
+  RankArgs allToAllvMirror(const RankArgs& mine, int peer) const;
+  // A staged AllToAllv takes the copy-engine path on every rank (the path would otherwise depend on every rank's
+  // sizes, which a rank that launches early does not know).
+  void pinCopyEnginePath(PendingCall& pending) const;
+  // The route of call seq once some rank claimed it, else kUndecided.
+  Route routeOf(uint64_t seq) const;
+  // Claims `choice` for call seq unless a rank claimed first; returns the route that holds.
+  Route claimRoute(uint64_t seq, Route choice);
+  // After publishing a routed call that is not symmetric: direct if every peer publishes within
+  // Config::rendezvousSpinUs (or a peer claimed it), else staged.
+  Route decideRoute(uint64_t seq);
   // Whether a call with these arguments goes through the peers' scratch (sched::CollectiveCall::peerScratchOnly): up
   // to Config::stagedMaxBytes in its largest buffer, every collective but AllToAllv. A function of arguments every rank
   // agrees on and of the configuration checked at init, so every process decides alike.
@@ -234,13 +263,24 @@ class ProcessClique final : public Clique {
     std::vector<bool> viaScratch;
     std::optional<Error> error;
   };
-  OwnP2P checkOwnP2P(const RankArgs& mine) const;
+  // `stageAll` (Config::stageLateCalls): every Recv from another process goes through this rank's scratch, so its
+  // buffer is checked, not exported.
+  OwnP2P checkOwnP2P(const RankArgs& mine, bool stageAll) const;
   // Publishes a record per op with another process in the pair's ring; returns each op's index in its ring.
   std::vector<uint64_t> publishP2P(const CallTicket& ticket, const RankArgs& mine, const OwnP2P& own);
   // Reads the partners' records in the same order into their mirrors ([peer]: the ops it shares with this rank, and
   // the address this rank writes for each of its Sends). Fails the communicator on the first error of either side.
   std::vector<RankArgs> readP2PPartners(const CallTicket& ticket, const RankArgs& mine,
                                         const std::vector<uint64_t>& pairIndex, const std::optional<Error>& ownError);
+  // Late partners (Config::stageLateCalls): every op with another process goes through the receiver's scratch, so
+  // this rank's program follows from its own ops. The partners' mirrors are built from them (each partner is assumed
+  // to post the matching op with the same size) and each op's check against the partner's record is queued for the
+  // watchdog (unmatchedP2P_), which consumes the records as they arrive.
+  std::vector<RankArgs> mirrorP2PPartners(const CallTicket& ticket, const RankArgs& mine,
+                                          const std::vector<uint64_t>& pairIndex);
+  // Checks the queued ops whose partner record has arrived (in ring order per pair); fails the communicator on a
+  // mismatch. True when none is left. Needs matchMutex_.
+  bool matchP2PLocked();
   // The call of this rank's ops and the partners' mirrors, and its schedule (copy-engine path on every rank).
   void buildP2PCall(PendingCall& pending, const CallTicket& ticket, std::vector<RankArgs> mirrors);
   // Drops the mapping of a peer allocation the peer has retired, unless a window still holds it.
@@ -276,6 +316,16 @@ class ProcessClique final : public Clique {
   std::mutex matchMutex_;  // unmatched_, stopWatchdog_; taken before mutex_ (fail) when both are needed
   std::condition_variable matchCv_;
   std::deque<Unmatched> unmatched_;
+  // A Send or Recv launched before its partner posted it (mirrorP2PPartners): the partner's record k is checked later.
+  struct UnmatchedP2P {
+    int peer = 0;
+    bool isSend = false;
+    uint64_t k = 0;
+    uint64_t bytes = 0;
+    std::chrono::steady_clock::time_point launched;
+    std::string what;
+  };
+  std::deque<UnmatchedP2P> unmatchedP2P_;
   std::vector<std::pair<int, uint64_t>> retiredFromPeers_;  // (peer, allocation id) read by matchPublishedLocked
   bool stopWatchdog_ = false;
   std::thread watchdog_;  // started by the first symmetric call

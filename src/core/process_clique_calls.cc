@@ -29,11 +29,18 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     finishCall(ticket);
     return;
   }
-  // Calls that always wait for their peers' arguments, and every call behind a deferred one (calls launch in order).
-  if (proxyBusy() || mine.kind == sched::CollKind::kSendRecv || mine.kind == sched::CollKind::kAllToAllv ||
-      !slotFreeNow(ticket.call->seq)) {
+  // Calls that always wait for their peers' arguments (unless late calls are staged: then a Send/Recv group launches
+  // at once, and an AllToAllv is routed like any collective), and every call behind a deferred one (calls launch in
+  // order).
+  const bool waitsForPeers = !config_.stageLateCalls && (mine.kind == sched::CollKind::kSendRecv ||
+                                                         mine.kind == sched::CollKind::kAllToAllv);
+  if (proxyBusy() || waitsForPeers || !slotFreeNow(ticket.call->seq)) {
     if (deferToProxy(ticket, std::nullopt)) return;
     waitForProxyIdle(ticket.what);
+    finishCall(ticket);
+    return;
+  }
+  if (mine.kind == sched::CollKind::kSendRecv) {
     finishCall(ticket);
     return;
   }
@@ -68,11 +75,34 @@ std::optional<ProcessClique::OwnPart> ProcessClique::checkAndPublish(CallTicket&
   PendingCall& pending = *ticket.call;
   // 1. This rank's own checks and exports, before the peers hear of the call: an error is published instead.
   OwnPart own = checkOwnPart(*pending.args[static_cast<size_t>(rank_)]);
+  const bool hasRoute = routed(*pending.args[static_cast<size_t>(rank_)], own);
+  // Memory no peer can map: staged whatever the peers say. Claimed before publishing, so only a peer that launched
+  // from its windows (which needs no entry of this rank) can have claimed direct: then the ranks passed different
+  // kinds of memory, which is refused on every rank (this rank publishes the error).
+  if (hasRoute && own.unshareable && claimRoute(pending.seq, Route::kStaged) != Route::kStaged) {
+    own.error = Error(concclInvalidUsage,
+                      "rank " + std::to_string(rank_) + " passed memory that CUDA IPC cannot share to " +
+                          pending.args[static_cast<size_t>(rank_)]->apiName +
+                          " while a peer launched it from its registered windows; use the same kind of memory on "
+                          "every rank");
+  }
+  if (hasRoute && routeOf(pending.seq) == Route::kStaged) own.stagedLate = true;
   // 2. A symmetric call launches without waiting for the peers.
   std::vector<Assumption> assumed;
-  const bool symmetric = !own.error && trySymmetric(pending, own, assumed);
+  bool symmetric = !own.error && trySymmetric(pending, own, assumed);
+  if (hasRoute && symmetric && !own.stagedLate && claimRoute(pending.seq, Route::kDirect) == Route::kStaged) {
+    // From its windows, but a peer already staged the call (it was late and its buffers are outside the windows).
+    own.stagedLate = true;
+    assumed.clear();
+    symmetric = trySymmetric(pending, own, assumed);
+  }
   // 3. Publish.
   publish(pending, own, symmetric);
+  // 4. Late peers: a regular call whose peers do not all arrive within the spin is staged, and launched here.
+  if (hasRoute && !symmetric && !own.stagedLate && decideRoute(pending.seq) == Route::kStaged) {
+    own.stagedLate = true;
+    symmetric = trySymmetric(pending, own, assumed);  // false: the regular path runs it staged (PeerParts)
+  }
   if (symmetric) {
     const size_t ops = pending.schedule->programs[static_cast<size_t>(rank_)].ops.size();
     if (mayDeferLaunch && config_.deferLongLaunches && ops > kInlineLaunchMaxOps && deferEarlyLaunch(ticket, assumed)) {
@@ -84,11 +114,49 @@ std::optional<ProcessClique::OwnPart> ProcessClique::checkAndPublish(CallTicket&
   return own;
 }
 
+bool ProcessClique::routed(const RankArgs& mine, const OwnPart& own) const {
+  return config_.stageLateCalls && !own.error && !own.staged && mine.kind != sched::CollKind::kSendRecv;
+}
+
+ProcessClique::Route ProcessClique::routeOf(uint64_t seq) const {
+  const uint64_t v = layout_->header().routes[seq % kRingEntries].load(std::memory_order_acquire);
+  return (v >> 2) == seq + 1 ? static_cast<Route>(v & 3) : Route::kUndecided;
+}
+
+ProcessClique::Route ProcessClique::claimRoute(uint64_t seq, Route choice) {
+  std::atomic<uint64_t>& word = layout_->header().routes[seq % kRingEntries];
+  const uint64_t mine = ((seq + 1) << 2) | static_cast<uint64_t>(choice);
+  uint64_t seen = word.load(std::memory_order_acquire);
+  for (;;) {
+    if ((seen >> 2) == seq + 1) return static_cast<Route>(seen & 3);
+    // The slot still holds an earlier call's route (every rank has read it: the ring's free-slot rule).
+    CONCCL_ASSERT((seen >> 2) < seq + 1);
+    if (word.compare_exchange_weak(seen, mine, std::memory_order_acq_rel, std::memory_order_acquire)) return choice;
+  }
+}
+
+ProcessClique::Route ProcessClique::decideRoute(uint64_t seq) {
+  const auto until = Clock::now() + std::chrono::microseconds(config_.rendezvousSpinUs);
+  for (;;) {
+    if (const Route r = routeOf(seq); r != Route::kUndecided) return r;
+    if (peersPublished(seq)) return claimRoute(seq, Route::kDirect);
+    if (Clock::now() >= until) break;
+    std::this_thread::yield();
+  }
+  const Route r = claimRoute(seq, Route::kStaged);
+  if (r == Route::kStaged) {
+    CONCCL_TRACE(rank_, device_, "call seq " + std::to_string(seq) + " is staged: a peer had not called within " +
+                                     std::to_string(config_.rendezvousSpinUs) + " us");
+  }
+  return r;
+}
+
 void ProcessClique::finishRegular(CallTicket& ticket, const OwnPart& own) {
   // 4. Wait for every peer's entry and read them; 5. validate, build and map, as every process does; 6. launch.
   PendingCall& pending = *ticket.call;
   const PeerParts peers = readPeers(pending, ticket);
-  bindPeers(pending, ticket, peers, own.staged || own.unshareable || peers.anyUnshareable);
+  bindPeers(pending, ticket, peers,
+            own.staged || own.unshareable || own.stagedLate || peers.anyUnshareable || peers.routeStaged);
   launchProgram(pending, ticket);
 }
 
@@ -133,7 +201,7 @@ ProcessClique::OwnPart ProcessClique::checkOwnPart(const RankArgs& mine) const {
         return;
       }
       // Memory CUDA IPC cannot share (PyTorch's expandable segments, pools) is staged whatever the size (AllToAllv
-      // too: its staged form is built once every rank's counts are read).
+      // too).
       if (std::optional<exec::BufferExport> e = executor_->exportIfShareable(rank_, ptr, bytes, what.c_str())) {
         own.exports[b] = *e;
       } else {
@@ -157,18 +225,19 @@ bool ProcessClique::trySymmetric(PendingCall& pending, const OwnPart& own, std::
   const int n = nranks_;
   const RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
   // Memory no peer can map makes the call staged on every rank (they read this rank's entry), so this rank knows it.
-  const bool staged = own.staged || own.unshareable;
+  const bool staged = own.staged || own.unshareable || own.stagedLate;
   // An in-place Gather or Scatter root keeps its own block inside the big buffer (at root * count), so its
   // pointers differ from the peers' by construction: it cannot speak for them, and takes the regular path (unless
   // staged: then no peer pointer is needed).
   const bool rootInPlaceBlock = mine.inPlace && mine.root == rank_ &&
                                 (mine.kind == sched::CollKind::kGather || mine.kind == sched::CollKind::kScatter);
-  if ((windows_.empty() && !staged) || mine.kind == sched::CollKind::kAllToAllv || (rootInPlaceBlock && !staged)) {
-    return false;
-  }
+  // An AllToAllv's peers differ in their counts: only its staged form (whose program for this rank follows from this
+  // rank's counts alone) can be built before they call.
+  const bool allToAllv = mine.kind == sched::CollKind::kAllToAllv;
+  if ((windows_.empty() && !staged) || (allToAllv && !staged) || (rootInPlaceBlock && !staged)) return false;
   for (int p = 0; p < n; ++p) {
     if (p == rank_) continue;
-    RankArgs mirror = mine;
+    RankArgs mirror = allToAllv ? allToAllvMirror(mine, p) : mine;
     mirror.stream = nullptr;
     pending.args[static_cast<size_t>(p)] = std::move(mirror);
   }
@@ -177,6 +246,7 @@ bool ProcessClique::trySymmetric(PendingCall& pending, const OwnPart& own, std::
     assembleCall(pending, n);
     pending.call.peerScratchOnly = staged;
     pending.schedule = schedules_->get(pending.call);
+    if (allToAllv) pinCopyEnginePath(pending);
     symmetric = bindSymmetric(pending, own.windows, assumed);
     const RankArgs& self = *pending.args[static_cast<size_t>(rank_)];
     if (symmetric && sched::isRooted(self.kind) && self.root != rank_) {
@@ -203,6 +273,36 @@ bool ProcessClique::trySymmetric(PendingCall& pending, const OwnPart& own, std::
     assumed.clear();
   }
   return symmetric;
+}
+
+RankArgs ProcessClique::allToAllvMirror(const RankArgs& mine, int peer) const {
+  // What this rank knows of the peer's AllToAllv: it sends this rank what this rank receives from it, and receives
+  // what this rank sends it; its exchanges with the other ranks are left empty (they are not in this rank's program).
+  // The staged schedule copies out of scratch into this rank's buffers only, so the peer's displacements do not
+  // matter. Checked against the peer's real counts once it has called (mismatch).
+  RankArgs mirror = mine;
+  const auto un = static_cast<size_t>(nranks_);
+  const auto me = static_cast<size_t>(rank_);
+  const auto p = static_cast<size_t>(peer);
+  mirror.sendCounts.assign(un, 0);
+  mirror.sendDispls.assign(un, 0);
+  mirror.recvCounts.assign(un, 0);
+  mirror.recvDispls.assign(un, 0);
+  mirror.sendCounts[me] = mine.recvCounts[p];
+  mirror.recvCounts[me] = mine.sendCounts[p];
+  return mirror;
+}
+
+void ProcessClique::pinCopyEnginePath(PendingCall& pending) const {
+  if (!pending.call.peerScratchOnly) return;
+  // The peers' programs in a schedule built from mirrors hold only their share with this rank, so their sizes say
+  // nothing about the call: take the copy-engine path, as every rank of a staged AllToAllv does whichever view it
+  // built from, so that the ranks never mix paths (as buildP2PCall does for Send/Recv).
+  auto schedule = std::make_shared<sched::Schedule>(*pending.schedule);
+  for (size_t p = 0; p < schedule->workBytes.size(); ++p) {
+    if (static_cast<int>(p) != rank_) schedule->workBytes[p] = std::numeric_limits<size_t>::max();
+  }
+  pending.schedule = std::move(schedule);
 }
 
 void ProcessClique::publish(const PendingCall& pending, const OwnPart& own, bool symmetric) {
@@ -295,6 +395,9 @@ ProcessClique::PeerParts ProcessClique::readPeers(PendingCall& pending, const Ca
     for (uint32_t i = 0; i < e.retiredCount && i < kMaxRetired; ++i) closePeerImport(p, e.retired[i]);
     pending.args[static_cast<size_t>(p)] = std::move(a);
   }
+  // A staged route means some rank may have launched without reading its peers (decideRoute).
+  peers.routeStaged = routeOf(seq) == Route::kStaged;
+  peers.launchedEarly = peers.launchedEarly || peers.routeStaged;
   // Read everything this call needs: the peers may reuse the slots from here on.
   layout_->rank(rank_).consumed.store(seq + 1, std::memory_order_release);
   if (firstError) {
@@ -313,6 +416,7 @@ void ProcessClique::bindPeers(PendingCall& pending, const CallTicket& ticket, co
     // assembleCall has just found equal to every peer's where the decision depends on them.
     pending.call.peerScratchOnly = staged;
     pending.schedule = schedules_->get(pending.call);
+    if (pending.call.kind == sched::CollKind::kAllToAllv) pinCopyEnginePath(pending);
     // Map only the peer buffers this rank's program touches. A peer whose buffer this program does not touch
     // does not wait for this rank either, so it may already have finished the call and freed that buffer.
     for (int p = 0; p < n; ++p) {
@@ -360,7 +464,14 @@ void ProcessClique::failIfPeerLaunched(const Error& e, bool peerLaunchedEarly) {
 void ProcessClique::launchProgram(PendingCall& pending, const CallTicket& ticket) {
   // A deferred call never captures a graph: instantiating can wait for the device, and the caller's stream waits on
   // the device for this very call.
-  if (pending.args[static_cast<size_t>(rank_)]->deferred) pending.binding.eagerOnly = true;
+  const bool deferred = pending.args[static_cast<size_t>(rank_)]->deferred;
+  if (deferred) pending.binding.eagerOnly = true;
+  CONCCL_TRACE(rank_, device_,
+               "launch " + ticket.what + " (seq " + std::to_string(pending.seq) + ", " +
+                   std::to_string(pending.schedule->programs[static_cast<size_t>(rank_)].ops.size()) + " ops" +
+                   (pending.call.peerScratchOnly ? ", staged" : "") + ") on " +
+                   (deferred ? "the launch stream (proxy)" : "the caller's stream ") +
+                   addressText(pending.binding.streams[static_cast<size_t>(rank_)]));
   try {
     executor_->launch(*pending.schedule, pending.binding, rank_);
     if (gpuWatchdog_) gpuWatchdog_->launched(rank_, ticket.what);
@@ -431,7 +542,9 @@ std::string ProcessClique::mismatch(const Unmatched& u, int peer) const {
   const RankArgs peers = argsOf(e, layout_->vectors(e), nranks_);
   // Both launched without waiting, one staged (memory its peers cannot map), the other from its windows: their
   // programs do not fit together.
-  if (m.launchedEarly != 0 && e.launchedEarly != 0 && m.unshareable != e.unshareable && !stagesThroughScratch(mine)) {
+  // (Not where the ranks agreed on the route: then every rank took it.)
+  if (m.launchedEarly != 0 && e.launchedEarly != 0 && m.unshareable != e.unshareable && !stagesThroughScratch(mine) &&
+      routeOf(u.seq) == Route::kUndecided) {
     const std::string staged = m.unshareable != 0 ? me : who;
     return staged + " passed memory that CUDA IPC cannot share (so it staged " + u.what + " through scratch) while " +
            (m.unshareable != 0 ? who : me) +
@@ -439,6 +552,19 @@ std::string ProcessClique::mismatch(const Unmatched& u, int peer) const {
   }
   if (std::string problem = disagreement(mine, rank_, peers, peer); !problem.empty()) {
     return problem + " (" + u.what + ")";
+  }
+  if (mine.kind == sched::CollKind::kAllToAllv) {
+    // A staged AllToAllv launched from this rank's counts alone (allToAllvMirror): the peer's must fit them.
+    const auto self = static_cast<size_t>(rank_);
+    const auto p = static_cast<size_t>(peer);
+    auto count = [](const std::vector<size_t>& v, size_t i) { return i < v.size() ? v[i] : size_t{0}; };
+    if (count(peers.sendCounts, self) != count(mine.recvCounts, p) ||
+        count(peers.recvCounts, self) != count(mine.sendCounts, p)) {
+      return "ranks disagree on the counts of " + u.what + ": " + me + " sends " +
+             std::to_string(count(mine.sendCounts, p)) + " and expects " + std::to_string(count(mine.recvCounts, p)) +
+             " elements to and from " + who + ", which sends " + std::to_string(count(peers.sendCounts, self)) +
+             " and expects " + std::to_string(count(peers.recvCounts, self));
+    }
   }
   // In place or not matters for every rank of the unrooted collectives, only for the root of the rooted ones (a
   // non-root took this path only where the root's choice changes nothing for it).

@@ -27,20 +27,28 @@ namespace conccl {
 // whole group (direct push: a rank's program depends only on its own transfers and on who writes into it), and
 // the ready/done flags are per pair, so groups matched pair by pair cannot cross.
 // Any failure here ends the communicator: a partner that already launched its part would wait on its flags.
+//
+// With Config::stageLateCalls every op with another process goes through the receiver's scratch instead, on both
+// sides (the setting is checked equal at init): neither side needs the other's record to build its program, so the
+// group launches at once and the partners' records are checked later (mirrorP2PPartners). A group with an error of
+// its own takes the waiting form, which reports it on both sides.
 void ProcessClique::launchSendRecv(CallTicket& ticket) {
   PendingCall& pending = *ticket.call;
   RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
-  const OwnP2P own = checkOwnP2P(mine);
+  const OwnP2P own = checkOwnP2P(mine, config_.stageLateCalls);
   for (size_t i = 0; i < mine.p2p.size(); ++i) mine.p2p[i].viaScratch = own.viaScratch[i];
-  // 1. Publish this rank's side (an error travels in every record); 2. read the partners' side, in the same order.
+  const bool early = config_.stageLateCalls && !own.error;
+  // 1. Publish this rank's side (an error travels in every record); 2. read the partners' side, in the same order
+  // (or, launching early, assume it).
   const std::vector<uint64_t> pairIndex = publishP2P(ticket, mine, own);
-  std::vector<RankArgs> mirrors = readP2PPartners(ticket, mine, pairIndex, own.error);
+  std::vector<RankArgs> mirrors =
+      early ? mirrorP2PPartners(ticket, mine, pairIndex) : readP2PPartners(ticket, mine, pairIndex, own.error);
   // 3. Build from this rank's ops and the partners' mirrors, then launch.
   buildP2PCall(pending, ticket, std::move(mirrors));
   launchProgram(pending, ticket);
 }
 
-ProcessClique::OwnP2P ProcessClique::checkOwnP2P(const RankArgs& mine) const {
+ProcessClique::OwnP2P ProcessClique::checkOwnP2P(const RankArgs& mine, bool stageAll) const {
   const size_t ops = mine.p2p.size();
   OwnP2P own;
   own.windows.resize(ops);
@@ -55,6 +63,11 @@ ProcessClique::OwnP2P ProcessClique::checkOwnP2P(const RankArgs& mine) const {
         std::to_string(op.peer);
     try {
       CONCCL_REQUIRE(ptr != nullptr, what + " is NULL");
+      if (stageAll && op.peer != rank_) {
+        executor_->checkBuffer(rank_, ptr, op.count, what.c_str());
+        own.viaScratch[i] = !op.isSend;
+        continue;
+      }
       own.windows[i] = findWindow(ptr, op.count);
       if (own.windows[i].id != 0) continue;
       if (op.peer == rank_ || op.isSend) {
@@ -152,6 +165,64 @@ std::vector<RankArgs> ProcessClique::readP2PPartners(const CallTicket& ticket, c
     throw e;
   }
   return mirrors;
+}
+
+std::vector<RankArgs> ProcessClique::mirrorP2PPartners(const CallTicket& ticket, const RankArgs& mine,
+                                                       const std::vector<uint64_t>& pairIndex) {
+  std::vector<RankArgs> mirrors(static_cast<size_t>(nranks_));
+  const auto now = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(matchMutex_);
+    for (size_t i = 0; i < mine.p2p.size(); ++i) {
+      const sched::P2POp& op = mine.p2p[i];
+      if (op.peer == rank_) continue;
+      RankArgs& mirror = mirrors[static_cast<size_t>(op.peer)];
+      sched::P2POp theirs{!op.isSend, rank_, op.count, static_cast<int>(mirror.p2pBuffers.size())};
+      theirs.viaScratch = op.isSend;  // the partner's Recv of this rank's Send: into the partner's scratch
+      mirror.p2p.push_back(theirs);
+      mirror.p2pBuffers.push_back(nullptr);  // never touched: every byte crosses through scratch
+      const std::string where = std::string(op.isSend ? "Send #" : "Recv #") + std::to_string(pairIndex[i]) +
+                                " of rank " + std::to_string(rank_) + (op.isSend ? " to" : " from") + " rank " +
+                                std::to_string(op.peer) + " (" + ticket.what + ")";
+      unmatchedP2P_.push_back(UnmatchedP2P{op.peer, op.isSend, pairIndex[i], op.count, now, where});
+    }
+    matchP2PLocked();  // partners that posted first are checked before anything is launched
+  }
+  checkHealthy();
+  startWatchdog();
+  matchCv_.notify_all();
+  return mirrors;
+}
+
+bool ProcessClique::matchP2PLocked() {
+  // Per pair ring, records are read in order: once one is missing, the later ones of that ring wait for it.
+  std::vector<char> blocked(static_cast<size_t>(2 * nranks_), 0);
+  for (auto it = unmatchedP2P_.begin(); it != unmatchedP2P_.end();) {
+    const UnmatchedP2P& u = *it;
+    char& ringBlocked = blocked[static_cast<size_t>(2 * u.peer + (u.isSend ? 1 : 0))];
+    P2PRecord& rec = layout_->p2pRecord(u.peer, rank_, !u.isSend, u.k);
+    if (ringBlocked != 0 || rec.published.load(std::memory_order_acquire) != u.k + 1) {
+      ringBlocked = 1;
+      ++it;
+      continue;
+    }
+    std::string problem;
+    if (rec.errorCode != 0) {
+      problem = "rank " + std::to_string(u.peer) + " failed its side of " + u.what + ": " + rec.error;
+    } else if (rec.bytes != u.bytes) {
+      problem = u.what + " moves " + std::to_string(u.bytes) + " bytes but rank " + std::to_string(u.peer) +
+                " posted " + std::to_string(rec.bytes) + " bytes for it (a Send and its Recv must have the same size)";
+    }
+    layout_->p2pRing(u.peer, rank_, !u.isSend).consumed.store(u.k + 1, std::memory_order_release);
+    if (!problem.empty()) {
+      unmatchedP2P_.clear();
+      fail(problem.rfind("rank ", 0) == 0 ? static_cast<concclResult_t>(rec.errorCode) : concclInvalidArgument,
+           problem);
+      return true;
+    }
+    it = unmatchedP2P_.erase(it);
+  }
+  return unmatchedP2P_.empty();
 }
 
 void ProcessClique::buildP2PCall(PendingCall& pending, const CallTicket& ticket, std::vector<RankArgs> mirrors) {

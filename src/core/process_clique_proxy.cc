@@ -95,6 +95,10 @@ bool ProcessClique::enqueueDeferred(CallTicket& ticket, std::optional<OwnPart> o
     }
     return false;
   }
+  CONCCL_TRACE(rank_, device_,
+               "defer " + ticket.what + " (seq " + std::to_string(ticket.call->seq) + "): ticket " +
+                   std::to_string(gate->ticket) + ", caller's stream " + addressText(mine.stream) + " gated" +
+                   (earlyLaunch ? ", launched early by the proxy" : ""));
   mine.stream = gate->launchStream;  // the program runs there, as if it were the caller's stream
   mine.deferred = true;
   // A symmetric call is bound already (trySymmetric), with the caller's stream.
@@ -193,6 +197,7 @@ void ProcessClique::runDeferred(DeferredItem& item) {
     failWith(concclInternalError, "unknown exception");
   }
   // In launch-stream order: after this call's program (if it was launched) and every earlier one.
+  CONCCL_TRACE(rank_, device_, "open ticket " + std::to_string(item.gate.ticket) + " (" + item.ticket.what + ")");
   try {
     executor_->endDeferred(rank_, item.gate);
   } catch (const Error& e) {

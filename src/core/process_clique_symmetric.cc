@@ -89,48 +89,49 @@ void ProcessClique::watchdogLoop() {
   auto nextLivenessCheck = Clock::now();
   bool cancelled = false;
   while (!stopWatchdog_) {
-    if (unmatched_.empty()) {
-      matchCv_.wait(lock, [&] { return stopWatchdog_ || !unmatched_.empty(); });
+    if (unmatched_.empty() && unmatchedP2P_.empty()) {
+      matchCv_.wait(lock, [&] { return stopWatchdog_ || !unmatched_.empty() || !unmatchedP2P_.empty(); });
       nap = std::chrono::microseconds(20);
       continue;
     }
     if (auto e = asyncError()) {
       // Failed here or in another process: open this rank's flags too, so that its streams drain.
       unmatched_.clear();
+      unmatchedP2P_.clear();
       if (!cancelled) executor_->cancel();
       cancelled = true;
       continue;
     }
-    if (matchPublishedLocked()) continue;
-    const Unmatched& u = unmatched_.front();
+    const bool collectivesMatched = matchPublishedLocked();
+    const bool p2pMatched = matchP2PLocked();
+    if (collectivesMatched && p2pMatched) continue;
+    // The oldest call still waiting for a peer: which peers, since when.
+    std::vector<int> waitingFor;
+    std::string what;
+    Clock::time_point launched;
+    if (!collectivesMatched) {
+      const Unmatched& u = unmatched_.front();
+      for (int p = 0; p < nranks_; ++p) {
+        if (p != rank_ && layout_->entry(p, u.seq).published.load(std::memory_order_acquire) != u.seq + 1) {
+          waitingFor.push_back(p);
+        }
+      }
+      what = u.what;
+      launched = u.launched;
+    } else {
+      const UnmatchedP2P& u = unmatchedP2P_.front();
+      waitingFor.push_back(u.peer);
+      what = u.what;
+      launched = u.launched;
+    }
     const auto now = Clock::now();
-    std::string missing;
-    std::string reason;
-    concclResult_t code = concclSuccess;
     const bool checkLiveness = now >= nextLivenessCheck;
     if (checkLiveness) nextLivenessCheck = now + std::chrono::milliseconds(20);
-    for (int p = 0; p < nranks_ && code == concclSuccess; ++p) {
-      if (p == rank_ || layout_->entry(p, u.seq).published.load(std::memory_order_acquire) == u.seq + 1) continue;
-      missing += (missing.empty() ? "" : ", ") + std::to_string(p);
-      if (layout_->rank(p).departed.load(std::memory_order_acquire) != 0) {
-        code = concclInvalidUsage;
-        reason = "rank " + std::to_string(p) + " was destroyed or aborted before it made " + u.what + ", which rank " +
-                 std::to_string(rank_) + " had launched (without waiting for its peers)";
-      } else if (checkLiveness && !processAlive(pids_[static_cast<size_t>(p)])) {
-        code = concclSystemError;
-        reason = "rank " + std::to_string(p) + " (pid " + std::to_string(pids_[static_cast<size_t>(p)]) +
-                 ") exited before it made " + u.what + ", which rank " + std::to_string(rank_) +
-                 " had launched (without waiting for its peers)";
-      }
-    }
-    if (code == concclSuccess && now - u.launched >= std::chrono::milliseconds(config_.timeoutMs)) {
-      code = concclTimeout;
-      reason = "rank " + std::to_string(rank_) + " launched " + u.what + " (without waiting for its peers) " +
-               std::to_string(config_.timeoutMs) + " ms ago and rank(s) " + missing + " have not called it";
-    }
-    if (code != concclSuccess) {
+    const Stall stall = stallOf(waitingFor, what, launched, now, checkLiveness);
+    if (stall.code != concclSuccess) {
       unmatched_.clear();
-      fail(code, reason);
+      unmatchedP2P_.clear();
+      fail(stall.code, stall.reason);
       cancelled = true;
       continue;
     }
@@ -138,6 +139,31 @@ void ProcessClique::watchdogLoop() {
     matchCv_.wait_for(lock, nap);
     if (nap < std::chrono::microseconds(1000)) nap *= 2;
   }
+}
+
+ProcessClique::Stall ProcessClique::stallOf(const std::vector<int>& waitingFor, const std::string& what,
+                                            Clock::time_point launched, Clock::time_point now,
+                                            bool checkLiveness) const {
+  std::string missing;
+  for (int p : waitingFor) {
+    missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+    if (layout_->rank(p).departed.load(std::memory_order_acquire) != 0) {
+      return {concclInvalidUsage, "rank " + std::to_string(p) + " was destroyed or aborted before it made " + what +
+                                      ", which rank " + std::to_string(rank_) +
+                                      " had launched (without waiting for its peers)"};
+    }
+    if (checkLiveness && !processAlive(pids_[static_cast<size_t>(p)])) {
+      return {concclSystemError, "rank " + std::to_string(p) + " (pid " + std::to_string(pids_[static_cast<size_t>(p)]) +
+                                     ") exited before it made " + what + ", which rank " + std::to_string(rank_) +
+                                     " had launched (without waiting for its peers)"};
+    }
+  }
+  if (now - launched >= std::chrono::milliseconds(config_.timeoutMs)) {
+    return {concclTimeout, "rank " + std::to_string(rank_) + " launched " + what + " (without waiting for its peers) " +
+                               std::to_string(config_.timeoutMs) + " ms ago and rank(s) " + missing +
+                               " have not called it"};
+  }
+  return {};
 }
 
 std::vector<exec::BufferExport> ProcessClique::windowRendezvous(uint64_t seq, int32_t kind, uint64_t value,

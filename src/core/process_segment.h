@@ -45,6 +45,10 @@ struct SegmentHeader {
   int32_t errorCode;
   int32_t errorRank;
   char errorMessage[kMessageBytes];
+  // The route of call seq (stageLateCalls), agreed by the first rank to claim it: ((seq + 1) << 2) | the
+  // ProcessClique::Route, in slot seq % kRingEntries (reused only once every rank has read it: the mailbox ring's
+  // free-slot rule).
+  std::atomic<uint64_t> routes[kRingEntries];
 };
 
 struct alignas(64) RankShared {
@@ -173,7 +177,7 @@ struct HelloPayload {
   int32_t lanes;
   uint64_t scratchBytes;
   int32_t pipelineSlots;  // flags per rank the executor needs: derived from the config, must agree
-  int32_t reserved;
+  int32_t stageLateCalls;  // Config::stageLateCalls (1/0): every rank must take the same route
   // Config fields that shape schedules (every process builds every schedule): must agree.
   uint64_t minChunkBytes;
   uint64_t stagedMaxBytes;

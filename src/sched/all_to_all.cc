@@ -33,8 +33,10 @@ Schedule buildAllToAllv(const CollectiveCall& call, const BuildOptions& options)
                                Location{q, 1, call.recvDispls[uq][ur] * es}, call.sendCounts[ur][uq] * es});
     }
   }
-  // Every rank's program is built from the whole count matrix, so a staged AllToAllv chunks alike on every rank.
-  emitMovement(call, transfers, options, s);
+  // Staged, the chunks do not depend on the sizes: a rank's program then follows from its own row and column of the
+  // count matrix alone, so a rank that launches before its peers have called (core/process_clique.h, "Late peers")
+  // builds the same program as one that read every rank's counts.
+  emitMovement(call, transfers, options, s, {}, /*sizeIndependentChunks=*/true);
   return s;
 }
 

@@ -92,12 +92,14 @@ void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const Build
 // `sizeIndependentChunks`: the chunk size and slot depth follow from the options and the rank count only, not from
 // the transfers' sizes. Send/Recv needs it: a pair's two programs are built from different calls (each rank's own
 // group, with only its share of each partner's), so anything taken from the longest transfer could differ between
-// the sender's and the receiver's views of the same pair.
+// the sender's and the receiver's views of the same pair. A staged AllToAllv needs it for the same reason (a rank
+// that launches before its peers called knows only its own counts).
 void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule,
                 const AfterDoneHook& afterDone = {}, bool sizeIndependentChunks = false);
 // emitStaged for calls with peerScratchOnly, emitDirect otherwise: what the movement builders call.
 void emitMovement(const CollectiveCall& call, const std::vector<std::vector<Transfer>>& transfers,
-                  const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone = {});
+                  const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone = {},
+                  bool sizeIndependentChunks = false);
 // Flags of the staged exchange, after the join flags (`lanes` of them): receiver's "chunk in slot k from fromPeer"
 // and sender's "fromPeer freed slot k".
 int stagedDataSlot(int nranks, int fromPeer, int k, int depth, int lanes);

@@ -161,9 +161,10 @@ void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const Build
 }
 
 void emitMovement(const CollectiveCall& call, const std::vector<std::vector<Transfer>>& transfers,
-                  const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone) {
+                  const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone,
+                  bool sizeIndependentChunks) {
   if (call.peerScratchOnly) {
-    emitStaged(transfers, options, schedule, afterDone);
+    emitStaged(transfers, options, schedule, afterDone, sizeIndependentChunks);
   } else {
     emitDirect(transfers, options, schedule, afterDone);
   }

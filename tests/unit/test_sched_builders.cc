@@ -397,6 +397,39 @@ TEST(PeerScratchOnly, AllToAllv) {
   }
 }
 
+// A rank that launches a staged AllToAllv before its peers have called knows only its own row and column of the count
+// matrix (core ProcessClique::allToAllvMirror: each peer sends it what it receives and receives what it sends, nothing
+// else, displacements 0). Its program from that view must be the one it has in the whole call, or the two kinds of
+// rank would not fit together; and the view itself must be a valid call.
+TEST(PeerScratchOnly, AllToAllvProgramFollowsFromTheRanksOwnCounts) {
+  for (int n = 2; n <= 6; ++n) {
+    for (unsigned seed = 1; seed <= 3; ++seed) {
+      CollectiveCall whole = makeAllToAllv(n, 100 * seed + static_cast<unsigned>(n), concclFloat32,
+                                           seed == 3 ? 300000 : 3000);  // seed 3: several chunks per pair
+      whole.peerScratchOnly = true;
+      const auto un = static_cast<size_t>(n);
+      for (const BuildOptions& o : {BuildOptions{}, tinyOptions(2, 2), tinyOptions(1, 3)}) {
+        const Schedule full = buildSchedule(whole, o);
+        for (int me = 0; me < n; ++me) {
+          const auto m = static_cast<size_t>(me);
+          CollectiveCall view = whole;
+          for (size_t p = 0; p < un; ++p) {
+            if (p == m) continue;
+            view.sendCounts[p].assign(un, 0);
+            view.sendDispls[p].assign(un, 0);
+            view.recvCounts[p].assign(un, 0);
+            view.recvDispls[p].assign(un, 0);
+            view.sendCounts[p][m] = whole.recvCounts[m][p];
+            view.recvCounts[p][m] = whole.sendCounts[m][p];
+          }
+          const Schedule mine = buildSchedule(view, o);
+          EXPECT_EQ(mine.programs[m], full.programs[m]) << "n " << n << " seed " << seed << " rank " << me;
+        }
+      }
+    }
+  }
+}
+
 TEST(PeerScratchOnly, NotForSendRecv) {
   CollectiveCall p2p = makeCall(CollKind::kSendRecv, 2, 0);
   p2p.inPlace.clear();

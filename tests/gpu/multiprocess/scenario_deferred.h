@@ -1,5 +1,5 @@
-// Scenarios of conccl_mp_worker about deferred calls (core/process_clique_proxy.cc): calls across processes that
-// never wait on the host for their peers, at any size, for every collective, AllToAllv and Send/Recv, on every kind
+// Scenarios of conccl_mp_worker about late peers (staged at once, or deferred: core/process_clique_proxy.cc): calls
+// across processes that never wait on the host for their peers, at any size, for every collective, AllToAllv and Send/Recv, on every kind
 // of memory PyTorch hands out. Throw std::runtime_error on failure.
 #pragma once
 
@@ -8,7 +8,8 @@
 
 namespace conccl::mpworker {
 
-// "deferred-skew": the peers of rank 0 sleep 2 s before each round; rank 0 times each call of the round (host time
+// "late-skew" (the defaults: late calls staged) and "deferred-skew" (CONCCL_DEFER_CALLS=1): the peers of rank 0 sleep
+// 2 s before each round; rank 0 times each call of the round (host time
 // only). Rounds: AllReduce of 1 MiB, 64 MiB and 1 GiB (5 calls each); every other collective, AllToAllv with uneven
 // counts and a Send/Recv ring at 64 MiB / 1 MiB. Every result is checked. Prints p50 / max host time per call and
 // fails when rank 0's p50 exceeds CONCCL_TEST_MAX_HOST_US (default 20) for any round.
