@@ -25,7 +25,7 @@ namespace {
 
 // The pool's device on conccl's CUDA backend. Scratch is cudaMalloc memory, not cudaMallocAsync: conccl shares
 // buffers with other processes through CUDA IPC, which pool memory cannot do (conccl.h, concclCommInitRank).
-// Allocation, event creation and the user-object calls run in relaxed capture mode: they are not stream work, and
+// Allocation, freeing, event creation and queries and the user-object calls run in relaxed capture mode: they are not stream work, and
 // must not invalidate a capture under way on this or another thread.
 class CudaScratchDevice final : public ScratchDevice {
  public:
@@ -40,7 +40,10 @@ class CudaScratchDevice final : public ScratchDevice {
   }
   // Called when conccl waited for the communicator's work (ncclCommDestroy), never after an abort, and at the limit
   // for idle blocks whose fence completed.
-  void free(void* block) override { cudaFree(block); }
+  void free(void* block) override {
+    RelaxedCapture relaxed;
+    cudaFree(block);
+  }
   void* createFence() override {
     RelaxedCapture relaxed;
     cudaEvent_t e = nullptr;
@@ -66,6 +69,9 @@ class CudaScratchDevice final : public ScratchDevice {
     return true;
   }
   bool fenceDone(void* fence) override {
+    // An event query is an unsafe call under a global-mode capture (PyTorch's default): without relaxed mode it
+    // fails and invalidates the caller's capture (workloads.py graphs, one H200, 2026-12-03).
+    RelaxedCapture relaxed;
     cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(fence));
     if (e == cudaSuccess) return true;
     cudaGetLastError();  // cudaErrorNotReady, or a failure: not done either way

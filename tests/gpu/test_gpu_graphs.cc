@@ -38,7 +38,8 @@ TEST_P(GraphCapture, ReplaysWithFreshInputs) {
     std::vector<cudaGraph_t> graphs(static_cast<size_t>(n), nullptr);
     std::vector<cudaGraphExec_t> execs(static_cast<size_t>(n), nullptr);
     for (int r = 0; r < n; ++r) {
-      CUDA_OK(cudaStreamBeginCapture(clique->streams[static_cast<size_t>(r)], cudaStreamCaptureModeThreadLocal));
+      // Global mode, PyTorch's: an unsafe CUDA call from any of conccl's threads meanwhile invalidates the capture.
+      CUDA_OK(cudaStreamBeginCapture(clique->streams[static_cast<size_t>(r)], cudaStreamCaptureModeGlobal));
     }
     concclResult_t res = c.enqueueAll(*clique);
     for (int r = 0; r < n; ++r) {

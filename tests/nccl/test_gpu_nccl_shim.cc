@@ -191,7 +191,9 @@ void preMulSumCase(bool deviceScalar, bool capture) {
     std::vector<cudaGraph_t> graphs(kRanks, nullptr);
     for (int r = 0; r < kRanks; ++r) {
       CUDA_OK(cudaSetDevice(devs[r]));
-      CUDA_OK(cudaStreamBeginCapture(ranks.streams[r], cudaStreamCaptureModeThreadLocal));
+      // Global mode, PyTorch's default (torch.cuda.graph): any unsafe CUDA call the shim makes meanwhile (an event
+      // query, a device allocation outside relaxed mode) invalidates the capture.
+      CUDA_OK(cudaStreamBeginCapture(ranks.streams[r], cudaStreamCaptureModeGlobal));
     }
     ncclResult_t res = enqueue();
     for (int r = 0; r < kRanks; ++r) {
@@ -563,8 +565,11 @@ void splitCase(bool initRank, const int colors[kRanks], const int keys[kRanks], 
       cudaStream_t stream = nullptr;
       cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
       cudaMalloc(&buf, n * sizeof(float));
-      cudaMemcpy(buf, h.data(), n * sizeof(float), cudaMemcpyHostToDevice);
-      cudaDeviceSynchronize();  // the pageable upload has landed before the all-reduce's stream reads it
+      // Stream-ordered upload, no device-wide synchronisation: the other rank's thread may already have launched
+      // its all-reduce (a staged call launches without waiting for its peer), which waits on the GPU for this rank;
+      // a cudaDeviceSynchronize here would wait for it in turn (NCCL's rule: no device synchronisation while a
+      // collective of the same device is in flight).
+      cudaMemcpyAsync(buf, h.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream);
       if (SHIM(ncclAllReduce)(buf, buf, n, ncclFloat32, ncclSum, child, stream) != ncclSuccess) {
         errors[r] = std::string("all-reduce: ") + SHIM(ncclGetLastError)(child);
       } else if (cudaStreamSynchronize(stream) != cudaSuccess) {

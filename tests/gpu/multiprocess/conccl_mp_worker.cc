@@ -290,7 +290,9 @@ void graphReplays(cudaStream_t stream, char* window = nullptr) {
   char *gin = bufs[0], *gout = bufs[1], *rin = bufs[2], *rout = bufs[3];
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  cudaOk(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  // Global mode, as PyTorch captures (torch.cuda.graph): an unsafe CUDA call from any of conccl's threads meanwhile
+  // invalidates the capture.
+  cudaOk(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
   ok(concclAllGather(gin, gout, gcount, concclFloat32, gComm, stream), "AllGather (capture)");
   ok(concclAllReduce(rin, rout, gcount, concclFloat32, concclSum, gComm, stream), "AllReduce (capture)");
   cudaOk(cudaStreamEndCapture(stream, &graph), "end capture");
@@ -677,10 +679,15 @@ int main(int argc, char** argv) {
                         scenario == "hung-peer" || scenario.rfind("symmetric", 0) == 0;
   setenv("CONCCL_STAGED_MAX_BYTES", unstaged ? "0" : "8388608", 1);
   // Scenarios about the blocking form's synchronous errors (an error returned by the call itself on every rank, a
-  // missing peer noticed inside the call) run with calls that wait on the host; all others defer (the default).
+  // missing peer noticed inside the call) run with calls that wait on the host for their peers; the deferred kill /
+  // abort / skew scenarios hand their calls to the proxy thread (CONCCL_DEFER_CALLS=1), which is what they are about;
+  // all others run with the defaults: a call whose peers are late is staged and launched at once
+  // (CONCCL_STAGE_LATE_CALLS=1, CONCCL_DEFER_CALLS=0).
   const bool blocking = scenario == "errors" || scenario == "sendrecv-mismatch" || scenario == "dead-peer" ||
                         scenario == "hung-peer";
-  setenv("CONCCL_DEFER_CALLS", blocking ? "0" : "1", 1);
+  const bool proxyScenario = scenario.rfind("deferred-", 0) == 0;
+  setenv("CONCCL_DEFER_CALLS", proxyScenario ? "1" : "0", 1);
+  setenv("CONCCL_STAGE_LATE_CALLS", blocking || unstaged || proxyScenario ? "0" : "1", 1);
   if (scenario == "collectives-unstaged") scenario = "collectives";
   gNranks = std::atoi(argv[2]);
   gRank = std::atoi(argv[3]);
@@ -729,7 +736,7 @@ int main(int argc, char** argv) {
       checkNothingNamedLeft("after abort");
       cudaStreamDestroy(stream);
       return 0;
-    } else if (scenario == "deferred-skew") {
+    } else if (scenario == "deferred-skew" || scenario == "late-skew") {
       conccl::mpworker::scenarioDeferredSkew(gComm, gRank, gNranks, stream);
     } else if (scenario == "cross-order") {
       conccl::mpworker::scenarioCrossOrder(gComm, gRank, gNranks, stream);
