@@ -13,6 +13,7 @@
 #   ordering.py    (p2p vs each collective kind on different communicators; CONCCL_TIMEOUT_MS=$ORDERING_TIMEOUT_MS
 #                   so that a deadlock fails a case in seconds)
 #   pipeline_ddp.py (pipelining, 2 stages; x DDP with 4 processes)
+#   stream_waits.py (side streams waiting on a call whose peers are late: a deadlock fails the case in 10 s)
 #       each with NP in $NPS, through the drop-in and on plain NCCL (--sim-hosts: NCCL_HOSTID per process)
 #   skew_host_time.py  NP=2, drop-in (--assert-max-us $SKEW_ASSERT_US) and plain NCCL (reported, not asserted)
 #   fault_cases.py     drop-in: kill (host, gpu), abort (host with each abort API, gpu), the bootstrap intruder
@@ -57,6 +58,8 @@ NO_NCCL="${NO_NCCL:-0}"
 ORDERING_CASES="send_first_all_reduce,recv_first_all_reduce,send_first_all_gather,recv_first_all_gather"
 ORDERING_CASES+=",send_first_reduce_scatter,recv_first_reduce_scatter,send_first_broadcast,recv_first_broadcast"
 ORDERING_CASES+=",send_first_all_to_all,recv_first_all_to_all,ring"
+STREAM_WAIT_CASES="late_all_reduce_64m,late_all_reduce_1m,late_all_gather_64m,late_broadcast_64m,late_all_to_all_1m"
+STREAM_WAIT_CASES+=",late_send_recv_16m"
 
 mkdir -p "$OUTDIR/logs" "$OUTDIR/fault" || exit 2
 logs="$OUTDIR/logs"
@@ -304,6 +307,8 @@ matrix() {  # NP: the workloads, ordering and pipeline runs of one process count
     RUN_ENV="$ord_env" torchrun_cases ordering.py "$np" "$lib" default 75 "$ORDERING_CASES" \
       --cases "$ORDERING_CASES" --timeout-s 60
     torchrun_cases pipeline_ddp.py "$np" "$lib" default 90 gpipe,1f1b
+    # CUDA streams only: not in the CPU smoke run.
+    [ "$SMOKE_CPU" = 1 ] || torchrun_cases stream_waits.py "$np" "$lib" default 75 "$STREAM_WAIT_CASES" --limit-s 10
   done
 }
 
