@@ -11,13 +11,14 @@ bool after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
 }  // namespace
 
 GpuWatchdog::GpuWatchdog(int nranks, std::chrono::milliseconds timeout, Progress progress, OnTimeout onTimeout,
-                         bool startThread, CheckPeers checkPeers)
+                         bool startThread, CheckPeers checkPeers, ReopenAfterFailure reopenAfterFailure)
     : timeout_(timeout),
       period_(std::clamp<std::chrono::milliseconds>(timeout / 8, std::chrono::milliseconds(1),
                                                     std::chrono::milliseconds(100))),
       progress_(std::move(progress)),
       onTimeout_(std::move(onTimeout)),
-      checkPeers_(std::move(checkPeers)) {
+      checkPeers_(std::move(checkPeers)),
+      reopenAfterFailure_(std::move(reopenAfterFailure)) {
   ranks_.resize(static_cast<size_t>(nranks > 0 ? nranks : 0));
   if (startThread) thread_ = std::thread([this] { run(); });
 }
@@ -89,17 +90,38 @@ bool GpuWatchdog::workPending() const {
   return anyPending_;
 }
 
+bool GpuWatchdog::pendingNow() const {
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    uint32_t launchedCount = 0, completed = 0;
+    if (progress_(static_cast<int>(r), &launchedCount, &completed) && after(launchedCount, completed)) return true;
+  }
+  return false;
+}
+
 void GpuWatchdog::run() {
   std::unique_lock<std::mutex> lock(stopMutex_);
+  bool reported = false;  // reported once: the communicator is out of service, nothing more to report
+  std::optional<Clock::time_point> drainingSince;
+  std::chrono::milliseconds period = period_;
   while (!stopping_) {
-    stopCv_.wait_for(lock, period_, [this] { return stopping_; });
+    stopCv_.wait_for(lock, period, [this] { return stopping_; });
     if (stopping_) break;
     lock.unlock();
-    std::optional<std::string> report = poll(Clock::now());
-    if (report) onTimeout_(*report);
-    const bool peerGone = !report && checkPeers_ && workPending() && checkPeers_();
+    if (!reported) {
+      std::optional<std::string> report = poll(Clock::now());
+      if (report) onTimeout_(*report);
+      const bool peerGone = !report && checkPeers_ && workPending() && checkPeers_();
+      reported = report.has_value() || peerGone;
+    }
+    // After a failure, keep the rank's waits open until its GPU work drains (ReopenAfterFailure), within a timeout.
+    period = period_;
+    const auto now = Clock::now();
+    if (reopenAfterFailure_ && (!drainingSince || now - *drainingSince < timeout_) && pendingNow() &&
+        reopenAfterFailure_()) {
+      if (!drainingSince) drainingSince = now;
+      period = std::chrono::milliseconds(1);
+    }
     lock.lock();
-    if (report || peerGone) break;  // reported once; the communicator is out of service
   }
 }
 

@@ -35,9 +35,16 @@ class GpuWatchdog {
   // killed learn of it within a period instead of the timeout.
   using CheckPeers = std::function<bool()>;
 
+  // Called every millisecond while some rank has GPU work pending once the communicator has failed (by this
+  // watchdog or anything else); true when it has failed, and it then re-opens the rank's flags (Executor::cancel).
+  // One opening releases one Wait per flag, and a pipelined program waits on the same flag many times (a 64 MiB
+  // staged AllReduce): opened once, the caller's stream stayed stuck after a peer was killed (one H200,
+  // 2026-12-03). Bounded: at most `timeout` after the first failed look.
+  using ReopenAfterFailure = std::function<bool()>;
+
   // Starts the polling thread when `startThread` (tests drive poll() themselves).
   GpuWatchdog(int nranks, std::chrono::milliseconds timeout, Progress progress, OnTimeout onTimeout,
-              bool startThread = true, CheckPeers checkPeers = {});
+              bool startThread = true, CheckPeers checkPeers = {}, ReopenAfterFailure reopenAfterFailure = {});
   ~GpuWatchdog();
   GpuWatchdog(const GpuWatchdog&) = delete;
   GpuWatchdog& operator=(const GpuWatchdog&) = delete;
@@ -65,6 +72,8 @@ class GpuWatchdog {
     std::deque<std::pair<uint32_t, std::string>> calls;  // (launch count, what) not yet completed
   };
   void run();
+  // Whether any rank has launched but uncompleted GPU work now (read directly, not from the last poll).
+  bool pendingNow() const;
 
   const std::chrono::milliseconds timeout_;
   // How often the thread looks (timeout / 8, 1..100 ms). A rank is reported once it has gone timeout + period
@@ -74,6 +83,7 @@ class GpuWatchdog {
   Progress progress_;
   OnTimeout onTimeout_;
   CheckPeers checkPeers_;
+  ReopenAfterFailure reopenAfterFailure_;
   mutable std::mutex mutex_;  // ranks_, fired_, anyPending_
   bool anyPending_ = false;
   std::vector<RankWatch> ranks_;

@@ -47,6 +47,16 @@ LocalClique::LocalClique(Config config, std::vector<int> devices, std::unique_pt
         [this](const std::string& reason) {
           CONCCL_WARN(-1, -1, "watchdog: " + reason);
           fail(concclTimeout, reason);
+        },
+        /*startThread=*/true, GpuWatchdog::CheckPeers{},
+        // After a failure: keep the flags open until the ranks' programs drain (GpuWatchdog::ReopenAfterFailure).
+        [this, ex] {
+          {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (!error_) return false;
+          }
+          ex->cancel();
+          return true;
         });
   }
 }

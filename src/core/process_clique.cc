@@ -121,6 +121,13 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
           return true;
         }
         return false;
+      },
+      // After any failure (a dead peer, a disagreement found late, a timeout, an abort): keep this rank's flags open
+      // until its launched programs drain, so that the caller's stream returns (GpuWatchdog::ReopenAfterFailure).
+      [this] {
+        if (!asyncError()) return false;
+        executor_->cancel();
+        return true;
       });
 
   // The executor's all-gather above happened after every rank had mapped the segment: its name can go now, and

@@ -125,5 +125,32 @@ TEST(GpuWatchdog, TheThreadReportsAndStops) {
   EXPECT_NE(text.find("concclReduceScatter #7"), std::string::npos) << text;
 }
 
+TEST(GpuWatchdog, AfterAFailureTheFlagsAreReopenedUntilTheWorkDrains) {
+  // A pipelined program waits on the same flag many times: one opening after a failure released one wait only.
+  FakeGpu gpu(1);
+  std::atomic<bool> failed{false};
+  std::atomic<int> reopens{0};
+  {
+    GpuWatchdog w(
+        1, 2000ms, gpu.progress(), [](const std::string&) {}, /*startThread=*/true, /*checkPeers=*/{},
+        [&] {
+          if (!failed) return false;
+          // Each opening lets the fake program pass one more of its 20 waits.
+          if (++reopens >= 20) gpu.completed[0] = gpu.launched[0].load();
+          return true;
+        });
+    gpu.launch(w, 0, "concclAllReduce #3");
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(reopens.load(), 0) << "nothing failed: the flags are left alone";
+    failed = true;  // e.g. a peer process was found dead
+    const auto deadline = Clock::now() + 5s;
+    while (gpu.completed[0] != gpu.launched[0] && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    EXPECT_EQ(gpu.completed[0].load(), gpu.launched[0].load()) << "reopened " << reopens.load() << " times";
+    const int afterDrain = reopens.load();
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(reopens.load(), afterDrain) << "no work pending: no more openings";
+  }
+}
+
 }  // namespace
 }  // namespace conccl

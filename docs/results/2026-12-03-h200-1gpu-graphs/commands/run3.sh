@@ -8,7 +8,7 @@ O="${OUT:-/tmp/out}"; mkdir -p "$O"
 NCCL_LIB=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 export LD_LIBRARY_PATH="$PWD/gpu-stage/lib:$NCCL_LIB:${LD_LIBRARY_PATH:-}"
 PY=/opt/torch/.venv/bin/python
-BUDGET_S=440 NO_NCCL=1 ALLOCS=expandable timeout -k 5 470 bash tests/torch/run_all.sh \
+BUDGET_S=390 NO_NCCL=1 ALLOCS=expandable timeout -k 5 420 bash tests/torch/run_all.sh \
   gpu-stage/lib/libconccl_nccl.so "$O/torch" > "$O/run_all.log" 2>&1
 echo "run_all rc=$?"; grep -aE "^(FAIL|PASS|SKIP)|passed|^  [a-z_]+ .* p50" "$O/run_all.log" | cut -c1-230
 NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 timeout -k 5 45 "$PY" -m torch.distributed.run --standalone \
