@@ -248,13 +248,15 @@ CONCCL_API concclResult_t concclGetUniqueId(concclUniqueId* uniqueId);
  * costs milliseconds, and keeps the mapping in a cache keyed by the allocation's unique id. Rule: memory may
  * be freed and reallocated freely (a new allocation at the same address is a new id, never confused with
  * the old one); a mapping of freed memory is dropped when its address is reused or at destroy; use
- * concclCommDeregister to drop it earlier. Memory from cudaMallocAsync pools or the VMM API cannot be
- * shared this way and is refused with concclInvalidArgument, except by staged calls (every collective but
- * AllToAllv whose largest buffer is at most CONCCL_STAGED_MAX_BYTES, default 8 MiB): they move data through the
- * peers' scratch, map no peer buffer and do not wait on the host for the peers. Send/Recv across processes: each Send meets the
- * peer's next Recv from this rank (in order per pair); the call waits on the host until the partners have
- * posted their side, and any failure of a Send/Recv (size mismatch, bad buffer) puts the communicator out of
- * service, since a partner may already have launched its part. */
+ * concclCommDeregister to drop it earlier. Memory from cudaMallocAsync pools or the VMM API (PyTorch's
+ * expandable segments) cannot be shared this way: calls on it move data through the peers' scratch instead
+ * (staged). No call across processes waits on the host for its peers: a collective (AllToAllv too) whose peers
+ * have not all called within CONCCL_RENDEZVOUS_SPIN_US is staged and launched at once (CONCCL_STAGE_LATE_CALLS,
+ * default 1; every rank takes the same route), as are calls up to CONCCL_STAGED_MAX_BYTES; its GPU work then
+ * waits on the GPU for the peers'. Send/Recv across processes: each Send meets the peer's next Recv from this
+ * rank (in order per pair), through the receiver's scratch, launched at once. Errors such calls find once the
+ * peers call (arguments that disagree, a size mismatch) put the communicator out of service on every rank
+ * (concclCommGetAsyncError), since a rank may already have launched its part. */
 CONCCL_API concclResult_t concclCommInitRank(concclComm_t* comm, int nranks, concclUniqueId commId, int rank);
 CONCCL_API concclResult_t concclCommInitRankConfig(concclComm_t* comm, int nranks, concclUniqueId commId, int rank,
                                                    const concclConfig_t* config);

@@ -48,11 +48,8 @@ def build_env(base: Mapping[str, str], shim: str, real_nccl: Optional[str] = Non
     env["LD_PRELOAD"] = compose_preload(shim, base.get("LD_PRELOAD"))
     if real_nccl and not base.get("CONCCL_NCCL_REAL_LIB"):
         env["CONCCL_NCCL_REAL_LIB"] = real_nccl
-    alloc = base.get("PYTORCH_CUDA_ALLOC_CONF", "") + "," + base.get("PYTORCH_ALLOC_CONF", "")
-    if re.search(r"expandable_segments\s*:\s*true", alloc, re.IGNORECASE):
-        out.notes.append("PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True: conccl refuses collectives above "
-                         "CONCCL_STAGED_MAX_BYTES (8 MiB) on such memory when ranks are in several processes "
-                         "(docs/nccl-shim.md)")
+    # PyTorch's expandable segments need no warning: conccl stages calls on memory CUDA IPC cannot share
+    # (docs/multiprocess.md, "Buffers").
     shim_switch = base.get("CONCCL_NCCL_SHIM")
     if shim_switch is not None and shim_switch.strip() != "1":
         out.notes.append(f"CONCCL_NCCL_SHIM={shim_switch}: every communicator goes to the real NCCL")
