@@ -1,5 +1,6 @@
 #include "base/logging.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -7,6 +8,8 @@
 #include <mutex>
 #include <string>
 #include <unistd.h>
+
+#include "base/log_line.h"
 
 namespace conccl {
 namespace {
@@ -56,10 +59,23 @@ void logMessage(LogLevel level, int rank, int device, const std::string& message
   gethostname(host, sizeof(host) - 1);
   std::string r = rank >= 0 ? std::to_string(rank) : "-";
   std::string d = device >= 0 ? std::to_string(device) : "-";
+  std::string line = std::string(host) + ":" + std::to_string(getpid()) + " [rank " + r + " dev " + d + "] CONCCL " +
+                     levelName(level) + " " + message + "\n";
   std::lock_guard<std::mutex> lock(s.mutex);
-  std::fprintf(s.file, "%s:%d [rank %s dev %s] CONCCL %s %s\n", host, static_cast<int>(getpid()), r.c_str(), d.c_str(),
-               levelName(level), message.c_str());
-  std::fflush(s.file);
+  writeWholeLine(s.file, line);
+}
+
+void writeWholeLine(FILE* file, const std::string& line) {
+  std::fflush(file);  // whatever the stream still buffers goes first, so lines keep their order
+  int fd = fileno(file);
+  size_t done = 0;
+  while (fd >= 0 && done < line.size()) {
+    ssize_t n = ::write(fd, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // a log line that cannot be written is dropped: logging never fails a call
+    done += static_cast<size_t>(n);
+  }
+  if (fd < 0) std::fputs(line.c_str(), file);
 }
 
 std::string addressText(const void* p) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/log_line.h"
 #include "nccl/type_map.h"
 
 namespace conccl::nccl {
@@ -33,8 +34,9 @@ std::string shimDir() {
 void logLine(const char* level, const std::string& message) {
   char host[64] = {0};
   gethostname(host, sizeof(host) - 1);
-  std::fprintf(stderr, "%s:%d:%ld NCCL %s conccl-shim: %s\n", host, static_cast<int>(getpid()),
-               static_cast<long>(syscall(SYS_gettid)), level, message.c_str());
+  writeWholeLine(stderr, std::string(host) + ":" + std::to_string(getpid()) + ":" +
+                            std::to_string(static_cast<long>(syscall(SYS_gettid))) + " NCCL " + level +
+                            " conccl-shim: " + message + "\n");
 }
 
 }  // namespace
