@@ -25,7 +25,8 @@ LocalClique::LocalClique(Config config, std::vector<int> devices, std::unique_pt
     : config_(config),
       devices_(std::move(devices)),
       executor_(std::move(executor)),
-      schedules_(executor_->buildOptions()) {
+      schedules_(executor_->buildOptions()),
+      earlyCheck_(schedules_, *executor_) {
   nextSeq_.assign(devices_.size(), 0);
   pendingP2P_.resize(devices_.size());
   pendingP2PArgs_.resize(devices_.size());
@@ -178,40 +179,17 @@ bool LocalClique::planEarlyLaunch(const RankArgs& mine, int rank, CallTicket& ti
 
 bool LocalClique::independentOfPeersInPlace(const sched::Schedule& schedule, const sched::CollectiveCall& call,
                                             int rank) {
-  if (call.kind == sched::CollKind::kAllToAll) return true;  // no in-place form
-  const auto key = std::make_pair(schedule.id, rank);  // schedule ids are never reused
-  {
-    std::lock_guard<std::mutex> lock(independentMutex_);
-    auto it = independent_.find(key);
-    if (it != independent_.end()) return it->second;
-  }
-  // A peer's in-place flag changes its own program, but the path (small-message kernel or copy engines) follows from
-  // every rank's work: this rank may launch early only if its program and path are the same whichever way the peers
-  // run (both extremes; a mix lies between them).
-  sched::CollectiveCall flipped = call;
+  std::vector<int> peers;
   for (int p = 0; p < call.nranks; ++p) {
-    if (p != rank) flipped.inPlace[static_cast<size_t>(p)] = !flipped.inPlace[static_cast<size_t>(p)];
+    if (p != rank) peers.push_back(p);
   }
-  const std::shared_ptr<const sched::Schedule> other = schedules_.get(flipped);
-  const auto r = static_cast<size_t>(rank);
-  const bool same = other->programs[r] == schedule.programs[r] &&
-                    executor_->callResources(*other, rank).path == executor_->callResources(schedule, rank).path;
-  std::lock_guard<std::mutex> lock(independentMutex_);
-  if (independent_.size() >= 1024) independent_.clear();  // bounded like the schedule cache
-  independent_[key] = same;
-  return same;
+  return earlyCheck_.ignoresInPlaceOf(schedule, call, rank, peers);
 }
 
 void LocalClique::checkEarlyAssumptions(const PendingCall& pending, const exec::Executor& executor) {
-  const sched::Schedule& real = *pending.schedule;
   for (size_t r = 0; r < pending.earlySchedules.size(); ++r) {
-    const std::shared_ptr<const sched::Schedule>& assumed = pending.earlySchedules[r];
-    if (!assumed) continue;
-    const int rank = static_cast<int>(r);
-    if (!(assumed->programs[r] == real.programs[r]) ||
-        executor.callResources(*assumed, rank).path != executor.callResources(real, rank).path) {
-      CONCCL_THROW(concclInternalError, "rank " + std::to_string(rank) +
-                                            " launched a staged call with a program the real call does not give it");
+    if (pending.earlySchedules[r]) {
+      EarlyLaunchCheck::checkLaunchedPart(*pending.earlySchedules[r], *pending.schedule, static_cast<int>(r), executor);
     }
   }
 }

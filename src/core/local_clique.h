@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/clique.h"
+#include "core/early_launch.h"
 #include "core/gpu_watchdog.h"
 
 namespace conccl {
@@ -58,7 +59,7 @@ class LocalClique final : public Clique {
   // the peers call, or a check fails: the rank then waits for the real call, which reports any error to all.
   bool planEarlyLaunch(const RankArgs& mine, int rank, CallTicket& ticket);
   // Whether rank `rank`'s program and path in `schedule` (of `call`, every rank calling alike) stay the same when
-  // the peers' in-place flags differ from its own; remembered per schedule.
+  // the peers' in-place flags differ from its own (EarlyLaunchCheck::ignoresInPlaceOf, every peer).
   bool independentOfPeersInPlace(const sched::Schedule& schedule, const sched::CollectiveCall& call, int rank);
   // Throws unless every early rank's assumed program and path are the real call's.
   static void checkEarlyAssumptions(const PendingCall& call, const exec::Executor& executor);
@@ -82,6 +83,7 @@ class LocalClique final : public Clique {
   std::vector<int> devices_;
   std::unique_ptr<exec::Executor> executor_;
   ScheduleCache schedules_;
+  EarlyLaunchCheck earlyCheck_;  // after schedules_ and executor_, which it uses
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
@@ -95,8 +97,6 @@ class LocalClique final : public Clique {
   std::atomic<uint64_t> nextWindowId_{1};
   bool threadStaged_ = false;  // Config::threadStaged applies to this clique (backend, ranks, devices)
   bool sharedGpus_ = false;    // some ranks share a device: early launches run eagerly (CallBinding::eagerOnly)
-  std::mutex independentMutex_;
-  std::map<std::pair<uint64_t, int>, bool> independent_;  // independentOfPeersInPlace, by (schedule id, rank)
   // GPU progress of every rank (CUDA backend only): GPU work that does not complete within timeoutMs becomes
   // concclTimeout on every rank (gpu_watchdog.h). Stopped first in the destructor, before the executor goes.
   std::unique_ptr<GpuWatchdog> watchdog_;

@@ -97,6 +97,7 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
   topo.allGather = [&boot](const std::string& mine) { return boot->allGather(mine); };
   executor_ = exec::makeCudaProcessExecutor(topo, config_);
   schedules_ = std::make_unique<ScheduleCache>(executor_->buildOptions());
+  earlyCheck_ = std::make_unique<EarlyLaunchCheck>(*schedules_, *executor_);
   gpuWatchdog_ = std::make_unique<GpuWatchdog>(
       nranks, timeout,
       [this](int r, uint32_t* launched, uint32_t* completed) {

@@ -43,6 +43,7 @@
 
 #include "core/bootstrap.h"
 #include "core/clique.h"
+#include "core/early_launch.h"
 #include "core/gpu_watchdog.h"
 #include "core/shared_segment.h"
 
@@ -304,6 +305,7 @@ class ProcessClique final : public Clique {
   std::unique_ptr<Layout> layout_;
   std::unique_ptr<exec::Executor> executor_;
   std::unique_ptr<ScheduleCache> schedules_;  // made with the executor's options
+  std::unique_ptr<EarlyLaunchCheck> earlyCheck_;  // what a call launched without waiting may assume (core/early_launch.h)
   uint64_t nextSeq_ = 0;
   uint64_t nextP2PGroup_ = 0;                        // Send/Recv groups of this rank (for messages)
   std::vector<uint64_t> sendsPosted_, recvsPosted_;  // [peer] this rank's Sends to / Recvs from it so far

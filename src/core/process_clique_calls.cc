@@ -251,17 +251,9 @@ bool ProcessClique::trySymmetric(PendingCall& pending, const OwnPart& own, std::
     const RankArgs& self = *pending.args[static_cast<size_t>(rank_)];
     if (symmetric && sched::isRooted(self.kind) && self.root != rank_) {
       // Whether the root runs in place is the root's own business (a non-root's buffers say nothing about it):
-      // symmetric only if it changes neither this rank's program nor the path the executor takes (the small-message
-      // kernel is chosen from every rank's part of the call).
-      sched::CollectiveCall flipped = pending.call;
-      flipped.inPlace[static_cast<size_t>(self.root)] = !flipped.inPlace[static_cast<size_t>(self.root)];
-      const auto other = schedules_->get(flipped);
-      auto smallPath = [&](const sched::Schedule& s) {
-        return executor_->callResources(s, rank_).path == concclPathSmallKernel;
-      };
-      symmetric =
-          other->programs[static_cast<size_t>(rank_)] == pending.schedule->programs[static_cast<size_t>(rank_)] &&
-          smallPath(*other) == smallPath(*pending.schedule);
+      // symmetric only if it changes neither this rank's program nor its path. (The other peers' flags are assumed
+      // equal to this rank's, as their pointers are; the watchdog checks both once they publish.)
+      symmetric = earlyCheck_->ignoresInPlaceOf(*pending.schedule, pending.call, rank_, {self.root});
     }
   } catch (const Error&) {
     symmetric = false;  // the regular path builds the same call again and reports the error everywhere
