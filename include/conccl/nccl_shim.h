@@ -1,10 +1,10 @@
 /*
- * conccl/nccl_shim.h: the two functions the NCCL drop-in (libconccl_nccl.so, docs/nccl-shim.md) exports beside NCCL's
- * API, for layers that sit on top of an NCCL program (the Python package's `conccl run` and `conccl.torch`).
+ * conccl/nccl_shim.h: the functions the NCCL drop-in (libconccl_nccl.so, docs/nccl-shim.md) exports beside NCCL's
+ * API, for layers that sit on top of an NCCL program (the Python package's `conccl run` and `conccl.torch`, tests).
  *
  * Plain C, no nccl.h needed: `struct ncclComm*` is nccl.h's ncclComm_t. Look the symbols up with dlsym in the
  * process that preloaded the shim (or dlopen it: neither function initialises CUDA or opens the real NCCL).
- * Results are ncclResult_t values (0 = ncclSuccess); neither function prints or exits.
+ * Results are ncclResult_t values (0 = ncclSuccess); no function prints or exits.
  */
 #ifndef CONCCL_NCCL_SHIM_H_
 #define CONCCL_NCCL_SHIM_H_
@@ -30,6 +30,13 @@ CONCCL_API int concclNcclShimAbiVersion(void);
  * shim did not make (a real NCCL communicator); 5 (ncclInvalidUsage) for a shim communicator forwarded to the real
  * NCCL (the job spans nodes, or CONCCL_NCCL_SHIM=0). *out is NULL on failure; ncclGetLastError(NULL) says why. */
 CONCCL_API int concclNcclShimGetComm(struct ncclComm* comm, concclComm_t* out);
+
+/* Host time spent inside the shim by the calling thread: nanoseconds in its collective, Send/Recv and group calls
+ * (ncclAllReduce ... ncclRecv, ncclGroupStart / ncclGroupEnd) since its previous call of this function (or since the
+ * thread started), and in *calls (when not NULL) how many such calls that was; resets both. A call that makes another
+ * of them counts once. This is conccl's own share of a framework's call (PyTorch adds its own work around it):
+ * tests/torch/skew_host_time.py reads it after each measured call. */
+CONCCL_API uint64_t concclNcclShimTakeCallNs(uint64_t* calls);
 
 #ifdef __cplusplus
 } /* extern "C" */

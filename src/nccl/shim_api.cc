@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "nccl/call_time.h"
 #include "nccl/nccl_abi.h"
 #include "nccl/shim_comm.h"
 #include "nccl/shim_hierarchical.h"
@@ -286,6 +287,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm
 
 // A group may hold calls on communicators of both paths: open and close it in both libraries.
 CONCCL_NCCL_EXPORT ncclResult_t ncclGroupStart() {
+  const ShimCallTimer timer;  // conccl's own host time per call (call_time.h)
   ncclResult_t r = fromConccl(nullptr, concclGroupStart(), "ncclGroupStart");
   if (r == ncclSuccess && ++groupDepth() == 1) {
     static std::atomic<uint64_t> epochs{0};
@@ -330,6 +332,7 @@ bool simInfoValid(const ncclSimInfo_t* simInfo) {
 }  // namespace
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
+  const ShimCallTimer timer;  // conccl's own host time per call (call_time.h)
   ncclResult_t r = fromConccl(nullptr, concclGroupEnd(), "ncclGroupEnd");
   if (groupDepth() > 0 && --groupDepth() == 0) {
     ncclResult_t ri = endOutermostGroup();

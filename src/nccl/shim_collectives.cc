@@ -3,6 +3,7 @@
 // a type, op or collective a conccl communicator cannot run exactly).
 #include <string>
 
+#include "nccl/call_time.h"
 #include "nccl/premul_ops.h"
 #include "nccl/shim_comm.h"
 #include "nccl/shim_hierarchical.h"
@@ -44,6 +45,7 @@ concclRedOp_t op(ncclRedOp_t o) { return *toConcclOp(static_cast<int>(o)); }
 CONCCL_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                               ncclDataType_t datatype, ncclRedOp_t redOp, ncclComm_t comm,
                                               cudaStream_t stream) {
+  const ShimCallTimer timer;  // conccl's own host time per call (call_time.h)
   if (preMulOnConccl(comm, redOp)) {
     return runPreMulSum(comm, Coll::kAllReduce, sendbuff, recvbuff, count, count, datatype, redOp, 0, stream,
                         "ncclAllReduce");
@@ -67,6 +69,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbu
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                            ncclRedOp_t redOp, int root, ncclComm_t comm, cudaStream_t stream) {
+  const ShimCallTimer timer;  // conccl's own host time per call (call_time.h)
   if (preMulOnConccl(comm, redOp)) {
     return runPreMulSum(comm, Coll::kReduce, sendbuff, recvbuff, count, count, datatype, redOp, root, stream,
                         "ncclReduce");
@@ -91,6 +94,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff,
 CONCCL_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                                   ncclDataType_t datatype, ncclRedOp_t redOp, ncclComm_t comm,
                                                   cudaStream_t stream) {
+  const ShimCallTimer timer;  // conccl's own host time per call (call_time.h)
   if (preMulOnConccl(comm, redOp)) {
     int nranks = 0;
     if (concclCommCount(comm->conccl, &nranks) != concclSuccess) {
@@ -120,6 +124,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* re
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                               ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  const ShimCallTimer timer;  // conccl's own host time per call (call_time.h)
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kBroadcast, datatype, -1, "ncclBroadcast", &r)) {
     case Path::kNccl: {
@@ -139,6 +144,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbu
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                                           cudaStream_t stream) {
+  const ShimCallTimer timer;  // conccl's own host time per call (call_time.h)
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kBroadcast, datatype, -1, "ncclBcast", &r)) {
     // The real ncclBcast calls ncclBroadcast through the PLT, which would land in the shim: go there directly.
@@ -157,6 +163,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                               ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  const ShimCallTimer timer;  // conccl's own host time per call (call_time.h)
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kAllGather, datatype, -1, "ncclAllGather", &r)) {
     case Path::kNccl: {
@@ -176,6 +183,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbu
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                                              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  const ShimCallTimer timer;  // conccl's own host time per call (call_time.h)
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kAllToAll, datatype, -1, "ncclAlltoAll", &r)) {
     case Path::kNccl: {
@@ -210,6 +218,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuf
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                            int root, ncclComm_t comm, cudaStream_t stream) {
+  const ShimCallTimer timer;  // conccl's own host time per call (call_time.h)
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kGather, datatype, -1, "ncclGather", &r)) {
     case Path::kNccl: {
@@ -228,6 +237,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff,
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                             int root, ncclComm_t comm, cudaStream_t stream) {
+  const ShimCallTimer timer;  // conccl's own host time per call (call_time.h)
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kScatter, datatype, -1, "ncclScatter", &r)) {
     case Path::kNccl: {
@@ -247,6 +257,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                                          ncclComm_t comm, cudaStream_t stream) {
+  const ShimCallTimer timer;  // conccl's own host time per call (call_time.h)
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kSendRecv, datatype, -1, "ncclSend", &r)) {
     case Path::kNccl:
@@ -261,6 +272,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncc
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                                          ncclComm_t comm, cudaStream_t stream) {
+  const ShimCallTimer timer;  // conccl's own host time per call (call_time.h)
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kSendRecv, datatype, -1, "ncclRecv", &r)) {
     case Path::kNccl:

@@ -2,6 +2,7 @@
 // the conccl communicator behind a shim communicator, for the Python package (`conccl run`'s ABI check, conccl.torch).
 #include <conccl/nccl_shim.h>
 
+#include "nccl/call_time.h"
 #include "nccl/shim_comm.h"
 
 using namespace conccl::nccl;
@@ -25,4 +26,10 @@ extern "C" int concclNcclShimGetComm(struct ncclComm* comm, concclComm_t* out) {
   }
   *out = comm->conccl;
   return ncclSuccess;
+}
+
+extern "C" uint64_t concclNcclShimTakeCallNs(uint64_t* calls) {
+  const ShimCallTime t = takeShimCallTime();
+  if (calls != nullptr) *calls = t.calls;
+  return t.ns;
 }

@@ -35,3 +35,24 @@ def test_get_comm_refuses_what_it_did_not_make(shim):
 
 def test_package_holds_the_libraries():
     assert find_library("conccl") is not None or pytest.skip("running from the source tree, nothing built")
+
+
+def test_take_call_ns_counts_each_outermost_call_once(shim):
+    _, lib = shim
+    take = lib.concclNcclShimTakeCallNs
+    take.restype, take.argtypes = ctypes.c_uint64, [ctypes.POINTER(ctypes.c_uint64)]
+    coll = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+            ctypes.c_void_p]
+    lib.ncclAllReduce.argtypes = coll
+    lib.ncclBcast.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                              ctypes.c_void_p]
+    calls = ctypes.c_uint64(99)
+    take(None)  # whatever this thread did before
+    assert take(ctypes.byref(calls)) == 0 and calls.value == 0
+    # NULL communicators: refused (ncclInvalidArgument) before CUDA or the real NCCL is touched, but timed.
+    assert lib.ncclAllReduce(None, None, 1, 7, 0, None, None) == 4
+    assert lib.ncclAllReduce(None, None, 1, 7, 0, None, None) == 4
+    assert lib.ncclBcast(None, 1, 7, 0, None, None) == 4
+    ns = take(ctypes.byref(calls))
+    assert calls.value == 3 and ns > 0
+    assert take(ctypes.byref(calls)) == 0 and calls.value == 0  # reset by the take

@@ -10,15 +10,22 @@ Ops (largest buffer): all_reduce 1 MiB, 64 MiB, 1 GiB (--max-mib to leave it out
 (output), reduce_scatter_tensor 64 MiB (input), broadcast 64 MiB (root 0), all_to_all_single uneven 1 MiB in all,
 isend 1 MiB (rank 0 -> 1; the peer's irecv comes late). One untimed call of each op first (communicators, mappings).
 
+Two times per call: the Python call's (what PyTorch's user sees: PyTorch's own work plus the library's), and, through
+the drop-in, conccl's own share of it: the time rank 0's thread spent inside the drop-in's NCCL calls during that
+Python call (concclNcclShimTakeCallNs, conccl/nccl_shim.h; absent on plain NCCL).
+
 Output: a table on stdout (rank 0), and one JSON object per op to --out (JSON lines): op, bytes, calls, p50_us,
-max_us, samples_us, sleep_s, world, lib (conccl / NCCL, from the shim's line), tag. --assert-max-us X makes the run
-fail unless every op's p50 (or --assert-stat max) is at most X us (the target on conccl: 20).
+max_us, samples_us (the Python call), dropin_p50_us, dropin_max_us, dropin_samples_us, dropin_calls (NCCL calls
+per Python call), sleep_s, world, lib (conccl / NCCL, from the shim's line), tag. --assert-max-us X makes the run
+fail unless every op's p50 (or --assert-stat max) is at most X us (the target on conccl: 20), of the drop-in's own
+time where the drop-in is loaded, of the Python call's otherwise (--assert-on).
 
     LD_PRELOAD=.../libconccl_nccl.so python -m torch.distributed.run --standalone --nproc-per-node 2 \\
         tests/torch/skew_host_time.py --out skew-conccl.jsonl --assert-max-us 20
     python -m torch.distributed.run --standalone --nproc-per-node 2 tests/torch/skew_host_time.py --sim-hosts \\
         --out skew-nccl.jsonl
 """
+import ctypes
 import json
 import statistics
 import sys
@@ -87,6 +94,17 @@ def ops_list(ctx, max_mib):
     return out
 
 
+def dropin_clock():
+    """The drop-in's per-thread host-time counter (a function returning ns since its previous call), or None."""
+    try:
+        fn = ctypes.CDLL(None).concclNcclShimTakeCallNs  # LD_PRELOAD put the drop-in's symbols in the global scope
+    except (AttributeError, OSError):
+        return None
+    fn.restype = ctypes.c_uint64
+    fn.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
+    return fn
+
+
 def main():
     p = tcommon.base_parser(__doc__, timeout_s=300)
     p.add_argument("--sleep-s", type=float, default=2.0, help="how late the peer (rank 1) is, before every call")
@@ -97,6 +115,8 @@ def main():
     p.add_argument("--assert-max-us", type=float, default=None,
                    help="fail unless every op's --assert-stat is at most this many microseconds")
     p.add_argument("--assert-stat", choices=["p50", "max"], default="p50")
+    p.add_argument("--assert-on", choices=["auto", "python", "dropin"], default="auto",
+                   help="which time --assert-max-us bounds: the drop-in's own (auto: when loaded) or the Python call's")
     args = p.parse_args()
     ctx = tcommon.setup(args)
     rank, world = ctx.rank, ctx.world
@@ -106,6 +126,11 @@ def main():
     if args.backend == "gloo":
         lib = "gloo"
     wanted = [s.strip() for s in args.ops.split(",") if s.strip()]
+    clock = dropin_clock()
+    assert_on = args.assert_on if args.assert_on != "auto" else ("dropin" if clock is not None else "python")
+    if assert_on == "dropin" and clock is None:
+        raise SystemExit("--assert-on dropin: the drop-in is not loaded (no concclNcclShimTakeCallNs)")
+    ncalls = ctypes.c_uint64(0)
     results = []
     t_all = time.perf_counter()
     for name, nbytes, make in ops_list(ctx, args.max_mib):
@@ -113,6 +138,7 @@ def main():
             continue
         call = make()
         samples = []
+        dropin = []  # (us, NCCL calls) per measured call
         err = None
         try:
             for k in range(args.calls + 1):  # call 0: untimed warm-up, peer not late
@@ -121,11 +147,16 @@ def main():
                     continue
                 if rank == 1 and k > 0:
                     time.sleep(args.sleep_s)
+                if clock is not None:
+                    clock(None)  # reset: count only this call's NCCL calls
                 t0 = time.perf_counter()
                 work = call()
                 t1 = time.perf_counter()
+                inside_ns = clock(ctypes.byref(ncalls)) if clock is not None else None
                 if k > 0:
                     samples.append((t1 - t0) * 1e6)
+                    if inside_ns is not None:
+                        dropin.append((inside_ns / 1e3, int(ncalls.value)))
                 if work is not None:
                     work.wait()
                 ctx.sync()
@@ -139,37 +170,44 @@ def main():
                    "p50_us": round(statistics.median(samples), 1) if samples else None,
                    "max_us": round(max(samples), 1) if samples else None,
                    "samples_us": [round(s, 1) for s in samples]}
+            if dropin:
+                us = [d[0] for d in dropin]
+                row.update({"dropin_p50_us": round(statistics.median(us), 1), "dropin_max_us": round(max(us), 1),
+                            "dropin_samples_us": [round(u, 1) for u in us],
+                            "dropin_calls": [d[1] for d in dropin]})
             if err:
                 row["error"] = err
             results.append(row)
             print(f"  {name:32s} p50 {row['p50_us'] if samples else '-':>12} us  max "
-                  f"{row['max_us'] if samples else '-':>12} us{('  ERROR ' + err) if err else ''}", flush=True)
+                  f"{row['max_us'] if samples else '-':>12} us  drop-in p50 {row.get('dropin_p50_us', '-'):>10} us"
+                  f"{('  ERROR ' + err) if err else ''}", flush=True)
         if ctx.cuda:
             torch.cuda.empty_cache()
     failed = 0
     if rank == 0:
         print(f"\nhost time per call on rank 0, peer {args.sleep_s:g} s late, {world} ranks, {lib}:")
-        print(f"| op | p50 us | max us | calls |\n|---|---|---|---|")
+        print("| op | Python call p50 us | max us | drop-in's own p50 us | max us | calls |\n|---|---|---|---|---|---|")
         for r in results:
-            print(f"| {r['op']} | {r['p50_us']} | {r['max_us']} | {r['calls']} |")
+            print(f"| {r['op']} | {r['p50_us']} | {r['max_us']} | {r.get('dropin_p50_us', '-')} | "
+                  f"{r.get('dropin_max_us', '-')} | {r['calls']} |")
         if args.out:
             with open(args.out, "a") as f:
                 for r in results:
                     f.write(json.dumps(r) + "\n")
         bad = [r for r in results if r.get("error") or r["p50_us"] is None]
+        key = ("dropin_" if assert_on == "dropin" else "") + f"{args.assert_stat}_us"
         if args.assert_max_us is not None:
-            key = f"{args.assert_stat}_us"
-            bad += [r for r in results if r.get(key) is not None and r[key] > args.assert_max_us]
+            bad += [r for r in results if r.get(key) is None or r[key] > args.assert_max_us]
         for r in bad:
             print(f"FAIL {r['op']}: " + (r.get("error") or
-                                         f"{args.assert_stat} {r.get(args.assert_stat + '_us')} us > "
-                                         f"{args.assert_max_us} us"), flush=True)
+                                         f"{key} {r.get(key)} us > {args.assert_max_us} us"), flush=True)
         failed = len(bad)
         summary = ", ".join(f"{r['op'].split(' ')[0]}{'/' + r['op'].split(' ')[-2] if r['op'][-3:] == 'MiB' else ''}"
-                            f"={r['p50_us']}" for r in results)
+                            f"={r['p50_us']}" + (f" ({r['dropin_p50_us']} in the drop-in)" if 'dropin_p50_us' in r
+                                                 else "") for r in results)
         verdict = "PASS" if not failed else "FAIL"
         print(f"CASE skew {verdict} {time.perf_counter() - t_all:.1f}s p50 us: {summary}"
-              + (f" (assert p50 <= {args.assert_max_us:g} us)" if args.assert_max_us is not None else ""), flush=True)
+              + (f" (assert {key} <= {args.assert_max_us:g} us)" if args.assert_max_us is not None else ""), flush=True)
     t = torch.tensor([failed], dtype=torch.int64)
     dist.broadcast(t, src=0, group=ctx.cpu_pg)
     return tcommon.finish(ctx, int(t.item()))
