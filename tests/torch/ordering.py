@@ -9,7 +9,13 @@ Cases, for K in all_reduce, all_gather (all_gather_into_tensor), reduce_scatter 
 all_to_all (all_to_all_single with uneven splits), with the largest buffer of K 64 MiB and the p2p message 64 MiB:
   send_first_K  rank 0: isend to 1 on the pair group, then K on the world group; rank 1: K, then irecv from 0
   recv_first_K  rank 0: K, then isend; rank 1: irecv, then K (the receive posted before the collective)
-  ring          every rank isends to the next rank first, then irecvs from the previous one (standalone calls)
+  ring_grouped  every rank isends to the next rank and irecvs from the previous one in one batch_isend_irecv
+  ring_ungrouped  the same as two standalone calls, isend first. Not a valid NCCL program, so not among the default
+                cases: NCCL requires Send/Recv that must progress together to be grouped (its guide, "Point-to-point
+                communication": "It is therefore important to merge calls that need to progress concurrently to avoid
+                deadlocks"); each rank's Send of a message larger than the transport's buffers waits for a Recv that
+                its peer has queued behind its own Send. conccl stalls the same way and reports it (the GPU watchdog,
+                after CONCCL_TIMEOUT_MS) instead of hanging.
 Ranks 2.. (4 processes) only make the collective. Results are checked against closed forms on seeded data. Run with
 CONCCL_TIMEOUT_MS small (the runner uses 8000) so that a deadlock fails the case in seconds instead of minutes.
 """
@@ -122,36 +128,41 @@ def run_pair_case(ctx, kind, order, it):
         ctx.chk.exact(f"{order} {kind} p2p message", buf, gen(msg, n, torch.float32, dev))
 
 
-def case_ring(ctx):
+def case_ring(ctx, grouped):
     rank, world, dev = ctx.rank, ctx.world, ctx.device
     n = ctx.args.mib * MIB // 4
     nxt, prv = (rank + 1) % world, (rank - 1) % world
-    s = dist.isend(gen(("oring", rank), n, torch.float32, dev), nxt)
+    out = gen(("oring", rank), n, torch.float32, dev)
     got = torch.empty(n, dtype=torch.float32, device=dev)
-    r = dist.irecv(got, prv)
-    s.wait()
-    r.wait()
+    if grouped:
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, out, nxt), dist.P2POp(dist.irecv, got, prv)])
+    else:
+        works = [dist.isend(out, nxt), dist.irecv(got, prv)]
+    for w in works:
+        w.wait()
     ctx.sync()
-    ctx.chk.exact("standalone isend/irecv ring", got, gen(("oring", prv), n, torch.float32, dev))
+    what = "grouped" if grouped else "standalone"
+    ctx.chk.exact(f"{what} isend/irecv ring", got, gen(("oring", prv), n, torch.float32, dev))
 
 
 def main():
     p = tcommon.base_parser(__doc__, timeout_s=60)
-    names = [f"{o}_{k}" for k in KINDS for o in ("send_first", "recv_first")] + ["ring"]
-    p.add_argument("--cases", default=",".join(names), help="comma list, from: " + ",".join(names))
+    names = [f"{o}_{k}" for k in KINDS for o in ("send_first", "recv_first")] + ["ring_grouped"]
+    extra = ["ring_ungrouped"]  # not a valid NCCL program (see above): only when asked for
+    p.add_argument("--cases", default=",".join(names), help="comma list, from: " + ",".join(names + extra))
     p.add_argument("--mib", type=int, default=64, help="MiB of the p2p message and of the collective's largest buffer")
     args = p.parse_args()
     selected = tcommon.parse_cases(args.cases)
-    bad = [c for c in selected if c not in names]
+    bad = [c for c in selected if c not in names + extra]
     if bad:
         p.error(f"unknown case(s) {bad}")
     ctx = tcommon.setup(args)
     if ctx.world < 2:
         raise SystemExit("needs 2 or more ranks")
     cases = []
-    for i, name in enumerate(names):
-        if name == "ring":
-            cases.append((name, case_ring))
+    for i, name in enumerate(names + extra):
+        if name.startswith("ring_"):
+            cases.append((name, lambda c, g=(name == "ring_grouped"): case_ring(c, g)))
         else:
             order, kind = ("send_first", name[len("send_first_"):]) if name.startswith("send_first_") else \
                 ("recv_first", name[len("recv_first_"):])

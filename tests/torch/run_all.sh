@@ -57,7 +57,7 @@ ORDERING_TIMEOUT_MS="${ORDERING_TIMEOUT_MS:-5000}"
 NO_NCCL="${NO_NCCL:-0}"
 ORDERING_CASES="send_first_all_reduce,recv_first_all_reduce,send_first_all_gather,recv_first_all_gather"
 ORDERING_CASES+=",send_first_reduce_scatter,recv_first_reduce_scatter,send_first_broadcast,recv_first_broadcast"
-ORDERING_CASES+=",send_first_all_to_all,recv_first_all_to_all,ring"
+ORDERING_CASES+=",send_first_all_to_all,recv_first_all_to_all,ring_grouped"
 STREAM_WAIT_CASES="late_all_reduce_64m,late_all_reduce_1m,late_all_gather_64m,late_broadcast_64m,late_all_to_all_1m"
 STREAM_WAIT_CASES+=",late_send_recv_16m"
 
