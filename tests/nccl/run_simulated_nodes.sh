@@ -13,6 +13,10 @@
 # for --mode split (ncclCommSplit of the world: the shim's split of an NCCL parent) and --mode new_group (a unique id
 # and a rendezvous per group).
 #
+# Then PyTorch's training workloads on simulated nodes (tests/torch/workloads.py --sim-nodes G, layouts
+# $WORKLOAD_LAYOUTS): DDP and FSDP2 on the world (hierarchical), HSDP (FSDP2 on a nodes x G mesh: shard inside a node
+# on conccl, replicate across on the rails) and tensor parallelism inside each node, each against its one-process
+# reference.
 # Run from the repository root on the GPU machine, with the shim staged (TARGETS=conccl_nccl_shim scripts/gpu-build.sh):
 #   bash tests/nccl/run_simulated_nodes.sh           # $OUT/simulated-nodes/{summary.txt,*.log}
 # Environment: SHIM (default gpu-stage/lib/libconccl_nccl.so), PY (/opt/torch/.venv/bin/python), NCCL_LIB (torch's
@@ -28,10 +32,12 @@ cd "$(dirname "$0")/../.." || exit 1
 SHIM="${SHIM:-$PWD/gpu-stage/lib/libconccl_nccl.so}"
 PY="${PY:-/opt/torch/.venv/bin/python}"
 NCCL_LIB="${NCCL_LIB:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib}"
-LAYOUTS="${LAYOUTS:-2x2 2x3 3x2}"
+LAYOUTS="${LAYOUTS-2x2 2x3 3x2}"  # empty: only the workloads
 LIMIT="${LIMIT:-300}"
 SEED="${SEED:-$(( (RANDOM << 15) | RANDOM ))}"
 HIER="${HIER:-1}"
+WORKLOAD_LAYOUTS="${WORKLOAD_LAYOUTS-2x2 3x2}"  # empty: none
+WORKLOAD_CASES="${WORKLOAD_CASES:-ddp,fsdp2,hsdp,tp_in_node}"
 out="${OUT:-/tmp/out}/simulated-nodes"
 mkdir -p "$out"
 summary="$out/summary.txt"
@@ -108,6 +114,27 @@ for layout in $LAYOUTS; do
     echo "$verdict $name (np $np, NCCL_HOSTID per $hostid): hierarchical comms $hier, conccl comms $conccl, NCCL comms $nccl, ranks ok $ok$why" |
       tee -a "$summary"
   done
+done
+# Training workloads across simulated nodes.
+for layout in $WORKLOAD_LAYOUTS; do
+  nodes="${layout%x*}"
+  per="${layout#*x}"
+  np=$((nodes * per))
+  log="$out/$layout-workloads.log"
+  timeout -k 10 "$LIMIT" env LD_PRELOAD="$SHIM" CONCCL_NCCL_REAL_LIB="$NCCL_LIB/libnccl.so.2" \
+    LD_LIBRARY_PATH="$NCCL_LIB:${LD_LIBRARY_PATH:-}" NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_NVLS_ENABLE=0 \
+    NCCL_DEBUG=WARN CONCCL_DEBUG=INFO CONCCL_TIMEOUT_MS=60000 TORCH_NCCL_ASYNC_ERROR_HANDLING=1 \
+    CONCCL_NCCL_HIERARCHICAL="$HIER" \
+    "$PY" -m torch.distributed.run --standalone --nproc-per-node "$np" tests/torch/workloads.py \
+    --sim-nodes "$per" --cases "$WORKLOAD_CASES" >"$log" 2>&1
+  rc=$?
+  passed="$(grep -c '^CASE .* PASS' "$log" || true)"
+  want="$(tr ',' '\n' <<<"$WORKLOAD_CASES" | grep -c .)"
+  hier="$(count 'conccl-shim: .* -> hierarchical (' "$log")"
+  verdict=PASS
+  { [ "$rc" -eq 0 ] && [ "$passed" -eq "$want" ] && [ "$hier" -ge "$np" ]; } || { verdict=FAIL; failed=1; }
+  echo "$verdict $layout-workloads (np $np): $passed of $want cases passed, rc=$rc, hierarchical comms $hier;" \
+    "$(grep '^CASE' "$log" | cut -d' ' -f2-4 | tr '\n' ' ')" | tee -a "$summary"
 done
 # The lines that say why each communicator took its path, once per distinct reason.
 grep -ho 'conccl-shim: nccl[A-Za-z]*[^:]*: comm [^ ]* rank [0-9]* nranks [0-9]* cudaDev [0-9-]* -> .*' "$out"/*.log |

@@ -9,6 +9,9 @@ The three ways a script runs (the same flags everywhere):
     NCCL_SOCKET_IFNAME=lo and NCCL_IB_DISABLE=1 unless already set: NCCL then takes every rank for a host of its own
     (no duplicate-GPU refusal) and moves data over sockets on the loopback;
   * without a GPU, to check a script's own logic: --backend gloo --device cpu.
+  * across simulated nodes, through the drop-in (issue 25): --sim-nodes G puts rank r on node r // G for conccl
+    (CONCCL_HOSTID=simnode<r // G>), and NCCL_HOSTID=host<rank> lets the real NCCL under the drop-in's rails run
+    ranks that share a GPU; a communicator spanning several simulated nodes then runs hierarchically.
 
 NVLink multicast stays off in every process (it can take shared GPUs out of service).
 """
@@ -39,6 +42,9 @@ def add_args(p, timeout_s=120):
     p.add_argument("--sim-hosts", action="store_true",
                    help="plain NCCL with ranks sharing a GPU: NCCL_HOSTID=host<rank> (+ NCCL_SOCKET_IFNAME=lo, "
                         "NCCL_IB_DISABLE=1) set in this process before init_process_group")
+    p.add_argument("--sim-nodes", type=int, default=0, metavar="G",
+                   help="through the drop-in: G ranks per simulated node (CONCCL_HOSTID=simnode<rank // G>, "
+                        "NCCL_HOSTID=host<rank>); 0: off")
     p.add_argument("--no-device-id", dest="device_id", action="store_false",
                    help="init_process_group without device_id (lazy communicator, new_group without ncclCommSplit)")
     p.add_argument("--timeout-s", type=float, default=timeout_s, help="init_process_group timeout")
@@ -89,6 +95,12 @@ def setup(args, init_probe=True):
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if args.sim_hosts and args.backend == "nccl":
         simulate_hosts(rank)
+    if args.sim_nodes:
+        if args.sim_nodes < 1 or world % args.sim_nodes:
+            raise SystemExit(f"--sim-nodes {args.sim_nodes} does not divide WORLD_SIZE {world}")
+        os.environ["CONCCL_HOSTID"] = f"simnode{rank // args.sim_nodes}"
+        if args.backend == "nccl":
+            simulate_hosts(rank)
     timeout = datetime.timedelta(seconds=args.timeout_s)
     paths = []
     if args.device == "cpu":
@@ -133,6 +145,7 @@ def setup(args, init_probe=True):
         ctx.expandable = expandable_in_use(device) if args.device == "cuda" else None
     if rank == 0:
         log(f"world {world}, device {device}, backend {args.backend}, sim-hosts {args.sim_hosts}, "
+            f"sim-nodes {args.sim_nodes or 'off'}, "
             f"shim {shim_loaded() or 'no'}, communicator path {','.join(paths) or '?'}, "
             f"expandable segments {ctx.expandable}, torch {torch.__version__}, "
             f"PYTORCH_ALLOC_CONF={os.environ.get('PYTORCH_ALLOC_CONF', '')!r} "

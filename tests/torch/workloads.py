@@ -24,6 +24,10 @@ Cases (--cases to pick; all by default):
   fsdp2        fully_shard fp32 (AVG reduce-scatter), vs the single-process reference
   fsdp2_bf16   fully_shard with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), vs an emulation of it
   tp           tensor parallel (ColwiseParallel + RowwiseParallel MLP, 12 MiB all-reduces) vs the reference
+  hsdp         FSDP2 on a 2-D mesh (nodes x ranks per node: replicate across, shard inside), fp32, vs the reference
+  tp_in_node   tensor parallel on each node's ranks (the "tp" dimension of a nodes x ranks-per-node mesh), vs the
+               reference: every node trains the same model on the whole batch
+               (hsdp and tp_in_node: "node" is --sim-nodes' G ranks, or 2 ranks without it; not in the default list)
   graphs       collectives captured in a CUDA graph, replayed on new data (shim_collectives.run_graph; GPU only)
   compile      torch.compile of functional collectives (all_reduce, all_gather, reduce_scatter) vs closed forms
 
@@ -489,16 +493,70 @@ def case_compile(ctx):
     ctx.notes["compile_backend"] = ctx.args.compile_backend
 
 
+def node_mesh(ctx, names):
+    """A 2-D mesh (nodes, ranks per node) with the given dimension names: --sim-nodes' layout, or pairs."""
+    from torch.distributed.device_mesh import init_device_mesh
+    per = ctx.args.sim_nodes or (2 if ctx.world % 2 == 0 and ctx.world > 2 else ctx.world)
+    ctx.notes["mesh"] = f"{ctx.world // per}x{per}"
+    return init_device_mesh(device_type(ctx), (ctx.world // per, per), mesh_dim_names=names)
+
+
+def case_hsdp(ctx):
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import fully_shard
+    dims, seed, steps, b = [1024, 2048, 2048, 1024], 29, 5, 16
+    dev = ctx.device
+    ref_losses, p0, ref_p = reference_training(dims, seed, steps, b * ctx.world, dev)
+    mesh = node_mesh(ctx, ("replicate", "shard"))  # HSDP: gradients reduce-scattered inside, all-reduced across
+    model = make_model(dims, seed).to(dev)
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = sgd(model.parameters())
+    losses = []
+    for s in range(steps):
+        x, y = batch_for(s, b * ctx.world, dims[0], dims[-1], seed, dev)
+        x, y = x[ctx.rank * b:(ctx.rank + 1) * b], y[ctx.rank * b:(ctx.rank + 1) * b]
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(global_loss(ctx, loss.item()))
+    compare_training(ctx, "hsdp", losses, ref_losses, p0, full_params(model), ref_p, 1e-4, 2e-3)
+
+
+def case_tp_in_node(ctx):
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    dims, seed, steps, n = [1024, 4096, 1024], 41, 4, 3072
+    dev = ctx.device
+    ref_losses, p0, ref_p = reference_training(dims, seed, steps, n, dev)
+    mesh = node_mesh(ctx, ("dp", "tp"))
+    model = make_model(dims, seed).to(dev)
+    parallelize_module(model, mesh["tp"], {"layers.0": ColwiseParallel(), "layers.1": RowwiseParallel()})
+    opt = sgd(model.parameters())
+    losses = []
+    for s in range(steps):
+        x, y = batch_for(s, n, dims[0], dims[-1], seed, dev)  # every rank the whole batch
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    compare_training(ctx, "tp_in_node", losses, ref_losses, p0, full_params(model), ref_p, 1e-4, 2e-3)
+
+
 CASES = {
     "collectives": case_collectives, "p2p": case_p2p, "groups": case_groups, "mesh2d": case_mesh2d,
     "moe": case_moe, "ddp": case_ddp, "fsdp2": case_fsdp2, "fsdp2_bf16": lambda c: case_fsdp2(c, bf16=True),
-    "tp": case_tp, "graphs": case_graphs, "compile": case_compile,
+    "tp": case_tp, "graphs": case_graphs, "compile": case_compile, "hsdp": case_hsdp, "tp_in_node": case_tp_in_node,
 }
 
 
 def main():
     p = tcommon.base_parser(__doc__)
-    p.add_argument("--cases", default=",".join(ALL_CASES), help="comma list, from: " + ",".join(ALL_CASES))
+    p.add_argument("--cases", default=",".join(ALL_CASES), help="comma list, from: " + ",".join(CASES))
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: no codegen)")
     args = p.parse_args()
     unknown = [c for c in tcommon.parse_cases(args.cases) if c not in CASES]
