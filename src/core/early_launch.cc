@@ -8,23 +8,25 @@
 namespace conccl {
 
 bool EarlyLaunchCheck::ignoresInPlaceOf(const sched::Schedule& schedule, const sched::CollectiveCall& call, int rank,
-                                        const std::vector<int>& peers) {
+                                        int peer) {
   if (call.kind == sched::CollKind::kAllToAll || call.kind == sched::CollKind::kAllToAllv) return true;  // no in-place form
-  auto key = std::make_tuple(schedule.id, rank, peers);
+  const auto key = std::make_tuple(schedule.id, rank, peer);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = remembered_.find(key);
     if (it != remembered_.end()) return it->second;
   }
   sched::CollectiveCall flipped = call;
-  for (int p : peers) {
-    if (p != rank) flipped.inPlace[static_cast<size_t>(p)] = !flipped.inPlace[static_cast<size_t>(p)];
+  for (int p = 0; p < call.nranks; ++p) {
+    if (p != rank && (peer == kEveryPeer || p == peer)) {
+      flipped.inPlace[static_cast<size_t>(p)] = !flipped.inPlace[static_cast<size_t>(p)];
+    }
   }
   const std::shared_ptr<const sched::Schedule> other = schedules_.get(flipped);
   const bool same = samePart(*other, schedule, rank, executor_);
   std::lock_guard<std::mutex> lock(mutex_);
   if (remembered_.size() >= kMaxRemembered) remembered_.clear();
-  remembered_[std::move(key)] = same;
+  remembered_[key] = same;
   return same;
 }
 

@@ -14,7 +14,6 @@
 #include <map>
 #include <mutex>
 #include <tuple>
-#include <vector>
 
 #include "core/clique.h"
 #include "exec/executor.h"
@@ -28,11 +27,12 @@ class EarlyLaunchCheck {
   EarlyLaunchCheck(ScheduleCache& schedules, const exec::Executor& executor)
       : schedules_(schedules), executor_(executor) {}
 
-  // Whether rank `rank`'s part (program and path) of `schedule`, built from `call`, stays the same when each peer in
-  // `peers` passes the other in-place flag (all of them flipped: with both extremes alike, a mix lies between them).
-  // Remembered per (schedule, rank, peers): schedule ids are never reused. Throws what building a schedule throws.
-  bool ignoresInPlaceOf(const sched::Schedule& schedule, const sched::CollectiveCall& call, int rank,
-                        const std::vector<int>& peers);
+  // Whether rank `rank`'s part (program and path) of `schedule`, built from `call`, stays the same when peer `peer`
+  // passes the other in-place flag, or with kEveryPeer every peer (all of them flipped: with both extremes alike, a
+  // mix lies between them). Remembered per (schedule, rank, peer): schedule ids are never reused. Throws what
+  // building a schedule throws.
+  static constexpr int kEveryPeer = -1;
+  bool ignoresInPlaceOf(const sched::Schedule& schedule, const sched::CollectiveCall& call, int rank, int peer);
 
   // Whether rank `rank` runs the same program on the same path in both schedules.
   static bool samePart(const sched::Schedule& a, const sched::Schedule& b, int rank, const exec::Executor& executor);
@@ -47,7 +47,7 @@ class EarlyLaunchCheck {
   ScheduleCache& schedules_;
   const exec::Executor& executor_;
   std::mutex mutex_;
-  std::map<std::tuple<uint64_t, int, std::vector<int>>, bool> remembered_;
+  std::map<std::tuple<uint64_t, int, int>, bool> remembered_;  // (schedule id, rank, peer)
 };
 
 }  // namespace conccl

@@ -179,11 +179,7 @@ bool LocalClique::planEarlyLaunch(const RankArgs& mine, int rank, CallTicket& ti
 
 bool LocalClique::independentOfPeersInPlace(const sched::Schedule& schedule, const sched::CollectiveCall& call,
                                             int rank) {
-  std::vector<int> peers;
-  for (int p = 0; p < call.nranks; ++p) {
-    if (p != rank) peers.push_back(p);
-  }
-  return earlyCheck_.ignoresInPlaceOf(schedule, call, rank, peers);
+  return earlyCheck_.ignoresInPlaceOf(schedule, call, rank, EarlyLaunchCheck::kEveryPeer);
 }
 
 void LocalClique::checkEarlyAssumptions(const PendingCall& pending, const exec::Executor& executor) {

@@ -253,7 +253,7 @@ bool ProcessClique::trySymmetric(PendingCall& pending, const OwnPart& own, std::
       // Whether the root runs in place is the root's own business (a non-root's buffers say nothing about it):
       // symmetric only if it changes neither this rank's program nor its path. (The other peers' flags are assumed
       // equal to this rank's, as their pointers are; the watchdog checks both once they publish.)
-      symmetric = earlyCheck_->ignoresInPlaceOf(*pending.schedule, pending.call, rank_, {self.root});
+      symmetric = earlyCheck_->ignoresInPlaceOf(*pending.schedule, pending.call, rank_, self.root);
     }
   } catch (const Error&) {
     symmetric = false;  // the regular path builds the same call again and reports the error everywhere

@@ -1,5 +1,6 @@
-// Host time inside the drop-in's NCCL calls, per calling thread (concclNcclShimTakeCallNs, conccl/nccl_shim.h): what conccl itself costs a PyTorch call, apart from
-// PyTorch's own work around it (tests/torch/skew_host_time.py reads it next to the Python call's time). Each
+// Host time inside the drop-in's NCCL calls, per calling thread (concclNcclShimTakeCallNs, conccl/nccl_shim.h): what
+// conccl itself costs a PyTorch call, apart from PyTorch's own work around it (tests/torch/skew_host_time.py reads it
+// next to the Python call's time). Each
 // collective, Send/Recv and group call of the drop-in opens a ShimCallTimer; only the outermost one of a thread
 // counts (a call that makes another exported call is not counted twice). Two clock reads per call.
 #pragma once

@@ -376,16 +376,30 @@ def full_params(model):
     return out
 
 
-def case_fsdp2(ctx, bf16=False):
+def node_mesh(ctx, names):
+    """A 2-D mesh (nodes, ranks per node) with the given dimension names: --sim-nodes' layout, or pairs."""
+    from torch.distributed.device_mesh import init_device_mesh
+    per = ctx.args.sim_nodes or (2 if ctx.world % 2 == 0 and ctx.world > 2 else ctx.world)
+    ctx.notes["mesh"] = f"{ctx.world // per}x{per}"
+    return init_device_mesh(device_type(ctx), (ctx.world // per, per), mesh_dim_names=names)
+
+
+def case_fsdp2(ctx, bf16=False, hsdp=False):
+    """FSDP2 on the world, or with hsdp on a (nodes, ranks per node) mesh: HSDP, gradients reduce-scattered inside a
+    node and all-reduced across (node_mesh)."""
     from torch.distributed.device_mesh import init_device_mesh
     try:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     except ImportError:
         from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
-    dims, seed, steps, b = [1024, 2048, 2048, 1024], 23, 5, 16  # 2048x2048 fp32 = 16 MiB: > 8 MiB all-gathers
+    # 2048x2048 fp32 = 16 MiB: > 8 MiB all-gathers
+    dims, seed, steps, b = [1024, 2048, 2048, 1024], 29 if hsdp else 23, 5, 16
     dev = ctx.device
-    mesh = init_device_mesh(device_type(ctx), (ctx.world,))
-    name = "fsdp2_bf16" if bf16 else "fsdp2"
+    if hsdp:
+        mesh = node_mesh(ctx, ("replicate", "shard"))
+    else:
+        mesh = init_device_mesh(device_type(ctx), (ctx.world,))
+    name = "hsdp" if hsdp else "fsdp2_bf16" if bf16 else "fsdp2"
     if not bf16:
         ref_losses, p0, ref_p = reference_training(dims, seed, steps, b * ctx.world, dev)
     else:
@@ -441,13 +455,19 @@ def reference_bf16(ctx, dims, seed, steps, b):
     return losses, p0, [p.detach().clone() for p in master.parameters()]
 
 
-def case_tp(ctx):
+def case_tp(ctx, in_node=False):
+    """Tensor parallelism on the world, or with in_node on each node's ranks (the "tp" dimension of node_mesh): every
+    node then trains the same model on the whole batch."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-    dims, seed, steps, n = [1024, 4096, 1024], 37, 4, 3072  # 3072 x 1024 fp32 = 12 MiB all-reduces
+    # 3072 x 1024 fp32 = 12 MiB all-reduces
+    dims, seed, steps, n = [1024, 4096, 1024], 41 if in_node else 37, 4, 3072
     dev = ctx.device
     ref_losses, p0, ref_p = reference_training(dims, seed, steps, n, dev)
-    mesh = init_device_mesh(device_type(ctx), (ctx.world,))
+    if in_node:
+        mesh = node_mesh(ctx, ("dp", "tp"))["tp"]
+    else:
+        mesh = init_device_mesh(device_type(ctx), (ctx.world,))
     model = make_model(dims, seed).to(dev)
     parallelize_module(model, mesh, {"layers.0": ColwiseParallel(), "layers.1": RowwiseParallel()})
     opt = sgd(model.parameters())
@@ -459,7 +479,8 @@ def case_tp(ctx):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    compare_training(ctx, "tp", losses, ref_losses, p0, full_params(model), ref_p, 1e-4, 2e-3)
+    compare_training(ctx, "tp_in_node" if in_node else "tp", losses, ref_losses, p0, full_params(model), ref_p,
+                     1e-4, 2e-3)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -493,64 +514,11 @@ def case_compile(ctx):
     ctx.notes["compile_backend"] = ctx.args.compile_backend
 
 
-def node_mesh(ctx, names):
-    """A 2-D mesh (nodes, ranks per node) with the given dimension names: --sim-nodes' layout, or pairs."""
-    from torch.distributed.device_mesh import init_device_mesh
-    per = ctx.args.sim_nodes or (2 if ctx.world % 2 == 0 and ctx.world > 2 else ctx.world)
-    ctx.notes["mesh"] = f"{ctx.world // per}x{per}"
-    return init_device_mesh(device_type(ctx), (ctx.world // per, per), mesh_dim_names=names)
-
-
-def case_hsdp(ctx):
-    try:
-        from torch.distributed.fsdp import fully_shard
-    except ImportError:
-        from torch.distributed._composable.fsdp import fully_shard
-    dims, seed, steps, b = [1024, 2048, 2048, 1024], 29, 5, 16
-    dev = ctx.device
-    ref_losses, p0, ref_p = reference_training(dims, seed, steps, b * ctx.world, dev)
-    mesh = node_mesh(ctx, ("replicate", "shard"))  # HSDP: gradients reduce-scattered inside, all-reduced across
-    model = make_model(dims, seed).to(dev)
-    for layer in model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    opt = sgd(model.parameters())
-    losses = []
-    for s in range(steps):
-        x, y = batch_for(s, b * ctx.world, dims[0], dims[-1], seed, dev)
-        x, y = x[ctx.rank * b:(ctx.rank + 1) * b], y[ctx.rank * b:(ctx.rank + 1) * b]
-        loss = F.mse_loss(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(global_loss(ctx, loss.item()))
-    compare_training(ctx, "hsdp", losses, ref_losses, p0, full_params(model), ref_p, 1e-4, 2e-3)
-
-
-def case_tp_in_node(ctx):
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-    dims, seed, steps, n = [1024, 4096, 1024], 41, 4, 3072
-    dev = ctx.device
-    ref_losses, p0, ref_p = reference_training(dims, seed, steps, n, dev)
-    mesh = node_mesh(ctx, ("dp", "tp"))
-    model = make_model(dims, seed).to(dev)
-    parallelize_module(model, mesh["tp"], {"layers.0": ColwiseParallel(), "layers.1": RowwiseParallel()})
-    opt = sgd(model.parameters())
-    losses = []
-    for s in range(steps):
-        x, y = batch_for(s, n, dims[0], dims[-1], seed, dev)  # every rank the whole batch
-        loss = F.mse_loss(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    compare_training(ctx, "tp_in_node", losses, ref_losses, p0, full_params(model), ref_p, 1e-4, 2e-3)
-
-
 CASES = {
     "collectives": case_collectives, "p2p": case_p2p, "groups": case_groups, "mesh2d": case_mesh2d,
     "moe": case_moe, "ddp": case_ddp, "fsdp2": case_fsdp2, "fsdp2_bf16": lambda c: case_fsdp2(c, bf16=True),
-    "tp": case_tp, "graphs": case_graphs, "compile": case_compile, "hsdp": case_hsdp, "tp_in_node": case_tp_in_node,
+    "tp": case_tp, "graphs": case_graphs, "compile": case_compile, "hsdp": lambda c: case_fsdp2(c, hsdp=True),
+    "tp_in_node": lambda c: case_tp(c, in_node=True),
 }
 
 
