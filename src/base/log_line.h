@@ -6,10 +6,10 @@
 
 namespace conccl {
 
-// Writes `line` (which ends in '\n') to `file` with one write(2) where it can: processes that share a stderr (torchrun's
-// ranks, a log file the launcher opened once) then never interleave inside a line. A formatted print goes through the
-// stream's buffer, which the process may have made shorter than a line (in torchrun jobs lines came out cut every ~128
-// bytes). A line that cannot be written is dropped: logging never fails a call.
+// Writes `line` (which ends in '\n') to `file` with one write(2) where it can: processes that share a stderr
+// (torchrun's ranks, a log file the launcher opened once) then never interleave inside a line. A formatted print goes
+// through the stream's buffer, which the process may have made shorter than a line (in torchrun jobs on one H200,
+// 2026-12-03, lines came out cut after ~130 bytes). A line that cannot be written is dropped: logging never fails a call.
 void writeWholeLine(FILE* file, const std::string& line);
 
 }  // namespace conccl

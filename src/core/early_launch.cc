@@ -9,7 +9,8 @@ namespace conccl {
 
 bool EarlyLaunchCheck::ignoresInPlaceOf(const sched::Schedule& schedule, const sched::CollectiveCall& call, int rank,
                                         int peer) {
-  if (call.kind == sched::CollKind::kAllToAll || call.kind == sched::CollKind::kAllToAllv) return true;  // no in-place form
+  // No in-place form.
+  if (call.kind == sched::CollKind::kAllToAll || call.kind == sched::CollKind::kAllToAllv) return true;
   const auto key = std::make_tuple(schedule.id, rank, peer);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -39,8 +40,8 @@ bool EarlyLaunchCheck::samePart(const sched::Schedule& a, const sched::Schedule&
 void EarlyLaunchCheck::checkLaunchedPart(const sched::Schedule& launched, const sched::Schedule& real, int rank,
                                          const exec::Executor& executor) {
   if (!samePart(launched, real, rank, executor)) {
-    CONCCL_THROW(concclInternalError,
-                 "rank " + std::to_string(rank) + " launched a call early with a program the real call does not give it");
+    CONCCL_THROW(concclInternalError, "rank " + std::to_string(rank) +
+                                          " launched a call early with a program the real call does not give it");
   }
 }
 

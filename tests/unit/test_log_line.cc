@@ -1,8 +1,8 @@
 // writeWholeLine (src/base/log_line.h): processes sharing one stream (torchrun's ranks on one stderr redirected to a
 // file) never interleave inside a line, whatever buffering the process gave the stream. In torchrun jobs (2026-12-03)
-// the drop-in's lines, then printed with fprintf, came out cut every ~128 bytes and interleaved with other ranks'
+// the drop-in's lines, then printed with fprintf, came out cut after ~130 bytes and interleaved with other ranks'
 // lines: the stream was buffered in pieces shorter than a line. The test gives the stream such a buffer; fprintf
-// fails it (1104 of 1200 lines broken when tried), writeWholeLine must not.
+// fails it (1104 of 1200 lines broken, tried on the CPU machine, 2026-12-03), writeWholeLine must not.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
