@@ -17,6 +17,11 @@
 # $WORKLOAD_LAYOUTS): DDP and FSDP2 on the world (hierarchical), HSDP (FSDP2 on a nodes x G mesh: shard inside a node
 # on conccl, replicate across on the rails) and tensor parallelism inside each node, each against its one-process
 # reference.
+#
+# Then a node that dies ($DEATH_LAYOUTS, default 2x2 3x2; tests/torch/fault_cases.py --mode kill --victim-node 1): every
+# rank of simulated node 1 SIGKILLs itself while the others are inside a 64 MiB all_reduce on the hierarchical world
+# (host) or waiting for a 1 MiB one on the GPU (gpu); every surviving rank's PyTorch must raise within DEATH_MAX_MS
+# (default 1000) of the first kill, no process of the job, /dev/shm/conccl-* entry or GPU memory may be left.
 # Run from the repository root on the GPU machine, with the shim staged (TARGETS=conccl_nccl_shim scripts/gpu-build.sh):
 #   bash tests/nccl/run_simulated_nodes.sh           # $OUT/simulated-nodes/{summary.txt,*.log}
 # Environment: SHIM (default gpu-stage/lib/libconccl_nccl.so), PY (/opt/torch/.venv/bin/python), NCCL_LIB (torch's
@@ -38,6 +43,8 @@ SEED="${SEED:-$(( (RANDOM << 15) | RANDOM ))}"
 HIER="${HIER:-1}"
 WORKLOAD_LAYOUTS="${WORKLOAD_LAYOUTS-2x2 3x2}"  # empty: none
 WORKLOAD_CASES="${WORKLOAD_CASES:-ddp,fsdp2,hsdp,tp_in_node}"
+DEATH_LAYOUTS="${DEATH_LAYOUTS-2x2 3x2}"  # empty: none
+DEATH_MAX_MS="${DEATH_MAX_MS:-1000}"
 out="${OUT:-/tmp/out}/simulated-nodes"
 mkdir -p "$out"
 summary="$out/summary.txt"
@@ -135,6 +142,40 @@ for layout in $WORKLOAD_LAYOUTS; do
   { [ "$rc" -eq 0 ] && [ "$passed" -eq "$want" ] && [ "$hier" -ge "$np" ]; } || { verdict=FAIL; failed=1; }
   echo "$verdict $layout-workloads (np $np): $passed of $want cases passed, rc=$rc, hierarchical comms $hier;" \
     "$(grep '^CASE' "$log" | cut -d' ' -f2-4 | tr '\n' ' ')" | tee -a "$summary"
+done
+# A node that dies: every rank of simulated node 1 kills itself; the survivors on the other nodes must raise.
+for layout in $DEATH_LAYOUTS; do
+  nodes="${layout%x*}"
+  per="${layout#*x}"
+  np=$((nodes * per))
+  victims="$(seq -s, "$per" $((2 * per - 1)))"
+  for where in host gpu; do
+    name="$layout-node-dies-$where"
+    d="$out/$name"
+    rm -rf "$d" && mkdir -p "$d"
+    find /dev/shm -maxdepth 1 -name 'conccl-*' 2>/dev/null | sort >"$d/shm-before"
+    timeout -k 10 "$LIMIT" env LD_PRELOAD="$SHIM" CONCCL_NCCL_REAL_LIB="$NCCL_LIB/libnccl.so.2" \
+      LD_LIBRARY_PATH="$NCCL_LIB:${LD_LIBRARY_PATH:-}" NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_NVLS_ENABLE=0 \
+      NCCL_DEBUG=WARN CONCCL_DEBUG=INFO CONCCL_TIMEOUT_MS=30000 TORCH_NCCL_ASYNC_ERROR_HANDLING=1 \
+      CONCCL_NCCL_HIERARCHICAL="$HIER" \
+      "$PY" -m torch.distributed.run --standalone --nproc-per-node "$np" tests/torch/fault_cases.py \
+      --sim-nodes "$per" --mode kill --where "$where" --victim-node 1 --result-dir "$d" --timeout-s 30 \
+      >"$d.log" 2>&1
+    rc=$?
+    line="$("$PY" tests/torch/fault_cases.py --verdict kill --result-dir "$d" --world "$np" --where "$where" \
+      --name "$name" --victims "$victims" --max-ms "$DEATH_MAX_MS" --shm-before "$d/shm-before" 2>&1 |
+      grep -a '^CASE ' | tail -1)"
+    for f in "$d"/pid-rank*.json; do  # what is left of the job, killed (the verdict has reported it)
+      pid="$(sed -n 's/.*"pid": *\([0-9]*\).*/\1/p' "$f" 2>/dev/null)"
+      [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null
+    done
+    [ -n "$line" ] || line="CASE $name FAIL the verdict printed nothing"
+    verdict="$(cut -d' ' -f3 <<<"$line")"
+    [ "$verdict" = PASS ] || failed=1
+    hier="$(count 'conccl-shim: .* -> hierarchical (' "$d.log")"
+    echo "$verdict $name (np $np, victims $victims, job rc $rc, hierarchical comms $hier): ${line#CASE * * }" |
+      cut -c1-600 | tee -a "$summary"
+  done
 done
 # The lines that say why each communicator took its path, once per distinct reason.
 grep -ho 'conccl-shim: nccl[A-Za-z]*[^:]*: comm [^ ]* rank [0-9]* nranks [0-9]* cudaDev [0-9-]* -> .*' "$out"/*.log |

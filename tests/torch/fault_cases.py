@@ -1,8 +1,9 @@
 """Fault cases (issue 24 item 6, case 6), one mode per run; tests/torch/run_all.sh runs them and then the verdict.
 
   --mode kill --where host|gpu
-      A few steps of all-reduces, then rank --victim (1) SIGKILLs itself (os.kill(os.getpid(), 9)) after writing the
-      kill time. The other ranks are then waiting for it: `host`: inside a 64 MiB all_reduce (above the staged
+      A few steps of all-reduces, then rank --victim (1; a comma-separated list kills several, and --victim-node K
+      with --sim-nodes G every rank of simulated node K: a node that dies) SIGKILLs itself (os.kill(os.getpid(), 9))
+      after writing the kill time (kill-rank<r>.json; the verdict measures from the first kill). The other ranks are then waiting for it: `host`: inside a 64 MiB all_reduce (above the staged
       threshold: the call waits on the host for the peer, or with late calls staged in the synchronize() after
       it); `gpu`: in torch.cuda.synchronize() after a 1 MiB
       all_reduce (staged: the call returned, the GPU waits for the peer), repeated until something raises. Each
@@ -112,12 +113,26 @@ def quiet_exit(code=0):
     os._exit(code)
 
 
+def victim_ranks(args, world):
+    """The ranks that kill themselves: --victim's list, or every rank of --victim-node under --sim-nodes."""
+    if args.victim_node is not None:
+        g = args.sim_nodes
+        if not g or not 0 <= args.victim_node < world // g:
+            raise SystemExit(f"--victim-node {args.victim_node} needs --sim-nodes G with a node of that index")
+        return set(range(args.victim_node * g, (args.victim_node + 1) * g))
+    ranks = {int(v) for v in args.victim.split(",") if v}
+    if not ranks or any(not 0 <= r < world for r in ranks) or len(ranks) >= world:
+        raise SystemExit(f"--victim {args.victim}: ranks of 0..{world - 1}, at least one rank left alive")
+    return ranks
+
+
 def mode_kill(args, ctx, torch, dist):
     rank, dev = ctx.rank, ctx.device
     rd = args.result_dir
     write_json(os.path.join(rd, f"pid-rank{rank}.json"), {"pid": os.getpid(), "rank": rank})
     start_watcher(rd, rank)
-    if rank != args.victim:
+    victims = victim_ranks(args, ctx.world)
+    if rank not in victims:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # see the docstring: torchrun's clean-up is not the library's
     small = torch.ones(MIB // 4, device=dev)
     big = torch.ones(64 * MIB // 4, device=dev)
@@ -130,9 +145,10 @@ def mode_kill(args, ctx, torch, dist):
         if float(small[0]) != ctx.world or float(big[-1]) != ctx.world:
             raise SystemExit("wrong all_reduce result before the kill")
     dist.barrier(group=ctx.cpu_pg)
-    if rank == args.victim:
+    if rank in victims:
         time.sleep(args.delay_s)  # the others are inside their calls by now
-        write_json(os.path.join(rd, "kill.json"), {"t_kill": time.time(), "rank": rank, "pid": os.getpid()})
+        write_json(os.path.join(rd, f"kill-rank{rank}.json"), {"t_kill": time.time(), "rank": rank,
+                                                               "pid": os.getpid()})
         os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(60)  # not reached
     t_start = time.time()
@@ -355,13 +371,21 @@ def verdict_leftovers(args, pids, problems, notes):
 def verdict_kill(args):
     rd = args.result_dir
     problems, notes = [], []
-    kill = read_json(os.path.join(rd, "kill.json"))
+    kills = [k for k in (read_json(p) for p in sorted(glob.glob(os.path.join(rd, "kill-rank*.json")))) if k]
+    # A node that dies: its ranks die within a few ms of each other; the survivors' time counts from the first.
+    kill = min(kills, key=lambda k: k["t_kill"]) if kills else None
+    killed = {k["rank"] for k in kills}
+    if args.victims and kills and killed != set(args.victims):
+        problems.append(f"victims {sorted(args.victims)} expected, kill files from {sorted(killed)}")
     pids = [r["pid"] for r in (read_json(p) for p in glob.glob(os.path.join(rd, "pid-rank*.json"))) if r]
     if not kill:
-        problems.append("the victim never wrote kill.json (the job failed before the kill)")
+        problems.append("no victim wrote kill-rank<r>.json (the job failed before the kill)")
+    elif len(kills) > 1:
+        notes.append(f"ranks {sorted(killed)} killed within "
+                     f"{(max(k['t_kill'] for k in kills) - kill['t_kill']) * 1e3:.0f} ms")
     lat = []
     for r in range(args.world):
-        if kill and r == kill["rank"]:
+        if r in killed:
             continue
         exc = read_json(os.path.join(rd, f"exc-rank{r}.json"))
         end = read_json(os.path.join(rd, f"end-rank{r}.json"))
@@ -472,6 +496,8 @@ def main():
         p.add_argument("--settle-s", type=float, default=10.0, help="how long processes get to go away")
         p.add_argument("--shm-before", help="file listing /dev/shm/conccl-* before the job")
         p.add_argument("--require-exception", action="store_true")
+        p.add_argument("--victims", type=lambda v: [int(x) for x in v.split(",") if x],
+                       help="the ranks that were to die (checked against the kill files)")
         p.add_argument("--job-rc", type=int)
         a = p.parse_args()
         return verdict_kill(a) if a.verdict == "kill" else verdict_abort(a)
@@ -481,7 +507,8 @@ def main():
     p = tcommon.base_parser(__doc__, timeout_s=30)
     p.add_argument("--mode", choices=["kill", "abort", "intruder-job"], required=True)
     p.add_argument("--where", choices=["host", "gpu"], default="host")
-    p.add_argument("--victim", type=int, default=1)
+    p.add_argument("--victim", default="1", help="rank(s) that kill themselves, comma-separated")
+    p.add_argument("--victim-node", type=int, help="with --sim-nodes G: every rank of simulated node K is a victim")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--delay-s", type=float, default=0.5, help="victim: sleep after the barrier before the kill")
     p.add_argument("--survive-s", type=float, default=20.0, help="survivors give up waiting for an error after it")
