@@ -6,8 +6,9 @@
 
 #include <string>
 
-#include "core/comm.h"
 #include "base/error.h"
+#include "base/host_laps.h"
+#include "core/comm.h"
 
 namespace conccl::api {
 
@@ -21,6 +22,13 @@ template <typename Body>
 concclResult_t apiCall(concclComm* comm, const char* api, Body&& body) {
   // Held until the call returns: a destroy or abort on another thread waits for it (core/comm.h, CommUse).
   CommUse use(comm);
+  // CONCCL_DEBUG=TRACE: where this call's host time goes (base/host_laps.h; the launch logs it).
+  struct LapsScope {
+    bool opened = HostLaps::start();
+    ~LapsScope() {
+      if (opened) HostLaps::drop();
+    }
+  } laps;
   try {
     body();
     return concclSuccess;

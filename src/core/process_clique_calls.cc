@@ -16,12 +16,14 @@
 #include <thread>
 #include <variant>
 
+#include "base/host_laps.h"
 #include "base/logging.h"
 #include "base/types.h"
 
 namespace conccl {
 
 void ProcessClique::waitAndLaunch(CallTicket& ticket) {
+  HostLaps::lap("api and group");
   checkHealthy();
   RankArgs& mine = *ticket.call->args[static_cast<size_t>(rank_)];
   if (!deferrable(mine) || usesPoolMemory(mine)) {
@@ -75,6 +77,7 @@ std::optional<ProcessClique::OwnPart> ProcessClique::checkAndPublish(CallTicket&
   PendingCall& pending = *ticket.call;
   // 1. This rank's own checks and exports, before the peers hear of the call: an error is published instead.
   OwnPart own = checkOwnPart(*pending.args[static_cast<size_t>(rank_)]);
+  HostLaps::lap("own checks");
   const bool hasRoute = routed(*pending.args[static_cast<size_t>(rank_)], own);
   // Memory no peer can map: staged whatever the peers say. Claimed before publishing, so only a peer that launched
   // from its windows (which needs no entry of this rank) can have claimed direct: then the ranks passed different
@@ -96,12 +99,19 @@ std::optional<ProcessClique::OwnPart> ProcessClique::checkAndPublish(CallTicket&
     assumed.clear();
     symmetric = trySymmetric(pending, own, assumed);
   }
+  HostLaps::lap("symmetric build");
   // 3. Publish.
   publish(pending, own, symmetric);
+  HostLaps::lap("publish");
   // 4. Late peers: a regular call whose peers do not all arrive within the spin is staged, and launched here.
-  if (hasRoute && !symmetric && !own.stagedLate && decideRoute(pending.seq) == Route::kStaged) {
-    own.stagedLate = true;
-    symmetric = trySymmetric(pending, own, assumed);  // false: the regular path runs it staged (PeerParts)
+  if (hasRoute && !symmetric && !own.stagedLate) {
+    const Route route = decideRoute(pending.seq);
+    HostLaps::lap("route (spin for the peers)");
+    if (route == Route::kStaged) {
+      own.stagedLate = true;
+      symmetric = trySymmetric(pending, own, assumed);  // false: the regular path runs it staged (PeerParts)
+      HostLaps::lap("staged build");
+    }
   }
   if (symmetric) {
     const size_t ops = pending.schedule->programs[static_cast<size_t>(rank_)].ops.size();
@@ -155,6 +165,7 @@ void ProcessClique::finishRegular(CallTicket& ticket, const OwnPart& own) {
   // 4. Wait for every peer's entry and read them; 5. validate, build and map, as every process does; 6. launch.
   PendingCall& pending = *ticket.call;
   const PeerParts peers = readPeers(pending, ticket);
+  HostLaps::lap("wait for the peers");
   bindPeers(pending, ticket, peers,
             own.staged || own.unshareable || own.stagedLate || peers.anyUnshareable || peers.routeStaged);
   launchProgram(pending, ticket);
@@ -464,9 +475,14 @@ void ProcessClique::launchProgram(PendingCall& pending, const CallTicket& ticket
                    (pending.call.peerScratchOnly ? ", staged" : "") + ") on " +
                    (deferred ? "the launch stream (proxy)" : "the caller's stream ") +
                    addressText(pending.binding.streams[static_cast<size_t>(rank_)]));
+  HostLaps::lap("bind");
   try {
     executor_->launch(*pending.schedule, pending.binding, rank_);
     if (gpuWatchdog_) gpuWatchdog_->launched(rank_, ticket.what);
+    HostLaps::lap("enqueue");
+    if (std::string laps = HostLaps::take(); !laps.empty()) {
+      CONCCL_TRACE(rank_, device_, "host laps of " + ticket.what + ": " + laps);
+    }
   } catch (Error& e) {
     e.addContext(ticket.what + " on rank " + std::to_string(rank_));
     fail(e.code(), e.message());

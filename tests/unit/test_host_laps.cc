@@ -1,0 +1,80 @@
+// HostLaps (base/host_laps.h): a call's host time split into named laps under CONCCL_DEBUG=TRACE.
+//
+// The log level is read once per process, at the first use: this file sets CONCCL_DEBUG before anything can log
+// (ctest runs each test in its own process; run alone, the binary's tests share the TRACE level, which they all want).
+#include "base/host_laps.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <regex>
+#include <string>
+#include <thread>
+
+namespace conccl {
+namespace {
+
+class HostLapsTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() { ASSERT_EQ(setenv("CONCCL_DEBUG", "TRACE", 1), 0); }
+};
+
+TEST_F(HostLapsTest, LapsAreNamedTimedAndSumToTheTotal) {
+  ASSERT_TRUE(HostLaps::start());
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  HostLaps::lap("first");
+  HostLaps::lap("second");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  HostLaps::lap("third");
+  const std::string text = HostLaps::take();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(text, m, std::regex(R"(first (\d+) us, second (\d+) us, third (\d+) us, total (\d+) us)")))
+      << text;
+  const long first = std::stol(m[1]), second = std::stol(m[2]), third = std::stol(m[3]), total = std::stol(m[4]);
+  EXPECT_GE(first, 3000);
+  EXPECT_LT(second, 1000);  // nothing happened between the marks
+  EXPECT_GE(third, 2000);
+  EXPECT_GE(total, first + second + third - 2);  // rounding of each lap
+  EXPECT_EQ(HostLaps::take(), "") << "take() closes the record";
+}
+
+TEST_F(HostLapsTest, NestedStartKeepsTheOuterRecordAndDropCloses) {
+  ASSERT_TRUE(HostLaps::start());
+  HostLaps::lap("outer");
+  EXPECT_FALSE(HostLaps::start()) << "an inner API call must not restart the outer call's record";
+  HostLaps::lap("inner");
+  const std::string text = HostLaps::take();
+  EXPECT_NE(text.find("outer "), std::string::npos) << text;
+  EXPECT_NE(text.find(", inner "), std::string::npos) << text;
+  ASSERT_TRUE(HostLaps::start());
+  HostLaps::drop();
+  HostLaps::lap("after drop");
+  EXPECT_EQ(HostLaps::take(), "");
+}
+
+TEST_F(HostLapsTest, ManyLapsFoldIntoTheLastSlot) {
+  ASSERT_TRUE(HostLaps::start());
+  for (int i = 0; i < 40; ++i) HostLaps::lap("step");
+  const std::string text = HostLaps::take();
+  size_t laps = 0;
+  for (size_t at = text.find("step "); at != std::string::npos; at = text.find("step ", at + 1)) ++laps;
+  EXPECT_EQ(laps, 12u) << text;
+  EXPECT_NE(text.find("total "), std::string::npos);
+}
+
+TEST_F(HostLapsTest, RecordsArePerThread) {
+  ASSERT_TRUE(HostLaps::start());
+  HostLaps::lap("main");
+  std::string other;
+  std::thread t([&] {
+    HostLaps::lap("no record here");
+    other = HostLaps::take();
+  });
+  t.join();
+  EXPECT_EQ(other, "");
+  EXPECT_NE(HostLaps::take().find("main "), std::string::npos);
+}
+
+}  // namespace
+}  // namespace conccl
