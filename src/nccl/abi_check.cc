@@ -7,7 +7,9 @@
 namespace conccl::nccl {
 
 static_assert(NCCL_MAJOR == 2 && NCCL_MINOR == 28, "the shim implements NCCL 2.28's API");
-static_assert(NCCL_VERSION_CODE == kNcclVersionCode);
+// Any 2.28 header: NCCL keeps its ABI within a minor version (a patch release adds no API), so the drop-in built
+// against 2.28.3 serves a torch that loads 2.28.9, as conccl run's ABI check (python/conccl/abi.py) allows.
+static_assert(NCCL_VERSION_CODE / 100 == kNcclVersionCode / 100);
 static_assert(NCCL_UNIQUE_ID_BYTES == kUniqueIdBytes);
 
 static_assert(ncclSuccess == kSuccess && ncclUnhandledCudaError == kUnhandledCudaError &&
