@@ -127,10 +127,15 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;  // as NCCL
   ncclResult_t r = ncclSuccess;
   if (forwarded(comm)) {
-    if (isShimComm(comm) && comm->hier != nullptr) r = destroyHierState(comm->hier, true);
+    // The real NCCL's communicators first (the flat one here, the rail in destroyHierState): their abort ends kernels
+    // that wait for a dead peer, and conccl's abort of the intra-node communicator lets the work queued behind them
+    // on the rank's stream drain before it returns.
     auto fn = realFn<decltype(&::ncclCommAbort)>("ncclCommAbort");
-    ncclResult_t rf = fn ? fn(realComm(comm)) : ncclInvalidUsage;
-    if (r == ncclSuccess) r = rf;
+    r = fn ? fn(realComm(comm)) : ncclInvalidUsage;
+    if (isShimComm(comm) && comm->hier != nullptr) {
+      const ncclResult_t rh = destroyHierState(comm->hier, true);
+      if (r == ncclSuccess) r = rh;
+    }
   } else {
     if (comm->conccl != nullptr) r = fromConccl(nullptr, concclCommAbort(comm->conccl), "ncclCommAbort");
     forgetPreMulScratch(comm);

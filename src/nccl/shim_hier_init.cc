@@ -220,10 +220,22 @@ HierState* hierarchicalFromSplit(ncclComm_t child, const HierLayout& l, int rank
 ncclResult_t hierAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   auto fn = realFn<decltype(&::ncclCommGetAsyncError)>("ncclCommGetAsyncError");
   if (fn == nullptr) return fail(comm, ncclInvalidUsage, "ncclCommGetAsyncError: the real NCCL lacks it");
-  ncclResult_t r = fn(comm->real, asyncError);
-  if (r != ncclSuccess || *asyncError != ncclSuccess) return r;
   HierState* h = comm->hier;
-  r = fn(h->rail, asyncError);
+  {
+    // The rail first: a peer node that dies shows there, and its abort is what lets this rank's stream go on.
+    std::lock_guard<std::mutex> lock(h->mutex);
+    if (h->railError != ncclSuccess) {
+      *asyncError = h->railError;
+      return ncclSuccess;
+    }
+    ncclResult_t r = fn(h->rail, asyncError);
+    if (r != ncclSuccess) return r;
+    if (*asyncError != ncclSuccess && *asyncError != ncclInProgress) {
+      abortFailedRail(h, *asyncError);
+      return ncclSuccess;
+    }
+  }
+  ncclResult_t r = fn(comm->real, asyncError);
   if (r != ncclSuccess || *asyncError != ncclSuccess) return r;
   concclResult_t e = concclSuccess;
   concclResult_t cr = concclCommGetAsyncError(h->intra, &e);
@@ -232,20 +244,40 @@ ncclResult_t hierAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   return ncclSuccess;
 }
 
+void abortFailedRail(HierState* h, ncclResult_t error) {
+  // The rail's kernels wait for a peer that will never answer, and every phase queued behind them on this rank's
+  // stream (conccl's intra-node phases) waits with them: the caller's synchronize, and conccl's own abort (which lets
+  // the rank's launched work drain first), would then wait for the timeout. NCCL's abort ends those kernels. The
+  // rail is used only under h->mutex (hierarchicalCall), which the caller holds.
+  auto abortFn = realFn<decltype(&::ncclCommAbort)>("ncclCommAbort");
+  const ncclResult_t r = abortFn ? abortFn(h->rail) : ncclInvalidUsage;
+  logWarn(std::string("the rail communicator (NCCL, local index ") + std::to_string(h->local) + ") failed: " +
+          ncclResultString(error) + "; aborted it (" + ncclResultString(r) +
+          ") so that the phases queued behind it drain; the communicator is out of service: abort it");
+  h->rail = nullptr;
+  h->railError = error;
+}
+
 ncclResult_t destroyHierState(HierState* state, bool abort) {
   if (state == nullptr) return ncclSuccess;
   ncclResult_t first = ncclSuccess;
   auto keep = [&first](ncclResult_t r) {
     if (first == ncclSuccess) first = r;
   };
+  // An abort ends the rail's kernels first: conccl's abort lets this rank's launched work drain, and the intra-node
+  // phases queued behind a rail phase that waits for a dead node would otherwise hold it until the timeout.
+  auto releaseRail = [&] {
+    if (state->rail == nullptr) return;
+    auto fn = realFn<decltype(&::ncclCommDestroy)>(abort ? "ncclCommAbort" : "ncclCommDestroy");
+    keep(fn ? fn(state->rail) : ncclInvalidUsage);
+    state->rail = nullptr;
+  };
+  if (abort) releaseRail();
   if (state->intra != nullptr) {
     concclResult_t r = abort ? concclCommAbort(state->intra) : concclCommDestroy(state->intra);
     if (r != concclSuccess) keep(fromConccl(nullptr, r, abort ? "ncclCommAbort (intra)" : "ncclCommDestroy (intra)"));
   }
-  if (state->rail != nullptr) {
-    auto fn = realFn<decltype(&::ncclCommDestroy)>(abort ? "ncclCommAbort" : "ncclCommDestroy");
-    keep(fn ? fn(state->rail) : ncclInvalidUsage);
-  }
+  if (!abort) releaseRail();
   // After an abort the device queue may be broken: cudaFree would wait for it. The scratch is then dropped.
   if (!abort && first == ncclSuccess && !state->aborted) {
     CudaDeviceGuard guard(state->device);

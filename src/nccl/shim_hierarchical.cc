@@ -366,6 +366,12 @@ bool hierarchicalCall(ncclComm_t comm, const HierArgs& a, ncclResult_t* result) 
   // A root outside the communicator: the flat NCCL reports it.
   if (a.root < 0 || a.root >= static_cast<int>(h->layout.planRank.size())) return false;
   std::lock_guard<std::mutex> lock(h->mutex);
+  if (h->railError != ncclSuccess) {
+    *result = fail(comm, h->railError,
+                   std::string(a.call) + ": the communicator's rail (NCCL, across nodes) failed earlier (" +
+                       ncclResultString(h->railError) + "): the communicator is out of service, abort it");
+    return true;
+  }
   // Inside a group the calls of both libraries are deferred to their own group ends, which would break the order
   // of the phases: grouped calls (and every send/recv, which NCCL programs pair inside groups) use the flat
   // communicator.

@@ -58,6 +58,9 @@ struct HierState {
   cudaStream_t lastStream = nullptr;
   bool used = false;
   bool aborted = false;
+  // Set when the rail reported an asynchronous error (hierAsyncError): the rail was aborted then (rail = nullptr) and
+  // every later call fails with this code.
+  ncclResult_t railError = ncclSuccess;
   // One INFO line per collective kind: the first call that ran in phases, and the first sent to the flat
   // communicator with its reason (bits by sched::HierCollective).
   uint32_t loggedPhases = 0, loggedFlat = 0, loggedPipelined = 0;
@@ -107,9 +110,12 @@ HierState* hierarchicalFromSplit(ncclComm_t child, const HierLayout& layout, int
 // scratch (abort: scratch dropped unfreed, as the PreMulSum scratch). Returns the first failure.
 ncclResult_t destroyHierState(HierState* state, bool abort);
 
-// ncclCommGetAsyncError of a communicator with a HierState: the first error of the flat, the rail and the intra-node
-// communicators (a peer node that fails shows on the rail first; PyTorch's watchdog polls only this handle).
+// ncclCommGetAsyncError of a communicator with a HierState: the first error of the rail, the flat and the intra-node
+// communicators (a peer node that fails shows on the rail first; PyTorch's watchdog polls only this handle). A rail
+// error aborts the rail at once (abortFailedRail), so that the work queued behind it on this rank's stream drains.
 ncclResult_t hierAsyncError(ncclComm_t comm, ncclResult_t* asyncError);
+// The rail of h after it reported `error`: aborted, forgotten (rail = nullptr), the error kept. Called under h->mutex.
+void abortFailedRail(HierState* h, ncclResult_t error);
 
 // ---- collectives (shim_hierarchical.cc) ----
 
