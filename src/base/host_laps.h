@@ -1,7 +1,7 @@
 // Where one call's host time goes, for CONCCL_DEBUG=TRACE: the calling thread's laps since its API entry, printed as
-// one line when the call launches ("host laps of concclAllReduce #3: enter 1 us, own checks 4 us, ..."). Without
-// TRACE nothing is recorded: start() reads the log level once per call and every lap() is a thread-local test.
-// Laps are cumulative marks, named by string literals (stored as pointers).
+// one line when the call launches ("host laps of concclAllReduce #3: api and group 1 us, own checks 2 us, ...").
+// Without TRACE nothing is recorded: start() reads the log level once per call and every lap() is a thread-local
+// test. A lap is the time since the previous mark, named by a string literal (stored as a pointer).
 #pragma once
 
 #include <string>
