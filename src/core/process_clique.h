@@ -228,8 +228,11 @@ class ProcessClique final : public Clique {
   // Claims `choice` for call seq unless a rank claimed first; returns the route that holds.
   Route claimRoute(uint64_t seq, Route choice);
   // After publishing a routed call that is not symmetric: direct if every peer publishes within
-  // Config::rendezvousSpinUs (or a peer claimed it), else staged.
+  // Config::rendezvousSpinUs (or a peer claimed it), else staged. No spin when a peer is two or more calls behind
+  // (peerTwoCallsBehind).
   Route decideRoute(uint64_t seq);
+  // Whether some peer has not yet published call seq - 1 either: it is at least two calls behind this rank.
+  bool peerTwoCallsBehind(uint64_t seq) const;
   // Whether a call with these arguments goes through the peers' scratch (sched::CollectiveCall::peerScratchOnly): up
   // to Config::stagedMaxBytes in its largest buffer, every collective but AllToAllv. A function of arguments every rank
   // agrees on and of the configuration checked at init, so every process decides alike.

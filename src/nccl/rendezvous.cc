@@ -18,6 +18,7 @@
 #include <map>
 
 #include "core/keyed_hash.h"
+#include "nccl/liveness_link.h"
 
 namespace conccl::nccl {
 namespace {
@@ -224,7 +225,9 @@ RendezvousStatus rendezvousImpl(const RendezvousId& id, const std::array<uint8_t
   setNoDelay(fd);
   struct Closer {
     int fd;
-    ~Closer() { ::close(fd); }
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
   } closer{fd};
 
   std::string why;
@@ -303,6 +306,8 @@ RendezvousStatus rendezvousImpl(const RendezvousId& id, const std::array<uint8_t
   }
   out->hosts = std::move(hosts);
   out->answer = std::move(answer);
+  out->link = closer.fd;  // the caller keeps it (a watched answer) or closes it
+  closer.fd = -1;
   return RendezvousStatus::kOk;
 }
 
@@ -375,9 +380,10 @@ std::vector<NetInterface> listInterfaces() {
 }
 
 std::unique_ptr<RendezvousRoot> RendezvousRoot::start(uint32_t ipv4, std::chrono::milliseconds timeout, Answer answer,
-                                                      std::string* error) {
+                                                      std::string* error, Watch watch) {
   std::unique_ptr<RendezvousRoot> root(new RendezvousRoot);
   root->answer_ = std::move(answer);
+  root->watch_ = std::move(watch);
   root->id_.ipv4 = ipv4;
   root->id_.timeoutMs = static_cast<uint32_t>(std::clamp<long long>(timeout.count(), 1, 0x7fffffff));
   if (!randomBytes(root->id_.secret.data(), 16) || !randomBytes(root->id_.nonce.data(), 16)) {
@@ -481,6 +487,12 @@ void RendezvousRoot::run(int listenFd, int wakeFd, Clock::time_point deadline) {
       }
       if (ok) {
         replyAll(RendezvousStatus::kOk, hosts, answer, "");
+        answered_ = true;
+        if (watch_ && watch_(answer)) {
+          std::vector<int> fds(static_cast<size_t>(nranks), -1);
+          for (auto& [rank, i] : byRank) std::swap(fds[static_cast<size_t>(rank)], conns[i].fd);
+          watchRanks(std::move(fds), wakeFd);
+        }
       } else {
         replyAll(RendezvousStatus::kAnswerFailed, {}, "", error);
         outcome = error;
@@ -596,6 +608,63 @@ void RendezvousRoot::run(int listenFd, int wakeFd, Clock::time_point deadline) {
     outcome_ = outcome;
   }
   finished_ = true;
+}
+
+void RendezvousRoot::watchRanks(std::vector<int> fds, int wakeFd) {
+  std::vector<std::vector<uint8_t>> partial(fds.size());
+  auto tellOthers = [&](watch_wire::Kind kind, int about) {
+    uint8_t frame[watch_wire::kFrameBytes];
+    watch_wire::encode({kind, about}, frame);
+    for (size_t r = 0; r < fds.size(); ++r) {
+      // A rank that died too (a node holds several) refuses the write: MSG_NOSIGNAL, and it does not matter.
+      if (fds[r] >= 0 && static_cast<int>(r) != about) sendAll(fds[r], frame, sizeof(frame), Clock::now() + kSendBound);
+    }
+  };
+  bool over = false;
+  while (!over) {
+    std::vector<pollfd> p;
+    std::vector<size_t> rankOf;
+    p.push_back({wakeFd, POLLIN, 0});
+    for (size_t r = 0; r < fds.size(); ++r) {
+      if (fds[r] < 0) continue;
+      p.push_back({fds[r], POLLIN, 0});
+      rankOf.push_back(r);
+    }
+    if (rankOf.empty()) break;
+    // No deadline: the watch lasts as long as the communicator. The RendezvousRoot's destructor wakes it.
+    if (::poll(p.data(), p.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      tellOthers(watch_wire::kEnded, -1);  // cannot watch any more: say so rather than fall silent
+      break;
+    }
+    if (p[0].revents != 0) {
+      tellOthers(watch_wire::kEnded, -1);
+      break;
+    }
+    for (size_t k = 1; k < p.size() && !over; ++k) {
+      if (p[k].revents == 0) continue;
+      const size_t r = rankOf[k - 1];
+      uint8_t buf[watch_wire::kFrameBytes];
+      const ssize_t got = ::recv(fds[r], buf, watch_wire::kFrameBytes - partial[r].size(), MSG_DONTWAIT);
+      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+      if (got <= 0) {
+        // Closed without a bye: the rank's process ended (the kernel closes its sockets, SIGKILL included).
+        ::close(fds[r]);
+        fds[r] = -1;
+        tellOthers(watch_wire::kDied, static_cast<int>(r));
+        over = true;
+        break;
+      }
+      partial[r].insert(partial[r].end(), buf, buf + got);
+      if (partial[r].size() < watch_wire::kFrameBytes) continue;
+      // A bye (or anything else from a rank that proved the secret at its hello): the watch is over for every rank.
+      tellOthers(watch_wire::kEnded, static_cast<int>(r));
+      over = true;
+    }
+  }
+  for (int fd : fds) {
+    if (fd >= 0) ::close(fd);
+  }
 }
 
 RendezvousStatus rendezvous(const RendezvousId& id, int rank, int nranks, uint64_t host, RendezvousResult* out,

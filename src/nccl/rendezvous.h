@@ -70,6 +70,9 @@ const char* rendezvousStatusName(RendezvousStatus s);
 struct RendezvousResult {
   std::vector<uint64_t> hosts;  // [rank] = that rank's host identity
   std::string answer;           // the root's answer (RendezvousRoot::Answer)
+  // The connection to the root, still open (non-blocking): the caller owns it. Keep it (LivenessLink) when the root
+  // watches this answer (RendezvousRoot::start's `watch`), else close it.
+  int link = -1;
 };
 
 // The interfaces of this machine that have an IPv4 address (getifaddrs).
@@ -80,19 +83,24 @@ class RendezvousRoot {
   // Called once on the root's thread when every rank has arrived: the answer every rank receives, or false with
   // *error set (every rank then fails with kAnswerFailed and that message).
   using Answer = std::function<bool(const std::vector<uint64_t>& hosts, std::string* answer, std::string* error)>;
+  // Whether the ranks' connections stay open after this answer, to carry news of a rank that dies
+  // (nccl/liveness_link.h). Every rank must decide alike from the same answer.
+  using Watch = std::function<bool(const std::string& answer)>;
 
   // Binds ipv4:0 (port chosen by the kernel), listens, starts the thread. nullptr with *error when a socket call
   // or the random source fails.
   static std::unique_ptr<RendezvousRoot> start(uint32_t ipv4, std::chrono::milliseconds timeout, Answer answer,
-                                               std::string* error);
+                                               std::string* error, Watch watch = {});
   // Stops the thread (if it still runs: the ranks connected get nothing more and time out) and joins it.
   ~RendezvousRoot();
   RendezvousRoot(const RendezvousRoot&) = delete;
   RendezvousRoot& operator=(const RendezvousRoot&) = delete;
 
   const RendezvousId& id() const { return id_; }
-  // Whether the thread has ended (answered everyone, failed, or timed out).
+  // Whether the thread has ended (answered everyone, failed, or timed out; for a watched answer: once the watch ended).
   bool finished() const { return finished_.load(); }
+  // Whether the answer went out (a watched root may still be watching).
+  bool answered() const { return answered_.load(); }
   // After finished(): "" when every rank got the answer, otherwise what went wrong.
   std::string outcome() const;
   // Hellos dropped because their MAC was wrong (or that were not hellos at all).
@@ -101,9 +109,14 @@ class RendezvousRoot {
  private:
   RendezvousRoot() = default;
   void run(int listenFd, int wakeFd, std::chrono::steady_clock::time_point deadline);
+  // After a watched answer, on the root's thread: relays the first death or bye to every rank (liveness_link.h).
+  // fds[rank] = that rank's connection; all are closed on return.
+  void watchRanks(std::vector<int> fds, int wakeFd);
 
   RendezvousId id_;
   Answer answer_;
+  Watch watch_;
+  std::atomic<bool> answered_{false};
   int wakeFd_ = -1;
   std::thread thread_;
   std::atomic<bool> finished_{false};

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "nccl/hier_steps.h"
+#include "nccl/liveness_link.h"
 #include "sched/hierarchical.h"
 
 namespace conccl::nccl {
@@ -61,6 +62,12 @@ struct HierState {
   // Set when the rail reported an asynchronous error (hierAsyncError): the rail was aborted then (rail = nullptr) and
   // every later call fails with this code.
   ncclResult_t railError = ncclSuccess;
+  // News of a rank whose process ended (nccl/liveness_link.h), read by hierAsyncError: the link of the rendezvous that
+  // made this communicator (ownsLink: it says bye at destroy or abort), or its parent's for a split child (shared).
+  // linkRanks[i] = the link's number of this communicator's rank i (empty: the same numbers). Null: not watched.
+  std::shared_ptr<LivenessLink> link;
+  bool ownsLink = false;
+  std::vector<int> linkRanks;
   // One INFO line per collective kind: the first call that ran in phases, and the first sent to the flat
   // communicator with its reason (bits by sched::HierCollective).
   uint32_t loggedPhases = 0, loggedFlat = 0, loggedPipelined = 0;
@@ -110,9 +117,15 @@ HierState* hierarchicalFromSplit(ncclComm_t child, const HierLayout& layout, int
 // scratch (abort: scratch dropped unfreed, as the PreMulSum scratch). Returns the first failure.
 ncclResult_t destroyHierState(HierState* state, bool abort);
 
-// ncclCommGetAsyncError of a communicator with a HierState: the first error of the rail, the flat and the intra-node
-// communicators (a peer node that fails shows on the rail first; PyTorch's watchdog polls only this handle). A rail
-// error aborts the rail at once (abortFailedRail), so that the work queued behind it on this rank's stream drains.
+// Watches h's ranks through `link` (null: not watched); owner: h made the link's rendezvous; linkRanks as in HierState.
+void watchLiveness(HierState* h, std::shared_ptr<LivenessLink> link, bool owner, std::vector<int> linkRanks);
+// The link's number of h's rank r (for a split child's own link ranks).
+int linkRankOf(const HierState* h, int r);
+
+// ncclCommGetAsyncError of a communicator with a HierState: a rank of it whose process ended (the liveness link: it
+// fails as ncclRemoteError), then the first error of the rail, the flat and the intra-node communicators (a peer node
+// that fails shows on the rail first; PyTorch's watchdog polls only this handle). Either aborts the rail at once
+// (abortFailedRail), so that the work queued behind it on this rank's stream drains.
 ncclResult_t hierAsyncError(ncclComm_t comm, ncclResult_t* asyncError);
 // The rail of h after it reported `error`: aborted, forgotten (rail = nullptr), the error kept. Called under h->mutex.
 void abortFailedRail(HierState* h, ncclResult_t error);

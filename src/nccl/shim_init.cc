@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "nccl/liveness_link.h"
 #include "nccl/nccl_abi.h"
 #include "nccl/rendezvous.h"
 #include "nccl/shim_comm.h"
@@ -114,6 +115,10 @@ bool rootAnswer(const std::vector<uint64_t>& hosts, std::string* answer, std::st
   return true;
 }
 
+// The root keeps watching the ranks of a hierarchical communicator (nccl/liveness_link.h): a node that dies is then
+// reported on every rank at once, not when the rail's NCCL next fails to reach it. Ranks decide alike from the answer.
+bool watchesAnswer(const std::string& answer) { return !answer.empty() && answer[0] == kAnswerHierarchical; }
+
 ncclResult_t rendezvousResult(RendezvousStatus s) {
   switch (s) {
     case RendezvousStatus::kOk:
@@ -156,6 +161,16 @@ InitOutcome initFromRendezvous(const RendezvousId& rid, int nranks, int rank, nc
     o.error = call + ": rank " + std::to_string(rank) + " of " + std::to_string(nranks) + ": " + error;
     return o;
   }
+  // The connection to the root: a liveness link for a watched answer, else closed now.
+  std::shared_ptr<LivenessLink> link;
+  if (met.link >= 0) {
+    if (watchesAnswer(met.answer)) {
+      link = std::make_shared<LivenessLink>(met.link);
+    } else {
+      ::close(met.link);
+    }
+    met.link = -1;
+  }
   if (met.answer.size() < 1 + kAnswerIdBytes ||
       (met.answer[0] != kAnswerConccl && met.answer[0] != kAnswerNccl && met.answer[0] != kAnswerHierarchical)) {
     o.result = ncclInternalError;
@@ -165,6 +180,7 @@ InitOutcome initFromRendezvous(const RendezvousId& rid, int nranks, int rank, nc
   o.hosts = std::move(met.hosts);
   if (met.answer[0] == kAnswerHierarchical) {
     HierInit h = initHierarchical(met.answer, o.hosts, nranks, rank, config, call);
+    if (h.hier != nullptr) watchLiveness(h.hier, std::move(link), /*owner=*/true, {});
     o.path = Path::kNccl;
     o.result = h.result;
     o.error = h.error;
@@ -383,7 +399,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   std::string error = c.error;
   if (c.index >= 0) {
     auto root = RendezvousRoot::start(ifs[static_cast<size_t>(c.index)].ipv4, std::chrono::milliseconds(timeoutMs()),
-                                      rootAnswer, &error);
+                                      rootAnswer, &error, watchesAnswer);
     if (root != nullptr) {
       encodeRendezvousId(root->id(), uniqueId->internal);
       logInfo("ncclGetUniqueId -> rendezvous at " + rendezvousAddress(root->id()) + " on " +

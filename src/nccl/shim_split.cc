@@ -365,6 +365,12 @@ ncclResult_t splitNccl(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
         if (destroy) destroy(real);
         return fail(comm, ncclSystemError, "ncclCommSplit (hierarchical child): " + herror);
       }
+      if (comm->hier != nullptr && comm->hier->link != nullptr) {
+        // The parent's liveness link covers the child's ranks (each a parent rank): a death among them fails it.
+        std::vector<int> linkRanks;
+        for (int parent : p.parents) linkRanks.push_back(linkRankOf(comm->hier, parent));
+        watchLiveness(h, comm->hier->link, /*owner=*/false, std::move(linkRanks));
+      }
       auto* w = new ncclComm;
       w->path = Path::kNccl;
       w->real = real;

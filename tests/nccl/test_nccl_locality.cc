@@ -2,13 +2,18 @@
 // the interface choice, the id's mark) and the TCP rendezvous with every rank a thread on loopback, host identities
 // overridden to lay the ranks out on simulated nodes.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "nccl/liveness_link.h"
 #include "nccl/rendezvous.h"
 #include "nccl/routing.h"
 
@@ -45,8 +50,10 @@ struct RankOutcome {
   std::string error;
 };
 
-// Runs `ranks` (rank numbers) as threads against the root; host of rank r = its node, r / perNode.
-std::vector<RankOutcome> runRanks(const RendezvousId& id, int nranks, const std::vector<int>& ranks, int perNode) {
+// Runs `ranks` (rank numbers) as threads against the root; host of rank r = its node, r / perNode. The connections
+// left open for a watch (RendezvousResult::link) are closed unless keepLinks.
+std::vector<RankOutcome> runRanks(const RendezvousId& id, int nranks, const std::vector<int>& ranks, int perNode,
+                                  bool keepLinks = false) {
   std::vector<RankOutcome> out(ranks.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -57,6 +64,12 @@ std::vector<RankOutcome> runRanks(const RendezvousId& id, int nranks, const std:
     });
   }
   for (auto& t : threads) t.join();
+  for (RankOutcome& o : out) {
+    if (!keepLinks && o.result.link >= 0) {
+      ::close(o.result.link);
+      o.result.link = -1;
+    }
+  }
   return out;
 }
 
@@ -224,7 +237,7 @@ TEST(NcclRendezvous, ARankThatNeverArrivesEndsInABoundedTimeoutNamingIt) {
   // A rank that comes after the root gave up cannot reach it, and says so within its own bound.
   RankOutcome late;
   auto t1 = std::chrono::steady_clock::now();
-  late.status = rendezvous(root->id(), 2, 4, 1, &late.result, &late.error);
+  late.status = rendezvous(root->id(), 2, 4, 1, &late.result, &late.error);  // fails: no link to close
   EXPECT_EQ(late.status, RendezvousStatus::kTimeout);
   EXPECT_NE(late.error.find("could not reach"), std::string::npos) << late.error;
   EXPECT_LT(std::chrono::steady_clock::now() - t1, 4s);
@@ -323,4 +336,151 @@ TEST(NcclRendezvous, ARankThatDiesBeforeTheOthersArriveFreesItsSlot) {
   std::this_thread::sleep_for(100ms);
   std::vector<RankOutcome> out = runRanks(root->id(), 2, allRanks(2), 2);  // rank 0 again, and rank 1
   for (const RankOutcome& o : out) EXPECT_EQ(o.status, RendezvousStatus::kOk) << o.error;
+}
+
+// Liveness (nccl/liveness_link.h): for a watched answer every rank keeps its connection to the root, and the first
+// rank whose connection closes without a bye (its process ended) is reported to every other rank at once.
+namespace {
+
+RendezvousRoot::Watch watchEverything() {
+  return [](const std::string&) { return true; };
+}
+
+// The links of a watched rendezvous of n ranks on `nodes` simulated nodes.
+std::vector<std::unique_ptr<LivenessLink>> watchedRanks(RendezvousRoot& root, int n, int perNode) {
+  std::vector<RankOutcome> out = runRanks(root.id(), n, allRanks(n), perNode, /*keepLinks=*/true);
+  std::vector<std::unique_ptr<LivenessLink>> links;
+  for (RankOutcome& o : out) {
+    EXPECT_EQ(o.status, RendezvousStatus::kOk) << o.error;
+    EXPECT_GE(o.result.link, 0);
+    links.push_back(std::make_unique<LivenessLink>(o.result.link));
+  }
+  return links;
+}
+
+// Polls until every link but `except` says something other than kAlive (or has ended), at most `bound`.
+bool waitForNews(std::vector<std::unique_ptr<LivenessLink>>& links, int except, std::chrono::milliseconds bound) {
+  const auto until = std::chrono::steady_clock::now() + bound;
+  while (std::chrono::steady_clock::now() < until) {
+    bool all = true;
+    for (size_t r = 0; r < links.size(); ++r) {
+      if (static_cast<int>(r) == except || !links[r]) continue;
+      all = all && (links[r]->poll() != LivenessLink::kAlive || links[r]->ended());
+    }
+    if (all) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST(NcclLiveness, ARankWhoseProcessEndsIsReportedToEveryOtherRank) {
+  for (auto [nodes, perNode, victim] : {std::tuple{2, 2, 2}, std::tuple{3, 2, 3}, std::tuple{2, 3, 0}}) {
+    SCOPED_TRACE(std::to_string(nodes) + "x" + std::to_string(perNode) + ", victim " + std::to_string(victim));
+    const int n = nodes * perNode;
+    std::string error;
+    auto root = RendezvousRoot::start(kLoopback, 10s, decidingAnswer(), &error, watchEverything());
+    ASSERT_NE(root, nullptr) << error;
+    auto links = watchedRanks(*root, n, perNode);
+    ASSERT_EQ(links.size(), static_cast<size_t>(n));
+    // Nothing to report while every rank lives.
+    std::this_thread::sleep_for(50ms);
+    for (auto& l : links) EXPECT_EQ(l->poll(), LivenessLink::kAlive);
+    EXPECT_FALSE(root->finished());  // still watching
+    // The victim's connection closes without a bye, as the kernel closes a killed process's sockets.
+    const auto t0 = std::chrono::steady_clock::now();
+    links[static_cast<size_t>(victim)].reset();
+    ASSERT_TRUE(waitForNews(links, victim, 2000ms));
+    const auto took = std::chrono::steady_clock::now() - t0;
+    for (int r = 0; r < n; ++r) {
+      if (r == victim) continue;
+      EXPECT_EQ(links[static_cast<size_t>(r)]->poll(), victim) << "rank " << r;
+      EXPECT_FALSE(links[static_cast<size_t>(r)]->ended());
+      EXPECT_NE(links[static_cast<size_t>(r)]->describe(victim).find("rank " + std::to_string(victim)),
+                std::string::npos);
+    }
+    EXPECT_LT(took, 1s);
+    for (int i = 0; i < 200 && !root->finished(); ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_TRUE(root->finished());
+  }
+}
+
+TEST(NcclLiveness, AByeEndsTheWatchForEveryRankWithoutAReport) {
+  std::string error;
+  auto root = RendezvousRoot::start(kLoopback, 10s, decidingAnswer(), &error, watchEverything());
+  ASSERT_NE(root, nullptr) << error;
+  auto links = watchedRanks(*root, 4, 2);
+  links[1]->bye();  // rank 1 destroys its communicator first (the end of a job)
+  EXPECT_EQ(links[1]->poll(), LivenessLink::kAlive);
+  ASSERT_TRUE(waitForNews(links, 1, 2000ms));
+  for (auto& l : links) {
+    EXPECT_EQ(l->poll(), LivenessLink::kAlive);
+    EXPECT_TRUE(l->ended());
+  }
+  // The other ranks exit afterwards: nobody is reported, and the root's thread is done.
+  links.clear();
+  for (int i = 0; i < 200 && !root->finished(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(root->finished());
+}
+
+TEST(NcclLiveness, AnUnwatchedAnswerClosesTheConnectionsAfterTheReply) {
+  std::string error;
+  auto root = RendezvousRoot::start(kLoopback, 10s, decidingAnswer(), &error,
+                                    [](const std::string& answer) { return answer.rfind("NCCL", 0) == 0; });
+  ASSERT_NE(root, nullptr) << error;
+  auto links = watchedRanks(*root, 2, 2);  // one node: "conccl: ...", not watched
+  for (int i = 0; i < 200 && !root->finished(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(root->finished());
+  // The root closed its ends without a frame: a link kept by mistake would read that as the root lost, which is why
+  // ranks keep the link only for answers the root watches (the same predicate on the same answer).
+  EXPECT_TRUE(waitForNews(links, -1, 2000ms));
+  for (auto& l : links) EXPECT_EQ(l->poll(), LivenessLink::kRootLost);
+}
+
+TEST(NcclLiveness, DestroyingTheRootEndsTheWatchCleanly) {
+  std::string error;
+  auto root = RendezvousRoot::start(kLoopback, 10s, decidingAnswer(), &error, watchEverything());
+  ASSERT_NE(root, nullptr) << error;
+  auto links = watchedRanks(*root, 3, 1);
+  root.reset();  // joins the watching thread: it says the watch ended
+  ASSERT_TRUE(waitForNews(links, -1, 2000ms));
+  for (auto& l : links) {
+    EXPECT_EQ(l->poll(), LivenessLink::kAlive);
+    EXPECT_TRUE(l->ended());
+  }
+}
+
+TEST(NcclLiveness, TheRootsProcessEndingIsReportedAsTheRootLost) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+  LivenessLink link(sv[0]);
+  EXPECT_EQ(link.poll(), LivenessLink::kAlive);
+  // Half a frame, then the rest: read across calls.
+  uint8_t frame[watch_wire::kFrameBytes];
+  watch_wire::encode({watch_wire::kDied, 5}, frame);
+  ASSERT_EQ(::write(sv[1], frame, 7), 7);
+  EXPECT_EQ(link.poll(), LivenessLink::kAlive);
+  ASSERT_EQ(::write(sv[1], frame + 7, sizeof(frame) - 7), static_cast<ssize_t>(sizeof(frame) - 7));
+  EXPECT_EQ(link.poll(), 5);
+  EXPECT_EQ(link.poll(), 5);  // sticky
+  ::close(sv[1]);
+
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+  LivenessLink lost(sv[0]);
+  ::close(sv[1]);  // no frame at all
+  EXPECT_EQ(lost.poll(), LivenessLink::kRootLost);
+  EXPECT_NE(lost.describe(LivenessLink::kRootLost).find("rendezvous root"), std::string::npos);
+  EXPECT_FALSE(lost.ended());
+}
+
+TEST(NcclLiveness, FramesRoundTripAndForeignBytesAreNoFrame) {
+  uint8_t buf[watch_wire::kFrameBytes];
+  watch_wire::encode({watch_wire::kBye, -1}, buf);
+  watch_wire::Frame f;
+  ASSERT_TRUE(watch_wire::decode(buf, &f));
+  EXPECT_EQ(f.kind, watch_wire::kBye);
+  EXPECT_EQ(f.rank, -1);
+  buf[0] ^= 1;
+  EXPECT_FALSE(watch_wire::decode(buf, &f));
 }
