@@ -13,6 +13,8 @@ export LD_LIBRARY_PATH="$PWD/gpu-stage/lib:${LD_LIBRARY_PATH:-}"
 s="$OUT/summary.txt"
 say() { echo "$*" | tee -a "$s"; }
 say "date: $(date -u +%FT%TZ) $(nvidia-smi -L | head -1 | cut -c1-40)"
+# (As run, the line below was missing: gpu-stage/bin/ is packed as bin.tgz, so step 2 found no binary, rc 127;
+# run 2 repeats it.)
 t0=$SECONDS
 timeout 200 gpu-stage/bin/test_gpu_multiprocess --gtest_filter='Ranks/MultiProcess.CallsDoNotWaitForLatePeers/0' \
   >"$OUT/capi-late.log" 2>&1
