@@ -248,6 +248,15 @@ TEST_P(MultiProcess, ChunkedCallsAcrossProcesses) {
   for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
 }
 
+// A chunked and a plain reduce-scatter in one call: refused on every rank before anything launches (calls waiting
+// on the host for their peers; with late calls staged the same mismatch is found after a launch: scenario_staged.h).
+TEST_P(MultiProcess, ChunkedAndPlainCallsTogetherAreRefused) {
+  SKIP_WITHOUT_GPU();
+  auto results = runWorkers("chunked-mismatch", GetParam(), 60000, 120);
+  expectAllSucceeded(results);
+  for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, MultiProcess, ::testing::Values(2, 3, 4));
 
 // Symmetric calls return before the peers call: the watchdog must still turn every failure into an error on

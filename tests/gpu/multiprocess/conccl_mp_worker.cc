@@ -684,7 +684,7 @@ int main(int argc, char** argv) {
   // all others run with the defaults: a call whose peers are late is staged and launched at once
   // (CONCCL_STAGE_LATE_CALLS=1, CONCCL_DEFER_CALLS=0).
   const bool blocking = scenario == "errors" || scenario == "sendrecv-mismatch" || scenario == "dead-peer" ||
-                        scenario == "hung-peer";
+                        scenario == "hung-peer" || scenario == "chunked-mismatch";
   const bool proxyScenario = scenario.rfind("deferred-", 0) == 0;
   setenv("CONCCL_DEFER_CALLS", proxyScenario ? "1" : "0", 1);
   setenv("CONCCL_STAGE_LATE_CALLS", blocking || unstaged || proxyScenario ? "0" : "1", 1);
@@ -728,6 +728,8 @@ int main(int argc, char** argv) {
       return 0;
     } else if (scenario == "chunked") {
       conccl::mpworker::scenarioChunked(gComm, gRank, gNranks, stream);
+    } else if (scenario == "chunked-mismatch") {
+      conccl::mpworker::scenarioChunkedMismatch(gComm, gRank, gNranks, stream);
     } else if (scenario == "no-rendezvous") {
       conccl::mpworker::scenarioNoRendezvous(gComm, gRank, gNranks, stream);
     } else if (scenario == "staged-mismatch") {

@@ -147,9 +147,11 @@ void chunkedAllGather(concclComm_t comm, int rank, int n, cudaStream_t stream, s
 }
 
 void mixedCallsAreRefused(concclComm_t comm, int rank, int n, cudaStream_t stream) {
-  // 8 MiB per block: above the worker's CONCCL_STAGED_MAX_BYTES, so the call takes the regular path, where the ranks'
-  // arguments meet before anything launches and the refusal is synchronous. (A staged call launches first and learns
-  // of a disagreement afterwards: concclInvalidUsage on every rank, like any mismatch there; scenario_staged.h.)
+  // 8 MiB per block: above the worker's CONCCL_STAGED_MAX_BYTES, and the scenario runs with late calls waiting on the
+  // host (CONCCL_STAGE_LATE_CALLS=0), so the call takes the regular path, where the ranks' arguments meet before
+  // anything launches and the refusal is synchronous. (A staged call, by size or because a peer was late, launches
+  // first and learns of a disagreement afterwards: concclInvalidUsage on every rank, like any mismatch there;
+  // scenario_staged.h.)
   const size_t count = size_t{2} << 20;
   Buf send(count * 4 * static_cast<size_t>(n)), recv(count * 4);
   std::vector<cudaEvent_t> none(static_cast<size_t>(n), nullptr);
@@ -177,11 +179,14 @@ void scenarioChunked(concclComm_t comm, int rank, int nranks, cudaStream_t strea
     }
     chunkedAllGather(comm, rank, nranks, stream, count, ++call);
   }
+}
+
+void scenarioChunkedMismatch(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
   trace(rank, "mixed calls");
   mixedCallsAreRefused(comm, rank, nranks, stream);
   trace(rank, "mixed calls refused");
   // The communicator is still usable after the refused call.
-  chunkedReduceScatter(comm, rank, nranks, stream, size_t{1} << 16, 2, false, ++call);
+  chunkedReduceScatter(comm, rank, nranks, stream, size_t{1} << 16, 2, false, 1);
 }
 
 }  // namespace conccl::mpworker

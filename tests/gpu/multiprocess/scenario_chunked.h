@@ -9,5 +9,9 @@
 namespace conccl::mpworker {
 
 void scenarioChunked(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
+// "chunked-mismatch": a chunked and a plain reduce-scatter in one call are refused with concclInvalidArgument on every
+// rank, and the communicator stays usable. Run with calls that wait on the host for their peers (the synchronous
+// form of the error; with late calls staged it is asynchronous, concclInvalidUsage).
+void scenarioChunkedMismatch(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
 
 }  // namespace conccl::mpworker
