@@ -27,7 +27,8 @@
 #   nvidia/nccl/lib), BUDGET_S (default 420), NPS (default "2 4"), ALLOCS (default "expandable expandable-old"),
 #   ALLOC_SCRIPTS (default "workloads"; e.g. "workloads ordering pipeline"), CASES (an extended regex: only run cases
 #   whose name matches, e.g. 'workloads|skew'), WORKLOAD_CASES (workloads.py --cases), SKEW_ASSERT_US (default 20),
-#   SKEW_CALLS (3), ORDERING_TIMEOUT_MS (5000), NO_NCCL=1 (skip the plain NCCL references),
+#   SKEW_CALLS (3), SKEW_BURST (calls per round, back to back: 1), ORDERING_TIMEOUT_MS (5000), NO_NCCL=1 (skip the
+#   plain NCCL references),
 #   SMOKE_CPU=1 (no GPU: every script with --backend gloo --device cpu, no drop-in; checks the scripts' plumbing).
 # Kept for every process: NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
 set -u
@@ -53,6 +54,7 @@ CASES="${CASES:-.}"
 WORKLOAD_CASES="${WORKLOAD_CASES:-collectives,p2p,groups,mesh2d,moe,ddp,fsdp2,fsdp2_bf16,tp,graphs,compile}"
 SKEW_ASSERT_US="${SKEW_ASSERT_US:-20}"
 SKEW_CALLS="${SKEW_CALLS:-3}"
+SKEW_BURST="${SKEW_BURST:-1}"
 ORDERING_TIMEOUT_MS="${ORDERING_TIMEOUT_MS:-5000}"
 NO_NCCL="${NO_NCCL:-0}"
 ORDERING_CASES="send_first_all_reduce,recv_first_all_reduce,send_first_all_gather,recv_first_all_gather"
@@ -320,7 +322,7 @@ has_np 2 && matrix 2
 # Host time under skew: NP=2 (the peer, rank 1, is late).
 if wanted skew; then
   for lib in "${LIBS_MAIN[@]}" $REF_LIB; do
-    skew_args=(--calls "$SKEW_CALLS" --out "$OUTDIR/skew-$lib.jsonl")
+    skew_args=(--calls "$SKEW_CALLS" --burst "$SKEW_BURST" --out "$OUTDIR/skew-$lib.jsonl")
     sleep_s=2
     [ "$lib" = conccl ] && skew_args+=(--assert-max-us "$SKEW_ASSERT_US")
     [ "$lib" = nccl ] && sleep_s=1  # NCCL never waits for the peer: 1 s shows it as well, in half the time

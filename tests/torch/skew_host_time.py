@@ -1,8 +1,12 @@
 """Host time under skew (issue 24 item 6, case 5): how long a call holds rank 0's Python thread while its peer is late.
 
-Before every measured call the ranks meet on a gloo barrier; then rank 1 (the peer) sleeps --sleep-s (2 s) and
+Before every measured round the ranks meet on a gloo barrier; then rank 1 (the peer) sleeps --sleep-s (2 s) and
 makes the call, while rank 0 makes it at once and measures time.perf_counter() around the call only (async_op=True:
 the call's return, not its completion; completion is waited for afterwards, untimed). Ranks 2.. call at once too.
+With --burst B every rank makes B calls back to back per round (rank 0 times each): PyTorch's CPU run-ahead, and
+the shape of the C API's test (test_gpu_multiprocess CallsDoNotWaitForLatePeers: 9 calls while the peer sleeps). With
+B = 1 (the default) every timed call is the first after an idle wait on the barrier (cold caches and a sleeping
+thread: the slowest case).
 NCCL enqueues and returns whatever the peer does (tens of us); a library that waits on the host for its peer holds
 the thread for the whole sleep.
 
@@ -108,7 +112,8 @@ def dropin_clock():
 def main():
     p = tcommon.base_parser(__doc__, timeout_s=300)
     p.add_argument("--sleep-s", type=float, default=2.0, help="how late the peer (rank 1) is, before every call")
-    p.add_argument("--calls", type=int, default=3, help="measured calls per op")
+    p.add_argument("--calls", type=int, default=3, help="measured rounds per op")
+    p.add_argument("--burst", type=int, default=1, help="calls per round, back to back (each one timed)")
     p.add_argument("--max-mib", type=int, default=1024, help="leave out ops whose largest buffer is larger")
     p.add_argument("--ops", default="", help="comma list of op-name prefixes to run (default: all)")
     p.add_argument("--out", help="JSON lines, one per op (rank 0)")
@@ -141,31 +146,35 @@ def main():
         dropin = []  # (us, NCCL calls) per measured call
         err = None
         try:
-            for k in range(args.calls + 1):  # call 0: untimed warm-up, peer not late
+            for k in range(args.calls + 1):  # round 0: one untimed warm-up call, peer not late
                 dist.barrier(group=ctx.cpu_pg)
                 if call is None:
                     continue
                 if rank == 1 and k > 0:
                     time.sleep(args.sleep_s)
-                if clock is not None:
-                    clock(None)  # reset: count only this call's NCCL calls
-                t0 = time.perf_counter()
-                work = call()
-                t1 = time.perf_counter()
-                inside_ns = clock(ctypes.byref(ncalls)) if clock is not None else None
-                if k > 0:
-                    samples.append((t1 - t0) * 1e6)
-                    if inside_ns is not None:
-                        dropin.append((inside_ns / 1e3, int(ncalls.value)))
-                if work is not None:
-                    work.wait()
+                works = []
+                for _ in range(args.burst if k > 0 else 1):
+                    if clock is not None:
+                        clock(None)  # reset: count only this call's NCCL calls
+                    t0 = time.perf_counter()
+                    works.append(call())
+                    t1 = time.perf_counter()
+                    inside_ns = clock(ctypes.byref(ncalls)) if clock is not None else None
+                    if k > 0:
+                        samples.append((t1 - t0) * 1e6)
+                        if inside_ns is not None:
+                            dropin.append((inside_ns / 1e3, int(ncalls.value)))
+                for work in works:
+                    if work is not None:
+                        work.wait()
                 ctx.sync()
         except Exception as e:  # noqa: BLE001 - reported per op, the run goes on
             err = f"{type(e).__name__}: {str(e)[:300]}"
         dist.barrier(group=ctx.cpu_pg)
         del call
         if rank == 0:
-            row = {"op": name, "bytes": nbytes, "calls": len(samples), "sleep_s": args.sleep_s, "world": world,
+            row = {"op": name, "bytes": nbytes, "calls": len(samples), "burst": args.burst, "sleep_s": args.sleep_s,
+                   "world": world,
                    "lib": lib, "tag": args.tag,
                    "p50_us": round(statistics.median(samples), 1) if samples else None,
                    "max_us": round(max(samples), 1) if samples else None,
@@ -185,7 +194,8 @@ def main():
             torch.cuda.empty_cache()
     failed = 0
     if rank == 0:
-        print(f"\nhost time per call on rank 0, peer {args.sleep_s:g} s late, {world} ranks, {lib}:")
+        print(f"\nhost time per call on rank 0, peer {args.sleep_s:g} s late, {world} ranks, {lib}, "
+              f"{args.burst} call(s) per round:")
         print("| op | Python call p50 us | max us | drop-in's own p50 us | max us | calls |\n|---|---|---|---|---|---|")
         for r in results:
             print(f"| {r['op']} | {r['p50_us']} | {r['max_us']} | {r.get('dropin_p50_us', '-')} | "
