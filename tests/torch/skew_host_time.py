@@ -6,7 +6,9 @@ the call's return, not its completion; completion is waited for afterwards, unti
 With --burst B every rank makes B calls back to back per round (rank 0 times each): PyTorch's CPU run-ahead, and
 the shape of the C API's test (test_gpu_multiprocess CallsDoNotWaitForLatePeers: 9 calls while the peer sleeps). With
 B = 1 (the default) every timed call is the first after an idle wait on the barrier (cold caches and a sleeping
-thread: the slowest case).
+thread: the slowest case). With --realloc every round first frees the op's tensors back to CUDA (empty_cache) and
+makes new ones, with one untimed call on time: the peers then retire their old allocations, which the library
+unmaps while the late round runs (how an earlier op's buffers retire in a real job).
 NCCL enqueues and returns whatever the peer does (tens of us); a library that waits on the host for its peer holds
 the thread for the whole sleep.
 
@@ -114,6 +116,8 @@ def main():
     p.add_argument("--sleep-s", type=float, default=2.0, help="how late the peer (rank 1) is, before every call")
     p.add_argument("--calls", type=int, default=3, help="measured rounds per op")
     p.add_argument("--burst", type=int, default=1, help="calls per round, back to back (each one timed)")
+    p.add_argument("--realloc", action="store_true",
+                   help="new tensors (after empty_cache) and one untimed on-time call before every round")
     p.add_argument("--max-mib", type=int, default=1024, help="leave out ops whose largest buffer is larger")
     p.add_argument("--ops", default="", help="comma list of op-name prefixes to run (default: all)")
     p.add_argument("--out", help="JSON lines, one per op (rank 0)")
@@ -147,6 +151,16 @@ def main():
         err = None
         try:
             for k in range(args.calls + 1):  # round 0: one untimed warm-up call, peer not late
+                if args.realloc and k > 0 and call is not None:
+                    call = None
+                    if ctx.cuda:
+                        torch.cuda.empty_cache()
+                    call = make()
+                    dist.barrier(group=ctx.cpu_pg)
+                    work = call()  # on time, untimed: carries the retirements of the freed tensors
+                    if work is not None:
+                        work.wait()
+                    ctx.sync()
                 dist.barrier(group=ctx.cpu_pg)
                 if call is None:
                     continue

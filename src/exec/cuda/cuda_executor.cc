@@ -35,6 +35,7 @@
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/graph_cache.h"
+#include "exec/cuda/host_gated_work.h"
 #include "exec/cuda/ipc_import_table.h"
 #include "exec/cuda/queue_claim.h"
 #include "exec/cuda/rank_state.h"
@@ -135,6 +136,7 @@ CudaExecutor::CudaExecutor(const std::vector<int>& devices, const Config& config
     }
     claimer_->claim(lanes);
   }
+  watchForIpcCloses();
 }
 
 bool CudaExecutor::gpuProgress(int rank, uint32_t* launched, uint32_t* completed) {
@@ -228,6 +230,25 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
     std::memcpy(&e, all[static_cast<size_t>(r)].data(), sizeof(e));
     if (e.allocId != 0) ranks_[static_cast<size_t>(r)]->scratchAddress = importBuffer(r, e);
   }
+  watchForIpcCloses();
+}
+
+void CudaExecutor::watchForIpcCloses() {
+  busyProbe_ = HostGatedWork::instance().addBusyProbe([this] { return busy(); });
+}
+
+bool CudaExecutor::busy() const {
+  // Called by HostGatedWork under its lock: atomics and the pinned done words only (no rank mutex). The probe is
+  // removed before any rank's done word is freed (releaseRank).
+  for (const auto& sp : ranks_) {
+    const RankState& s = *sp;
+    if (!s.local) continue;
+    const uint32_t launched = s.launches.load(std::memory_order_acquire);
+    if (launched == 0) continue;
+    const uint32_t done = *static_cast<const volatile uint32_t*>(s.doneCounter.as<uint32_t>());
+    if (static_cast<int32_t>(done - launched) < 0) return true;
+  }
+  return false;
 }
 
 void CudaExecutor::enablePeerAccess(const std::vector<int>& unique) {
@@ -285,6 +306,7 @@ void CudaExecutor::initRank(RankState& s) {
 }
 
 CudaExecutor::~CudaExecutor() {
+  HostGatedWork::instance().removeBusyProbe(busyProbe_);
   for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
     try {
       releaseRank(r);
@@ -393,6 +415,8 @@ void CudaExecutor::refuseSharedHardwareQueues() const {
 void CudaExecutor::releaseRank(int rank) {
   CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(ranks_.size()));
   RankState& s = *ranks_[rank];
+  // No busy probe may read this rank's done word once it is freed below (a no-op after the first release).
+  HostGatedWork::instance().removeBusyProbe(busyProbe_);
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.released) return;
   if (!s.local) {

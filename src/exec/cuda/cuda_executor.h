@@ -126,6 +126,12 @@ class CudaExecutor final : public Executor {
   // cached graph's shape may name other memory after either, so every rank's graph cache starts over when it moves.
   std::atomic<uint64_t> mappingGeneration_{0};
 
+  // Whether a rank's GPU work has not completed (HostGatedWork's busy probe, registered by watchForIpcCloses at the end
+  // of each constructor): an IPC close must not run meanwhile (host_gated_work.h).
+  void watchForIpcCloses();
+  bool busy() const;
+  uint64_t busyProbe_ = 0;
+
   // Several processes only.
   bool processMode_ = false;
   int localRank_ = -1;

@@ -21,6 +21,7 @@
 #include "exec/cuda/cuda_executor.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/graph_cache.h"
+#include "exec/cuda/host_gated_work.h"
 #include "exec/cuda/small_program_kernel.h"
 #include "exec/cuda/small_program_pack.h"
 
@@ -126,6 +127,13 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(ranks_.size()));
   RankState& s = *ranks_[rank];
   CONCCL_ASSERT(s.local);
+  // No IPC close starts while this enqueues: it would wait on the device for work that waits for the peers (this
+  // call's, if they are late) and hold every CUDA call of the process meanwhile (host_gated_work.h). Taken before the
+  // rank's mutex, which the busy probe never takes.
+  HostGatedWork::instance().enter();
+  struct LeaveGated {
+    ~LeaveGated() { HostGatedWork::instance().leave(); }
+  } leaveGated;
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.released) CONCCL_THROW(concclInvalidUsage, "rank " + std::to_string(rank) + " was already released");
   CONCCL_ASSERT(schedule.nranks == static_cast<int>(ranks_.size()));

@@ -25,10 +25,38 @@ void HostGatedWork::leave(size_t n) {
   changed_.notify_all();
 }
 
+uint64_t HostGatedWork::addBusyProbe(BusyProbe probe) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t token = nextToken_++;
+  probes_.emplace(token, std::move(probe));
+  return token;
+}
+
+void HostGatedWork::removeBusyProbe(uint64_t token) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    probes_.erase(token);
+  }
+  changed_.notify_all();
+}
+
+bool HostGatedWork::anyBusyLocked() const {
+  for (const auto& [token, probe] : probes_) {
+    if (probe()) return true;
+  }
+  return false;
+}
+
 bool HostGatedWork::runUngated(const std::function<void()>& fn, std::chrono::milliseconds limit) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (!changed_.wait_for(lock, limit, [this] { return pending_ == 0 && !running_; })) return false;
+    // GPU work completes without notifying anyone: look again every millisecond while a probe says busy.
+    const auto until = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      if (pending_ == 0 && !running_ && !anyBusyLocked()) break;
+      if (std::chrono::steady_clock::now() >= until) return false;
+      changed_.wait_for(lock, std::chrono::milliseconds(1));
+    }
     running_ = true;
   }
   try {

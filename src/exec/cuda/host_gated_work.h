@@ -1,5 +1,7 @@
-// Work of this process on the GPU that waits for a later action of one of its own host threads: a deferred call's
-// gate (deferred_launch.h) holds the caller's stream until the proxy thread has enqueued the call's program.
+// Work of this process on the GPU that waits for a later action of a host thread: a deferred call's gate
+// (deferred_launch.h) holds the caller's stream until the proxy thread has enqueued the call's program, and a call
+// launched before its peers called (staged, symmetric, late: core/process_clique.h) waits on the GPU for the peer
+// processes' calls, seconds if a peer is late.
 //
 // Why it is counted: cudaIpcCloseMemHandle waits for the device while it holds a driver lock that every other CUDA
 // call of the process needs. Run while a gate is pending, it waits for a stream that only the proxy can release,
@@ -8,12 +10,20 @@
 // cuEventRecord). So such calls run through runUngated(): only at a moment when no gate is pending, and no new gate
 // is enqueued while they run (a caller about to defer waits for them instead, bounded by the device draining work
 // that is already enqueued and needs no host action).
+// The same for conccl's own GPU work that waits for peers: run while it was pending, cudaIpcCloseMemHandle waited for
+// a late peer's call and stalled the caller's next CUDA call for the whole 2 s of the peer's delay (one H200, two
+// processes, 2026-12-04, docs/results/2026-12-04-h200-1gpu-liveness-spin/ run 5: the first call of a burst held the
+// thread 2.0 s). So every executor registers a busy probe (GPU work of its ranks not completed), runUngated() waits
+// for a moment when no probe says busy, and every launch enqueues between enter() and leave(), so that none starts
+// while the function runs.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 
 namespace conccl::exec {
@@ -25,15 +35,25 @@ class HostGatedWork {
   void enter();
   // Once the gate's release is enqueued (or done from the host): one enter() fewer.
   void leave(size_t n = 1);
-  // Runs `fn` at a moment when no gate is pending, holding new ones off until it returns. Waits at most `limit`
-  // for such a moment; false (and `fn` not run) if none came.
+  // Runs `fn` at a moment when no gate is pending, no enqueue is between enter() and leave() and no busy probe says
+  // busy, holding new ones off until it returns. Waits at most `limit` for such a moment; false (and `fn` not run)
+  // if none came.
   bool runUngated(const std::function<void()>& fn, std::chrono::milliseconds limit);
 
+  // A probe says whether its owner has GPU work that may wait for another process (called under this class's lock:
+  // it must not block or take a lock held around enter()). Returns a token for removeBusyProbe.
+  using BusyProbe = std::function<bool()>;
+  uint64_t addBusyProbe(BusyProbe probe);
+  void removeBusyProbe(uint64_t token);
+
  private:
+  bool anyBusyLocked() const;
   std::mutex mutex_;
   std::condition_variable changed_;
   size_t pending_ = 0;
   bool running_ = false;  // a runUngated() call is running its function
+  uint64_t nextToken_ = 1;
+  std::map<uint64_t, BusyProbe> probes_;
 };
 
 }  // namespace conccl::exec

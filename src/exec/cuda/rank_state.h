@@ -4,6 +4,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -33,7 +34,9 @@ struct RankState {
   // CUDA call of its own where an event record cost one (~3 us in our VM, docs/cuda-executor.md).
   PinnedBuffer doneCounter;
   CUdeviceptr doneCounterDevice = 0;
-  uint32_t launches = 0;  // eager launches so far (wraps; compared with wrap-safe arithmetic)
+  // Eager launches so far (wraps; compared with wrap-safe arithmetic). Written by the launching thread under `mutex`;
+  // atomic because HostGatedWork's busy probe (CudaExecutor::busy) reads it from the IPC closer's thread.
+  std::atomic<uint32_t> launches{0};
   // cudaStreamGetId of the caller's stream of the last eager launch (meaningful once launches > 0): a call on another
   // stream first waits for that launch's done marker (CudaExecutor::orderAfterPreviousCall).
   unsigned long long lastStreamId = 0;
