@@ -5,7 +5,8 @@
 # call waited on the GPU for the late peer. The fix makes closes wait for a moment when no conccl work is pending and
 # no launch is being enqueued (exec/cuda/host_gated_work.h). skew_host_time.py --realloc makes every round retire
 # the previous buffers with an on-time call just before the late burst; run with the library before the fix
-# (.probe/prefix-lib: the commit before it, built the same way) and after it (gpu-stage), twice each, alternating.
+# (.probe/prefix-lib: libconccl_nccl.so of commit 11d238e, the one before the fix, built the same way and stripped)
+# and after it (gpu-stage), twice each, alternating.
 # Then, as a regression check of the fix, test_gpu_multiprocess (without late-skew) and test_gpu_collectives.
 # Output under $OUT: burst-{before,after}-{1,2}.log.gz, gpu-tests.tgz, summary.txt.
 set -u
