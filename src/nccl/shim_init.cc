@@ -180,7 +180,11 @@ InitOutcome initFromRendezvous(const RendezvousId& rid, int nranks, int rank, nc
   o.hosts = std::move(met.hosts);
   if (met.answer[0] == kAnswerHierarchical) {
     HierInit h = initHierarchical(met.answer, o.hosts, nranks, rank, config, call);
-    if (h.hier != nullptr) watchLiveness(h.hier, std::move(link), /*owner=*/true, {});
+    if (h.hier != nullptr) {
+      watchLiveness(h.hier, std::move(link), /*owner=*/true, {});
+    } else if (link != nullptr) {
+      link->bye();  // this rank's init failed: it leaves the watch; it did not die (the others hear "ended")
+    }
     o.path = Path::kNccl;
     o.result = h.result;
     o.error = h.error;
