@@ -487,7 +487,6 @@ void RendezvousRoot::run(int listenFd, int wakeFd, Clock::time_point deadline) {
       }
       if (ok) {
         replyAll(RendezvousStatus::kOk, hosts, answer, "");
-        answered_ = true;
         if (watch_ && watch_(answer)) {
           std::vector<int> fds(static_cast<size_t>(nranks), -1);
           for (auto& [rank, i] : byRank) std::swap(fds[static_cast<size_t>(rank)], conns[i].fd);

@@ -99,8 +99,6 @@ class RendezvousRoot {
   const RendezvousId& id() const { return id_; }
   // Whether the thread has ended (answered everyone, failed, or timed out; for a watched answer: once the watch ended).
   bool finished() const { return finished_.load(); }
-  // Whether the answer went out (a watched root may still be watching).
-  bool answered() const { return answered_.load(); }
   // After finished(): "" when every rank got the answer, otherwise what went wrong.
   std::string outcome() const;
   // Hellos dropped because their MAC was wrong (or that were not hellos at all).
@@ -116,7 +114,6 @@ class RendezvousRoot {
   RendezvousId id_;
   Answer answer_;
   Watch watch_;
-  std::atomic<bool> answered_{false};
   int wakeFd_ = -1;
   std::thread thread_;
   std::atomic<bool> finished_{false};

@@ -241,12 +241,7 @@ bool CudaExecutor::busy() const {
   // Called by HostGatedWork under its lock: atomics and the pinned done words only (no rank mutex). The probe is
   // removed before any rank's done word is freed (releaseRank).
   for (const auto& sp : ranks_) {
-    const RankState& s = *sp;
-    if (!s.local) continue;
-    const uint32_t launched = s.launches.load(std::memory_order_acquire);
-    if (launched == 0) continue;
-    const uint32_t done = *static_cast<const volatile uint32_t*>(s.doneCounter.as<uint32_t>());
-    if (static_cast<int32_t>(done - launched) < 0) return true;
+    if (sp->local && !sp->launchesDone()) return true;
   }
   return false;
 }
@@ -341,9 +336,8 @@ bool CudaExecutor::drain(RankState& s, std::chrono::milliseconds limit, bool rep
   const auto deadline = std::chrono::steady_clock::now() + limit;
   auto nap = std::chrono::microseconds(20);
   auto lastFlagWrite = std::chrono::steady_clock::time_point{};
-  const auto* counter = static_cast<const volatile uint32_t*>(s.doneCounter.as<uint32_t>());
   for (;;) {
-    if (static_cast<int32_t>(*counter - s.launches) >= 0) {
+    if (s.launchesDone()) {
       if (reportKernelTimeout) checkSmallKernelError(s);
       return true;
     }

@@ -17,12 +17,15 @@ void HostGatedWork::enter() {
 }
 
 void HostGatedWork::leave(size_t n) {
+  bool idle = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     CONCCL_ASSERT(pending_ >= n);
     pending_ -= n;
+    idle = pending_ == 0;
   }
-  changed_.notify_all();
+  // Only runUngated() waits on pending_, and only for 0: no wake-up on every launch's leave.
+  if (idle) changed_.notify_all();
 }
 
 uint64_t HostGatedWork::addBusyProbe(BusyProbe probe) {

@@ -37,6 +37,11 @@ struct RankState {
   // Eager launches so far (wraps; compared with wrap-safe arithmetic). Written by the launching thread under `mutex`;
   // atomic because HostGatedWork's busy probe (CudaExecutor::busy) reads it from the IPC closer's thread.
   std::atomic<uint32_t> launches{0};
+  // Whether the GPU has written the done marker of every eager launch so far (wrap-safe).
+  bool launchesDone() const {
+    const uint32_t done = *static_cast<const volatile uint32_t*>(doneCounter.as<uint32_t>());
+    return static_cast<int32_t>(done - launches.load(std::memory_order_acquire)) >= 0;
+  }
   // cudaStreamGetId of the caller's stream of the last eager launch (meaningful once launches > 0): a call on another
   // stream first waits for that launch's done marker (CudaExecutor::orderAfterPreviousCall).
   unsigned long long lastStreamId = 0;
