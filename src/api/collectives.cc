@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "api/api_guard.h"
+#include "api/cross_node.h"
 #include "core/group.h"
 #include "base/types.h"
 #include "sched/schedule.h"
@@ -28,6 +29,7 @@ struct Local {
 Local begin(concclComm* comm, concclDataType_t dtype, cudaStream_t stream) {
   requireLiveComm(comm);
   CONCCL_REQUIRE(isValidType(dtype), "datatype " + std::to_string(static_cast<int>(dtype)) + " is not a conccl type");
+  if (comm->crossNode != nullptr) return Local{comm, crossNodeRanks(comm), comm->rank, typeSize(dtype)};
   if (comm->clique->config().backend == concclBackendHost) {
     CONCCL_REQUIRE(stream == nullptr, "the host backend has no streams: pass stream = NULL");
   }
@@ -78,6 +80,12 @@ const void* offsetBy(const void* p, size_t bytes) {
 // p - bytes: where sendbuff starts when recvbuff = p is its block at `bytes` (ReduceScatter, Scatter in place).
 const void* backBy(const void* p, size_t bytes) {
   return p == nullptr ? nullptr : static_cast<const char*>(p) - static_cast<ptrdiff_t>(bytes);
+}
+
+// The checked call: to the group layer (core/group.h), or to the communicator across hosts (api/cross_node.h).
+void dispatch(concclComm* comm, RankArgs args) {
+  if (comm->crossNode != nullptr) return crossNodeCall(comm, args);
+  enqueueCall(comm, std::move(args));
 }
 
 RankArgs makeArgs(CollKind kind, const char* api, concclDataType_t dtype, size_t count, const void* send, void* recv,
@@ -159,7 +167,7 @@ concclResult_t concclAllGather(const void* sendbuff, void* recvbuff, size_t send
   constexpr const char* kApi = "concclAllGather";
   return apiCall(comm, kApi, [&] {
     Local l = begin(comm, datatype, stream);
-    enqueueCall(comm, allGatherArgs(kApi, l, sendbuff, recvbuff, sendcount, datatype, stream));
+    dispatch(comm, allGatherArgs(kApi, l, sendbuff, recvbuff, sendcount, datatype, stream));
   });
 }
 
@@ -169,12 +177,13 @@ concclResult_t concclAllGatherChunked(const void* sendbuff, void* recvbuff, size
   return apiCall(comm, kApi, [&] {
     Local l = begin(comm, datatype, stream);
     CONCCL_REQUIRE(chunkReady != nullptr, "chunkReady is NULL (pass an array of nranks events, entries may be NULL)");
+    requireOneHost(comm, kApi);
     if (comm->clique->config().backend == concclBackendHost) {
       CONCCL_THROW(concclNotSupported, "the host backend has no CUDA events: use concclAllGather");
     }
     RankArgs a = allGatherArgs(kApi, l, sendbuff, recvbuff, sendcount, datatype, stream);
     a.chunkEvents.assign(chunkReady, chunkReady + l.nranks);
-    enqueueCall(comm, std::move(a));
+    dispatch(comm, std::move(a));
   });
 }
 
@@ -184,7 +193,7 @@ concclResult_t concclReduceScatter(const void* sendbuff, void* recvbuff, size_t 
   return apiCall(comm, kApi, [&] {
     Local l = begin(comm, datatype, stream);
     requireOp(op, datatype);
-    enqueueCall(comm, reduceScatterArgs(kApi, l, sendbuff, recvbuff, recvcount, datatype, op, stream));
+    dispatch(comm, reduceScatterArgs(kApi, l, sendbuff, recvbuff, recvcount, datatype, op, stream));
   });
 }
 
@@ -201,6 +210,7 @@ concclResult_t concclReduceScatterChunked(const void* sendbuff, void* recvbuff, 
                        std::to_string(kMaxPiecesPerBlock));
     CONCCL_REQUIRE(pieceReady != nullptr,
                    "pieceReady is NULL (pass an array of nranks * piecesPerBlock events, entries may be NULL)");
+    requireOneHost(comm, kApi);
     if (comm->clique->config().backend == concclBackendHost) {
       CONCCL_THROW(concclNotSupported, "the host backend has no CUDA events: use concclReduceScatter");
     }
@@ -208,7 +218,7 @@ concclResult_t concclReduceScatterChunked(const void* sendbuff, void* recvbuff, 
     a.inputEvents.assign(pieceReady, pieceReady + static_cast<size_t>(l.nranks) * static_cast<size_t>(piecesPerBlock));
     a.piecesPerBlock = piecesPerBlock;
     a.pushInputs = true;
-    enqueueCall(comm, std::move(a));
+    dispatch(comm, std::move(a));
   });
 }
 
@@ -222,7 +232,7 @@ concclResult_t concclAllReduce(const void* sendbuff, void* recvbuff, size_t coun
     RankArgs a = makeArgs(CollKind::kAllReduce, kApi, datatype, count, sendbuff, recvbuff, stream);
     a.op = op;
     a.inPlace = detectInPlace(sendbuff, bytes, recvbuff, bytes, recvbuff);
-    enqueueCall(comm, std::move(a));
+    dispatch(comm, std::move(a));
   });
 }
 
@@ -237,7 +247,7 @@ concclResult_t concclBroadcast(const void* sendbuff, void* recvbuff, size_t coun
     a.root = root;
     // sendbuff is read on the root only.
     a.inPlace = l.rank == root ? detectInPlace(sendbuff, bytes, recvbuff, bytes, recvbuff) : false;
-    enqueueCall(comm, std::move(a));
+    dispatch(comm, std::move(a));
   });
 }
 
@@ -253,7 +263,7 @@ concclResult_t concclReduce(const void* sendbuff, void* recvbuff, size_t count, 
     a.op = op;
     a.root = root;
     a.inPlace = l.rank == root ? detectInPlace(sendbuff, bytes, recvbuff, bytes, recvbuff) : false;
-    enqueueCall(comm, std::move(a));
+    dispatch(comm, std::move(a));
   });
 }
 
@@ -265,7 +275,7 @@ concclResult_t concclAllToAll(const void* sendbuff, void* recvbuff, size_t count
     size_t bytes = bytesFor(count, l.elemSize, l.nranks, "count");
     CONCCL_REQUIRE(!overlap(sendbuff, bytes, recvbuff, bytes), "concclAllToAll cannot run in place: sendbuff and "
                                                                "recvbuff overlap");
-    enqueueCall(comm, makeArgs(CollKind::kAllToAll, kApi, datatype, count, sendbuff, recvbuff, stream));
+    dispatch(comm, makeArgs(CollKind::kAllToAll, kApi, datatype, count, sendbuff, recvbuff, stream));
   });
 }
 
@@ -292,7 +302,7 @@ concclResult_t concclAllToAllv(const void* sendbuff, const size_t sendcounts[], 
     a.sendDispls.assign(sdispls, sdispls + l.nranks);
     a.recvCounts.assign(recvcounts, recvcounts + l.nranks);
     a.recvDispls.assign(rdispls, rdispls + l.nranks);
-    enqueueCall(comm, std::move(a));
+    dispatch(comm, std::move(a));
   });
 }
 
@@ -309,7 +319,7 @@ concclResult_t concclGather(const void* sendbuff, void* recvbuff, size_t sendcou
     a.inPlace = l.rank == root
                     ? detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, offsetBy(recvbuff, root * sendBytes))
                     : false;
-    enqueueCall(comm, std::move(a));
+    dispatch(comm, std::move(a));
   });
 }
 
@@ -326,7 +336,7 @@ concclResult_t concclScatter(const void* sendbuff, void* recvbuff, size_t recvco
     if (l.rank == root) {
       a.inPlace = detectInPlace(sendbuff, sendBytes, recvbuff, recvBytes, backBy(recvbuff, root * recvBytes));
     }
-    enqueueCall(comm, std::move(a));
+    dispatch(comm, std::move(a));
   });
 }
 
@@ -335,6 +345,7 @@ concclResult_t concclCallResources(concclComm_t comm, concclCollective_t coll, s
   return apiCall(comm, "concclCallResources", [&] {
     requireLiveComm(comm);
     CONCCL_REQUIRE(out != nullptr, "out is NULL");
+    requireOneHost(comm, "concclCallResources");
     CollKind kind = CollKind::kAllGather;
     int rawColl = 0;
     static_assert(sizeof(rawColl) == sizeof(coll));
@@ -378,7 +389,7 @@ static concclResult_t p2pCall(bool isSend, const char* api, void* buff, size_t c
     RankArgs a = makeArgs(sched::CollKind::kSendRecv, api, concclUint8, 0, nullptr, nullptr, stream);
     a.p2p.push_back(sched::P2POp{isSend, peer, bytes, 0});
     a.p2pBuffers.push_back(buff);
-    enqueueCall(comm, std::move(a));
+    dispatch(comm, std::move(a));
   });
 }
 

@@ -3,7 +3,9 @@
 #include <memory>
 
 #include "api/api_guard.h"
+#include "api/cross_node.h"
 #include "core/bootstrap.h"
+#include "core/config.h"
 #include "core/group.h"
 #include "base/logging.h"
 
@@ -89,7 +91,7 @@ concclResult_t concclCommInitAll(concclComm_t* comms, int ndev, const int* devli
 concclResult_t concclGetUniqueId(concclUniqueId* uniqueId) {
   return apiCall(nullptr, "concclGetUniqueId", [&] {
     CONCCL_REQUIRE(uniqueId != nullptr, "uniqueId is NULL");
-    conccl::storeUniqueId(conccl::makeUniqueId(), uniqueId);
+    conccl::api::makeJobUniqueId(uniqueId);
   });
 }
 
@@ -103,7 +105,8 @@ concclResult_t concclCommInitRankConfig(concclComm_t* comm, int nranks, concclUn
                    "concclCommInitRank cannot be called between concclGroupStart and "
                    "concclGroupEnd (it waits for its peers); create each rank on its own thread");
     }
-    *comm = conccl::createProcessComm(nranks, commId, rank, config);
+    *comm = conccl::api::idHasRendezvous(commId) ? conccl::api::initThroughRendezvous(nranks, commId, rank, config)
+                                                 : conccl::createProcessComm(nranks, commId, rank, config);
   });
 }
 
@@ -117,6 +120,7 @@ concclResult_t concclCommRegister(concclComm_t comm, void* buff, size_t size, vo
     CONCCL_REQUIRE(buff != nullptr, "buff is NULL");
     CONCCL_REQUIRE(size > 0, "size is 0");
     CONCCL_REQUIRE(handle != nullptr, "handle is NULL");
+    if (comm->crossNode != nullptr) return conccl::api::crossNodeRegister(comm, buff, size, handle);
     conccl::exec::Executor& executor = comm->clique->executor();
     if (comm->multiProcess) {
       executor.exportBuffer(comm->rank, buff, size, "buff");  // checks it, and makes the IPC handle now
@@ -135,6 +139,7 @@ concclResult_t concclCommDeregister(concclComm_t comm, void* handle) {
   return apiCall(comm, "concclCommDeregister", [&] {
     requireLiveComm(comm);
     CONCCL_REQUIRE(handle != nullptr, "handle is NULL");
+    if (comm->crossNode != nullptr) return conccl::api::crossNodeDeregister(comm, handle);
     void* buff = nullptr;
     {
       std::lock_guard<std::mutex> lock(comm->registrationMutex);
@@ -158,6 +163,7 @@ concclResult_t concclCommWindowRegister(concclComm_t comm, void* buff, size_t si
     CONCCL_REQUIRE(buff != nullptr, "buff is NULL");
     CONCCL_REQUIRE(size > 0, "size is 0");
     CONCCL_REQUIRE(win != nullptr, "win is NULL");
+    conccl::api::requireOneHost(comm, "concclCommWindowRegister");
     // Collective across processes: it waits for its peers, which one thread could never be inside a group.
     if (conccl::inGroup()) {
       CONCCL_THROW(concclInvalidUsage,
@@ -178,6 +184,7 @@ concclResult_t concclCommWindowDeregister(concclComm_t comm, concclWindow_t win)
   return apiCall(comm, "concclCommWindowDeregister", [&] {
     requireLiveComm(comm);
     CONCCL_REQUIRE(win != nullptr, "win is NULL");
+    conccl::api::requireOneHost(comm, "concclCommWindowDeregister");
     if (conccl::inGroup()) {
       CONCCL_THROW(concclInvalidUsage,
                    "concclCommWindowDeregister cannot be called between concclGroupStart and "
@@ -233,6 +240,16 @@ static concclResult_t releaseComm(concclComm_t comm, bool graceful, const char* 
       for (auto& [token, buff] : owned->registrations) delete static_cast<char*>(token);
       owned->registrations.clear();
     }
+    if (owned->crossNode != nullptr) {
+      // Its calls never block on the host (NCCL and conccl enqueue them): wait for the ones inside the library.
+      const int timeoutMs = conccl::resolveConfig(nullptr, false).timeoutMs;
+      if (!conccl::waitUntilUnused(owned.get(), std::chrono::milliseconds(timeoutMs) + std::chrono::seconds(1))) {
+        (void)owned.release();
+        CONCCL_THROW(concclTimeout, std::string(api) + ": a call on another thread did not leave the communicator");
+      }
+      conccl::api::releaseCrossNode(owned.get(), graceful);
+      return;
+    }
     if (!graceful) {
       owned->clique->fail(concclInvalidUsage, "rank " + std::to_string(owned->rank) + " aborted the communicator");
     }
@@ -263,7 +280,7 @@ concclResult_t concclCommCount(concclComm_t comm, int* count) {
   return apiCall(comm, "concclCommCount", [&] {
     requireLiveComm(comm);
     CONCCL_REQUIRE(count != nullptr, "count is NULL");
-    *count = comm->clique->nranks();
+    *count = comm->crossNode != nullptr ? conccl::api::crossNodeRanks(comm) : comm->clique->nranks();
   });
 }
 
@@ -287,6 +304,10 @@ concclResult_t concclCommGetAsyncError(concclComm_t comm, concclResult_t* asyncE
   return apiCall(comm, "concclCommGetAsyncError", [&] {
     requireLiveComm(comm);
     CONCCL_REQUIRE(asyncError != nullptr, "asyncError is NULL");
+    if (comm->crossNode != nullptr) {
+      *asyncError = conccl::api::crossNodeAsyncError(comm);
+      return;
+    }
     auto error = comm->clique->asyncError();
     *asyncError = error ? error->code() : concclSuccess;
   });
@@ -296,16 +317,33 @@ concclResult_t concclCommGetConfig(concclComm_t comm, concclConfig_t* config) {
   return apiCall(comm, "concclCommGetConfig", [&] {
     requireLiveComm(comm);
     CONCCL_REQUIRE(config != nullptr, "config is NULL");
+    if (comm->crossNode != nullptr) return conccl::api::crossNodeConfig(comm, config);
     conccl::exportConfig(comm->clique->config(), config);
   });
 }
 
 concclResult_t concclGroupStart(void) {
-  return apiCall(nullptr, "concclGroupStart", [] { conccl::groupStart(); });
+  return apiCall(nullptr, "concclGroupStart", [] {
+    conccl::groupStart();
+    conccl::api::crossNodeGroupStart();
+  });
 }
 
 concclResult_t concclGroupEnd(void) {
-  return apiCall(nullptr, "concclGroupEnd", [] { conccl::groupEnd(); });
+  return apiCall(nullptr, "concclGroupEnd", [] {
+    // The real NCCL's group ends even when conccl's fails (they were opened together); conccl's error is the one
+    // reported then.
+    try {
+      conccl::groupEnd();
+    } catch (...) {
+      try {
+        conccl::api::crossNodeGroupEnd();
+      } catch (...) {
+      }
+      throw;
+    }
+    conccl::api::crossNodeGroupEnd();
+  });
 }
 
 }  // extern "C"

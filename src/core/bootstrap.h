@@ -56,7 +56,7 @@ struct UniqueIdData {
   static constexpr uint32_t kVersion = 2;
   uint64_t magic = kMagic;
   uint32_t version = kVersion;
-  uint32_t reserved = 0;
+  uint32_t flags = 0;          // bit 0: a rendezvous across hosts follows (api/cross_node.cc)
   uint64_t nonce[2] = {0, 0};  // 128 random bits: the socket name and the shared-memory name derive from them
   uint8_t secret[32] = {};     // 256 random bits, independent of the nonce: the key of the handshake's MACs
 };

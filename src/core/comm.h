@@ -18,11 +18,18 @@ struct concclWindow {
   uint64_t id = 0;  // the clique's window id (equal on every rank)
 };
 
+namespace conccl::api {
+struct CrossNodeComm;
+}  // namespace conccl::api
+
 struct concclComm {
   std::shared_ptr<conccl::Clique> clique;
   int rank = 0;
   int device = -1;
   bool multiProcess = false;  // concclCommInitRank: the clique is a ProcessClique
+  // A communicator whose ranks span hosts (api/cross_node.h): clique is null, its calls go there. Owned; freed by
+  // concclCommDestroy / concclCommAbort.
+  conccl::api::CrossNodeComm* crossNode = nullptr;
 
   // concclCommRegister handles of this communicator -> the registered address (checked by Deregister).
   std::mutex registrationMutex;

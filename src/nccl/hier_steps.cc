@@ -273,7 +273,7 @@ HierChunks hierChunkPrograms(const sched::HierarchicalCall& call, int planRank, 
     for (HierStep& s : p.steps) {
       for (auto [r, pitch] : {std::pair{&s.in, &s.srcPitch}, std::pair{&s.out, &s.dstPitch}}) {
         bool ok = true;
-        if (r->buffer == sched::HierBuffer::kScratch) {
+        if (r->buffer == sched::HierBuffer::kScratchBuffer) {
           r->offset += slot;  // each chunk its own scratch: chunks run at once
         } else if (r->count > 0 || s.kind == GroupKind::kCopy) {
           ok = relocate(r, pitch, s.kind == GroupKind::kCopy ? s.rows : 1,

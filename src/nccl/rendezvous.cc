@@ -359,6 +359,21 @@ std::optional<RendezvousId> decodeRendezvousId(const char* in) {
   return id;
 }
 
+void keepRendezvousRoot(std::unique_ptr<RendezvousRoot> root, const std::function<void(const std::string&)>& outcome) {
+  static std::mutex mutex;
+  static auto* roots = new std::vector<std::unique_ptr<RendezvousRoot>>;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (auto it = roots->begin(); it != roots->end();) {
+    if ((*it)->finished()) {
+      if (!(*it)->outcome().empty() && outcome) outcome("rendezvous " + rendezvousAddress((*it)->id()) + ": " + (*it)->outcome());
+      it = roots->erase(it);  // joins a thread that has ended
+    } else {
+      ++it;
+    }
+  }
+  roots->push_back(std::move(root));
+}
+
 std::string rendezvousAddress(const RendezvousId& id) { return formatIpv4(id.ipv4) + ":" + std::to_string(id.port); }
 
 std::vector<NetInterface> listInterfaces() {

@@ -122,6 +122,11 @@ class RendezvousRoot {
   std::string outcome_;
 };
 
+// Keeps `root` alive in this process until its thread ends; roots whose thread has ended are dropped (joined) on the
+// next call, `outcome` told of each one that did not answer every rank. Never freed at exit (a root may still be
+// waiting then; it ends with the process).
+void keepRendezvousRoot(std::unique_ptr<RendezvousRoot> root, const std::function<void(const std::string&)>& outcome);
+
 // A rank's side: connects to the root named by `id`, proves the secret, says (rank, nranks, host), and waits for
 // the reply. Blocks at most id.timeoutMs plus a grace (1 s). kOk fills *out; otherwise *error says why.
 RendezvousStatus rendezvous(const RendezvousId& id, int rank, int nranks, uint64_t host, RendezvousResult* out,

@@ -1,8 +1,11 @@
 #include "nccl/routing.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -124,6 +127,15 @@ uint64_t hashHostString(const std::string& s) {
     h *= 0x100000001b3ull;
   }
   return h;
+}
+
+HostIdentity currentHostIdentity(const EnvLookup& lookup) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string boot;
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::getline(in, boot);
+  return hostIdentity(lookup, host, boot);
 }
 
 HostIdentity hostIdentity(const EnvLookup& lookup, const std::string& hostname, const std::string& bootId) {

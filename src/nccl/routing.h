@@ -75,6 +75,8 @@ struct HostIdentity {
   std::string source;  // "CONCCL_HOSTID", "NCCL_HOSTID" or "hostname+boot_id", for the log line
 };
 HostIdentity hostIdentity(const EnvLookup& lookup, const std::string& hostname, const std::string& bootId);
+// This process's identity: hostIdentity() of gethostname() and /proc/sys/kernel/random/boot_id.
+HostIdentity currentHostIdentity(const EnvLookup& lookup);
 // 64-bit FNV-1a: stable across processes and builds (std::hash is not required to be).
 uint64_t hashHostString(const std::string& s);
 

@@ -109,7 +109,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   ncclResult_t r = ncclSuccess;
   if (forwarded(comm)) {
     // A communicator across hosts: its node's and rail's communicators first, then the flat one.
-    if (isShimComm(comm) && comm->hier != nullptr) r = destroyHierState(comm->hier, false);
+    if (isShimComm(comm) && comm->hier != nullptr) r = releaseShimHier(comm->hier, false);
     auto fn = realFn<decltype(&::ncclCommDestroy)>("ncclCommDestroy");
     ncclResult_t rf = fn ? fn(realComm(comm)) : ncclInvalidUsage;
     if (r == ncclSuccess) r = rf;
@@ -127,13 +127,13 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;  // as NCCL
   ncclResult_t r = ncclSuccess;
   if (forwarded(comm)) {
-    // The real NCCL's communicators first (the flat one here, the rail in destroyHierState): their abort ends kernels
+    // The real NCCL's communicators first (the flat one here, the rail in releaseShimHier): their abort ends kernels
     // that wait for a dead peer, and conccl's abort of the intra-node communicator lets the work queued behind them
     // on the rank's stream drain before it returns.
     auto fn = realFn<decltype(&::ncclCommAbort)>("ncclCommAbort");
     r = fn ? fn(realComm(comm)) : ncclInvalidUsage;
     if (isShimComm(comm) && comm->hier != nullptr) {
-      const ncclResult_t rh = destroyHierState(comm->hier, true);
+      const ncclResult_t rh = releaseShimHier(comm->hier, true);
       if (r == ncclSuccess) r = rh;
     }
   } else {

@@ -40,32 +40,6 @@ constexpr char kAnswerConccl = 'C';
 constexpr char kAnswerNccl = 'N';
 constexpr size_t kAnswerIdBytes = NCCL_UNIQUE_ID_BYTES;
 
-// Rendezvous roots of this process. A root's thread ends by itself (every rank answered, or its timeout); the
-// finished ones are joined and dropped on the next ncclGetUniqueId. Never freed at exit (exported calls may run
-// during static destruction); a root still waiting then is ended with the process.
-std::mutex& rootsMutex() {
-  static std::mutex m;
-  return m;
-}
-std::vector<std::unique_ptr<RendezvousRoot>>& roots() {
-  static auto* v = new std::vector<std::unique_ptr<RendezvousRoot>>;
-  return *v;
-}
-
-void keepRoot(std::unique_ptr<RendezvousRoot> root) {
-  std::lock_guard<std::mutex> lock(rootsMutex());
-  auto& v = roots();
-  for (auto it = v.begin(); it != v.end();) {
-    if ((*it)->finished()) {
-      if (!(*it)->outcome().empty()) logInfo("rendezvous " + rendezvousAddress((*it)->id()) + ": " + (*it)->outcome());
-      it = v.erase(it);  // joins a thread that has ended
-    } else {
-      ++it;
-    }
-  }
-  v.push_back(std::move(root));
-}
-
 int timeoutMs() {
   // conccl's own bound for a peer that does not arrive (CONCCL_TIMEOUT_MS, default 300 s), so that a rendezvous
   // and the conccl init after it give up alike.
@@ -87,15 +61,12 @@ bool rootAnswer(const std::vector<uint64_t>& hosts, std::string* answer, std::st
   std::string why;
   if (d.path == Path::kNccl) {
     // Ranks on several hosts: the hierarchical path when it applies (equal ranks per host), else the flat NCCL.
-    if (makeHierarchicalAnswer(hosts, answer, &why, error)) return true;
+    if (shimHierarchicalAnswer(hosts, answer, &why, error)) return true;
     if (!error->empty()) return false;
   }
   if (d.path == Path::kConccl) {
     concclUniqueId cid;
-    if (concclGetUniqueId(&cid) != concclSuccess) {
-      *error = std::string("concclGetUniqueId: ") + concclGetLastError(nullptr);
-      return false;
-    }
+    if (!localConcclId(&cid, error)) return false;
     static_assert(sizeof(cid.internal) <= kAnswerIdBytes);
     std::memcpy(id, cid.internal, sizeof(cid.internal));
   } else {
@@ -307,12 +278,7 @@ ncclResult_t initRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int ran
 
 const HostIdentity& thisHost() {
   static const HostIdentity identity = [] {
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    std::string boot;
-    std::ifstream in("/proc/sys/kernel/random/boot_id");
-    std::getline(in, boot);
-    HostIdentity h = hostIdentity(envLookup, host, boot);
+    HostIdentity h = currentHostIdentity(envLookup);
     char hex[24];
     std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h.id));
     logInfo(std::string("host identity ") + hex + " (" + h.source + ")");
@@ -410,7 +376,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
               ifs[static_cast<size_t>(c.index)].name + " (" + c.why + "); each communicator made from it runs on "
               "conccl if all its ranks share a host, on NCCL otherwise");
       thisHost();
-      keepRoot(std::move(root));
+      keepRendezvousRoot(std::move(root), [](const std::string& m) { logInfo(m); });
       return ncclSuccess;
     }
   }
@@ -426,8 +392,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
     CONCCL_NCCL_FORWARD(nullptr, ncclGetUniqueId, uniqueId);
   }
   concclUniqueId id;
-  concclResult_t r = concclGetUniqueId(&id);
-  if (r != concclSuccess) return fromConccl(nullptr, r, "ncclGetUniqueId");
+  if (std::string e; !localConcclId(&id, &e)) return fail(nullptr, ncclSystemError, "ncclGetUniqueId: " + e);
   std::memcpy(uniqueId->internal, id.internal, sizeof(id.internal));
   if (!tagConcclId(uniqueId->internal, NCCL_UNIQUE_ID_BYTES)) {
     return fail(nullptr, ncclInternalError, "ncclGetUniqueId: conccl's id has no room for the shim's mark");

@@ -169,8 +169,8 @@ ncclResult_t splitConccl(ncclComm_t comm, int color, int key, ncclComm_t* newcom
   mine.key = key;
   mine.device = device;
   concclUniqueId id;
-  if (concclGetUniqueId(&id) != concclSuccess) {
-    return fail(comm, ncclSystemError, std::string("ncclCommSplit: concclGetUniqueId: ") + concclGetLastError(nullptr));
+  if (std::string e; !localConcclId(&id, &e)) {
+    return fail(comm, ncclSystemError, "ncclCommSplit: " + e);
   }
   std::memcpy(mine.id, id.internal, sizeof(mine.id));
   std::vector<SplitEntry> all;
@@ -294,8 +294,8 @@ ncclResult_t splitNccl(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
   mine.hierarchical = shim().env.hierarchical ? 1 : 0;
   mine.chunks = shim().env.hierChunks;
   concclUniqueId id;
-  if (concclGetUniqueId(&id) != concclSuccess) {
-    return fail(comm, ncclSystemError, std::string("ncclCommSplit: concclGetUniqueId: ") + concclGetLastError(nullptr));
+  if (std::string e; !localConcclId(&id, &e)) {
+    return fail(comm, ncclSystemError, "ncclCommSplit: " + e);
   }
   std::memcpy(mine.id, id.internal, sizeof(mine.id));
   std::vector<NcclSplitEntry> all;

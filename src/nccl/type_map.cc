@@ -35,6 +35,13 @@ std::optional<concclDataType_t> toConcclType(int ncclType) {
   }
 }
 
+std::optional<int> toNcclType(concclDataType_t type) {
+  for (int t = 0; t < kNumTypes; ++t) {
+    if (toConcclType(t) == type) return t;
+  }
+  return std::nullopt;
+}
+
 std::optional<concclRedOp_t> toConcclOp(int ncclOp) {
   switch (ncclOp) {
     case kSum:

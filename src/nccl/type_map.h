@@ -13,6 +13,9 @@ namespace conccl::nccl {
 // ncclDataType_t -> concclDataType_t (the enums are ordered differently: ncclFloat32 = 7, concclFloat32 = 8).
 std::optional<concclDataType_t> toConcclType(int ncclType);
 
+// concclDataType_t -> ncclDataType_t (the inverse of toConcclType); nullopt for a conccl type NCCL lacks.
+std::optional<int> toNcclType(concclDataType_t type);
+
 // ncclRedOp_t -> concclRedOp_t for the five built-in ops. Ops from ncclRedOpCreatePreMulSum (>= ncclNumOps) have
 // no exact conccl counterpart (a pre-multiplied sum rounds differently from a sum then a division) -> nullopt.
 std::optional<concclRedOp_t> toConcclOp(int ncclOp);

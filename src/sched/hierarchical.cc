@@ -80,7 +80,7 @@ class Planner {
 };
 
 constexpr Region R(HierBuffer b, size_t offset, size_t count) { return Region{b, offset, count}; }
-constexpr HierBuffer kS = HierBuffer::kSend, kR = HierBuffer::kRecv, kT = HierBuffer::kScratch;
+constexpr HierBuffer kS = HierBuffer::kSend, kR = HierBuffer::kRecv, kT = HierBuffer::kScratchBuffer;
 
 std::vector<size_t> prefix(const std::vector<size_t>& counts) {
   std::vector<size_t> d(counts.size(), 0);

@@ -71,7 +71,7 @@ struct HierarchicalCall {
 enum class Where { kNode, kRail, kLocal };  // inside a node (copy engines), across nodes on a rail (NCCL), on one rank
 const char* whereName(Where w);
 
-enum class HierBuffer { kSend, kRecv, kScratch };
+enum class HierBuffer { kSend, kRecv, kScratchBuffer };  // kScratchBuffer: the communicator's scratch (not sched::kScratch)
 
 struct Region {
   HierBuffer buffer = HierBuffer::kSend;

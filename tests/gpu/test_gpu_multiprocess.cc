@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -50,9 +52,10 @@ struct RankResult {
   std::string log;
 };
 
-// Starts ranks `launch` of an nranks communicator (default: all) and waits at most `limitS` seconds.
+// Starts ranks `launch` of an nranks communicator (default: all) and waits at most `limitS` seconds. rankEnv[r]:
+// "NAME=value" entries added to rank r's environment.
 std::vector<RankResult> runWorkers(const std::string& scenario, int nranks, int timeoutMs, int limitS,
-                                   std::vector<int> launch = {}) {
+                                   std::vector<int> launch = {}, const std::vector<std::vector<std::string>>& rankEnv = {}) {
   if (launch.empty()) {
     for (int r = 0; r < nranks; ++r) launch.push_back(r);
   }
@@ -71,8 +74,16 @@ std::vector<RankResult> runWorkers(const std::string& scenario, int nranks, int 
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    std::vector<std::string> envStore;
+    for (char** e = environ; *e != nullptr; ++e) envStore.emplace_back(*e);
+    if (static_cast<size_t>(r) < rankEnv.size()) {
+      for (const std::string& kv : rankEnv[static_cast<size_t>(r)]) envStore.push_back(kv);
+    }
+    std::vector<char*> envp;
+    for (auto& e : envStore) envp.push_back(e.data());
+    envp.push_back(nullptr);
     pid_t pid = -1;
-    int rc = posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv.data(), environ);
+    int rc = posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     EXPECT_EQ(rc, 0) << "cannot start " << worker;
     pids.push_back(rc == 0 ? pid : -1);
@@ -317,6 +328,101 @@ TEST(MultiProcessErrors, RankThatNeverArrivesFailsInitWithATimeout) {
 
 // concclCommInitRank from threads of one process (as the header allows): peers in the same process are reached
 // without IPC, and the small-message kernel is allowed between them.
+// ---- The C API across hosts (api/cross_node.h), hosts simulated on this machine ----
+//
+// Each worker is told its host by CONCCL_HOSTID and gets its own NCCL_HOSTID (the real NCCL refuses two ranks of one
+// host on one GPU; with distinct host ids it talks over its socket transport on loopback). The id is made here with
+// CONCCL_RENDEZVOUS=1, so this process is the rendezvous root, and its answer needs the real NCCL: CONCCL_NCCL_REAL_LIB,
+// else libnccl.so.2 on the library path (a GPU machine without NCCL fails these tests).
+
+struct CrossLayout {
+  const char* name;
+  std::vector<int> hostOf;  // [rank] -> simulated host
+  const char* chunks;       // CONCCL_NCCL_HIER_CHUNKS at the root
+};
+
+// Sets a variable of this process for a scope (the root reads it when the ranks have met).
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
+std::vector<RankResult> runAcrossHosts(const std::string& scenario, const CrossLayout& l, int limitS) {
+  ScopedEnv rendezvous("CONCCL_RENDEZVOUS", "1");
+  ScopedEnv chunks("CONCCL_NCCL_HIER_CHUNKS", l.chunks);
+  std::vector<std::vector<std::string>> env;
+  for (size_t r = 0; r < l.hostOf.size(); ++r) {
+    env.push_back({"CONCCL_HOSTID=sim-node-" + std::to_string(l.hostOf[r]),
+                   "NCCL_HOSTID=sim-" + std::to_string(getpid()) + "-" + std::to_string(r), "NCCL_SOCKET_IFNAME=lo",
+                   "NCCL_IB_DISABLE=1", "NCCL_NVLS_ENABLE=0", "CONCCL_RENDEZVOUS=0", "CONCCL_DEBUG=INFO"});
+  }
+  return runWorkers(scenario, static_cast<int>(l.hostOf.size()), 60000, limitS, {}, env);
+}
+
+// The lines of a worker's log (CONCCL_DEBUG=INFO) that say which path its calls took, for the test's output.
+void printRouteLines(size_t rank, const std::string& log) {
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("hierarchical") != std::string::npos || line.find("flat NCCL") != std::string::npos ||
+        line.find("one host") != std::string::npos || line.find("pipelined") != std::string::npos ||
+        line.find("reported after") != std::string::npos || line.find("OK") != std::string::npos) {
+      std::printf("rank %zu: %s\n", rank, line.c_str());
+    }
+  }
+}
+
+class CrossNode : public ::testing::TestWithParam<CrossLayout> {};
+
+TEST_P(CrossNode, EveryCollectiveThroughTheCApi) {
+  const CrossLayout& l = GetParam();
+  std::map<int, int> perHost;
+  for (int h : l.hostOf) ++perHost[h];
+  bool even = true;
+  for (const auto& [h, n] : perHost) even = even && n == perHost.begin()->second;
+  const bool acrossHosts = perHost.size() > 1;
+  const bool hierarchical = acrossHosts && even && perHost.begin()->second >= 2;
+  auto results = runAcrossHosts(acrossHosts ? "cross-node" : "cross-node-local", l, 300);
+  expectAllSucceeded(results);
+  // Every rank's log says which path it took (the library's INFO lines): the collectives that decompose ran in
+  // phases on a hierarchical communicator, the flat NCCL one carried an uneven layout, conccl alone a single host.
+  for (size_t r = 0; r < results.size(); ++r) {
+    const std::string& log = results[r].log;
+    printRouteLines(r, log);
+    if (hierarchical) {
+      for (const char* api : {"concclAllReduce", "concclAllGather", "concclReduceScatter", "concclBroadcast",
+                              "concclReduce", "concclGather", "concclScatter"}) {
+        EXPECT_NE(log.find(std::string(api) + ": hierarchical, "), std::string::npos)
+            << "rank " << r << ": " << api << " never ran in phases";
+      }
+      if (std::string(l.chunks) != "1") {
+        EXPECT_NE(log.find("pipelined in"), std::string::npos) << "rank " << r << ": nothing was pipelined";
+      }
+    } else if (acrossHosts) {
+      EXPECT_NE(log.find("flat NCCL across"), std::string::npos) << "rank " << r << ": not on the flat NCCL";
+    } else {
+      EXPECT_NE(log.find("on one host: conccl"), std::string::npos) << "rank " << r << ": not conccl alone";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, CrossNode,
+    ::testing::Values(CrossLayout{"n2x2_interleaved", {0, 1, 0, 1}, "1"},
+                      CrossLayout{"n2x3", {0, 0, 0, 1, 1, 1}, "1"}, CrossLayout{"n3x2_pipelined", {0, 0, 1, 1, 2, 2}, "4"},
+                      CrossLayout{"uneven_flat", {0, 0, 1}, "1"}, CrossLayout{"one_host", {0, 0, 0}, "1"}),
+    [](const ::testing::TestParamInfo<CrossLayout>& p) { return std::string(p.param.name); });
+
+TEST(CrossNodeFaults, DeadNodeIsReportedOnEveryRankWithinOneSecond) {
+  const CrossLayout l{"n2x2", {0, 0, 1, 1}, "1"};
+  auto results = runAcrossHosts("cross-node-kill", l, 120);
+  for (size_t r = 0; r < results.size(); ++r) printRouteLines(r, results[r].log);
+  for (size_t r = 0; r + 1 < results.size(); ++r) {
+    EXPECT_EQ(results[r].status, 0) << "rank " << r << ", stderr:\n" << results[r].log;
+  }
+  EXPECT_EQ(results.back().status, 0) << "the rank that ends: " << results.back().log;
+}
+
 TEST(InitRankInOneProcess, ThreadsAsRanksWithTheSmallMessageKernelAndCopyEngines) {
   SKIP_WITHOUT_GPU();
   const int n = 2;

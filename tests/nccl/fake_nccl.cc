@@ -3,6 +3,7 @@
 // fakeNcclRecord(). Loaded with dlopen (CONCCL_NCCL_REAL_LIB or RealNccl's candidate list).
 #include <cstddef>
 #include <cstring>
+#include <mutex>
 
 #include "nccl/fake_nccl.h"
 
@@ -48,7 +49,10 @@ FAKE_EXPORT int ncclGetUniqueId(UniqueId* id) {
   return 0;
 }
 
+static std::mutex gInitMutex;  // ranks of one communicator may init on threads of one process
+
 FAKE_EXPORT int ncclCommInitRankConfig(FakeComm** comm, int nranks, UniqueId id, int rank, void* config) {
+  std::lock_guard<std::mutex> lock(gInitMutex);
   note("ncclCommInitRankConfig");
   gRecord.nranks = nranks;
   gRecord.rank = rank;
@@ -66,6 +70,10 @@ FAKE_EXPORT int ncclCommInitRankConfig(FakeComm** comm, int nranks, UniqueId id,
   made.rank = rank;
   *comm = &made;
   return 0;
+}
+
+FAKE_EXPORT int ncclCommInitRank(FakeComm** comm, int nranks, UniqueId id, int rank) {
+  return ncclCommInitRankConfig(comm, nranks, id, rank, nullptr);
 }
 
 FAKE_EXPORT int ncclCommCount(FakeComm* comm, int* count) {
@@ -148,6 +156,40 @@ FAKE_EXPORT int ncclCommDestroy(void* comm) {
   note("ncclCommDestroy");
   gRecord.comm = comm;
   gRecord.destroys++;
+  return 0;
+}
+
+FAKE_EXPORT int ncclCommAbort(void* comm) {
+  note("ncclCommAbort");
+  gRecord.comm = comm;
+  gRecord.aborts++;
+  return 0;
+}
+
+FAKE_EXPORT int ncclCommGetAsyncError(void* /*comm*/, int* asyncError) {
+  *asyncError = 0;
+  return 0;
+}
+
+FAKE_EXPORT int ncclSend(const void* sendbuff, size_t count, int datatype, int peer, void* comm, void* /*stream*/) {
+  note("ncclSend");
+  gRecord.sendbuff = sendbuff;
+  gRecord.count = count;
+  gRecord.datatype = datatype;
+  gRecord.peer = peer;
+  gRecord.comm = comm;
+  gRecord.sends++;
+  return 0;
+}
+
+FAKE_EXPORT int ncclRecv(void* recvbuff, size_t count, int datatype, int peer, void* comm, void* /*stream*/) {
+  note("ncclRecv");
+  gRecord.recvbuff = recvbuff;
+  gRecord.count = count;
+  gRecord.datatype = datatype;
+  gRecord.peer = peer;
+  gRecord.comm = comm;
+  gRecord.recvs++;
   return 0;
 }
 

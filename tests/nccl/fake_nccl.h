@@ -30,4 +30,9 @@ struct FakeNcclRecord {
   int initRank[8];
   unsigned char initIdByte16[8];
   int destroys;
+  // The C API across hosts (tests/nccl/test_api_cross_node.cc): aborts, sends and receives, and the peer of the last.
+  int aborts;
+  int sends;
+  int recvs;
+  int peer;
 };

@@ -21,6 +21,9 @@
 //                snapshots each block on its event (scenario_chunked.h); a chunked and a plain call mixed: refused.
 //   symmetric    a concclMemAlloc'd window per rank: every collective on buffers at the same offsets in it (no
 //                host rendezvous), alternating with the regular path, the hot path and a graph on window buffers.
+//   cross-node   a communicator across simulated hosts through the C API (CONCCL_HOSTID per process): every collective,
+//                AllToAllv, a Send/Recv ring and a graph; cross-node-local: the same on one host (a rendezvous id);
+//                cross-node-kill: a rank ends without destroy, the others see it within 1 s and abort.
 //   symmetric-mismatch / symmetric-hung / symmetric-dead
 //                after a good symmetric call, the last rank uses another offset / sleeps / exits: the others'
 //                calls return at once, the watchdog reports the failure on every rank, the streams drain.
@@ -563,6 +566,88 @@ void scenarioSendRecv(cudaStream_t stream) {
 
 // Rank 0 sends 1000 bytes to rank 1, which expects 2000: both fail with the sizes in the message, the
 // communicator goes out of service, and abort cleans up.
+// "cross-node" / "cross-node-local": a communicator made through the C API across simulated hosts (CONCCL_HOSTID per
+// process; test_gpu_multiprocess's CrossNode tests): it must span hosts ("cross-node": concclCallResources, which only a
+// one-host communicator answers, is refused) or be on one host ("cross-node-local"). Then every collective x dtypes x
+// counts x in/out of place, AllToAllv, a Send/Recv ring in a group and a CUDA graph, checked against the reference.
+void scenarioCrossNode(cudaStream_t stream, bool expectAcrossHosts) {
+  concclCallResources_t res{};
+  const concclResult_t r = concclCallResources(gComm, concclCollAllReduce, 1024, concclFloat32, 0, &res);
+  CHECK((r == concclNotSupported) == expectAcrossHosts,
+        std::string("the communicator ") + (expectAcrossHosts ? "does not span" : "spans") + " hosts (" +
+            concclGetErrorString(r) + ")");
+  int count = 0;
+  ok(concclCommCount(gComm, &count), "concclCommCount");
+  CHECK(count == gNranks, "concclCommCount");
+  uint64_t seed = 1;
+  int cases = sweepCollectives(stream, seed);
+  // AllReduce, Broadcast and Reduce decompose only when the ranks of a node divide the count (the sweep's counts are
+  // not multiples of 3): 840 * 512 elements is a multiple of every node size up to 8.
+  for (Coll c : {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce}) {
+    for (concclDataType_t dt : {concclFloat32, concclBfloat16}) {
+      for (int ip = 0; ip < 2; ++ip, ++seed, ++cases) {
+        const int root = static_cast<int>(seed % static_cast<uint64_t>(gNranks));
+        const size_t wrong = runCase(c, dt, concclSum, 840 * 512, ip == 1, root, seed, stream);
+        CHECK(wrong == 0, std::string(collKindName(c)) + " (count 430080): " + std::to_string(wrong) + " wrong elements");
+      }
+    }
+  }
+  for (int i = 0; i < 4; ++i, ++seed, ++cases) {
+    size_t wrong = runAllToAllv(seed, stream);
+    CHECK(wrong == 0, "AllToAllv: " + std::to_string(wrong) + " wrong elements");
+  }
+  const int n = gNranks, next = (gRank + 1) % n, prev = (gRank + n - 1) % n;
+  DevBuf sbuf(1 << 16), rbuf(1 << 16);
+  for (int round = 0; round < 5; ++round) {
+    Bytes out = messageBytes(gRank, next, round, 1 << 16);
+    cudaOk(cudaMemcpyAsync(sbuf.p, out.data(), out.size(), cudaMemcpyHostToDevice, stream), "h2d");
+    ok(concclGroupStart(), "GroupStart");
+    ok(concclSend(sbuf.p, out.size(), concclUint8, next, gComm, stream), "Send (ring)");
+    ok(concclRecv(rbuf.p, out.size(), concclUint8, prev, gComm, stream), "Recv (ring)");
+    ok(concclGroupEnd(), "GroupEnd (ring)");
+    Bytes got(out.size());
+    cudaOk(cudaMemcpyAsync(got.data(), rbuf.p, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+    syncStream(stream);
+    CHECK(got == messageBytes(prev, gRank, round, 1 << 16), "ring round " + std::to_string(round) + " wrong");
+  }
+  graphReplays(stream);
+  concclResult_t async = concclSuccess;
+  ok(concclCommGetAsyncError(gComm, &async), "concclCommGetAsyncError");
+  CHECK(async == concclSuccess, std::string("async error: ") + concclGetErrorString(async));
+  std::fprintf(stderr, "rank %d: %s: %d collective cases, 5 ring rounds, 20 graph replays OK\n", gRank,
+               expectAcrossHosts ? "across hosts" : "one host", cases);
+}
+
+// "cross-node-kill": after a good AllReduce across simulated hosts the last rank sleeps 300 ms and ends without
+// destroying anything (a node that dies); every other rank must see concclCommGetAsyncError fail within 1 s of its
+// end (the rendezvous root's liveness link), then abort at once.
+void scenarioCrossNodeKill(cudaStream_t stream) {
+  DevBuf a(1 << 20), b(1 << 20);
+  cudaOk(cudaMemsetAsync(a.p, 0, 1 << 20, stream), "memset");
+  ok(concclAllReduce(a.p, b.p, (1 << 20) / 4, concclFloat32, concclSum, gComm, stream), "AllReduce");
+  syncStream(stream);
+  const auto death = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  if (gRank == gNranks - 1) {
+    std::this_thread::sleep_until(death);
+    _exit(0);
+  }
+  concclResult_t async = concclSuccess;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (async == concclSuccess && std::chrono::steady_clock::now() < deadline) {
+    ok(concclCommGetAsyncError(gComm, &async), "concclCommGetAsyncError");
+    if (async == concclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - death).count();
+  CHECK(async != concclSuccess, "the dead rank was never reported");
+  std::fprintf(stderr, "rank %d: the dead rank reported after %.0f ms: %s\n", gRank, ms, concclGetLastError(gComm));
+  CHECK(ms < 1000, "the dead rank was reported after " + std::to_string(ms) + " ms");
+  const auto t0 = std::chrono::steady_clock::now();
+  ok(concclCommAbort(gComm), "concclCommAbort");
+  gComm = nullptr;
+  const double abortMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(abortMs < 5000, "abort took " + std::to_string(abortMs) + " ms");
+}
+
 void scenarioSendRecvMismatch(cudaStream_t stream) {
   DevBuf buf(4096);
   concclResult_t r = concclSuccess;
@@ -752,6 +837,12 @@ int main(int argc, char** argv) {
       }
       checkNoMappingsLeft("after abort");
       checkNothingNamedLeft("after abort");
+      cudaStreamDestroy(stream);
+      return 0;
+    } else if (scenario == "cross-node" || scenario == "cross-node-local") {
+      scenarioCrossNode(stream, scenario == "cross-node");
+    } else if (scenario == "cross-node-kill") {
+      scenarioCrossNodeKill(stream);
       cudaStreamDestroy(stream);
       return 0;
     } else if (scenario == "symmetric") {
