@@ -232,11 +232,21 @@ CONCCL_API concclResult_t concclCommInitAll(concclComm_t* comms, int ndev, const
 
 /* Creates a new unique id. Call it in one process (by convention the one that will be rank 0), send the
  * bytes to every process, then call concclCommInitRank there. An id names one communicator: use a fresh
- * id for each concclCommInitRank round. */
+ * id for each concclCommInitRank round.
+ * Ranks on several hosts: when the job may span hosts (CONCCL_RENDEZVOUS=auto, the default: the launcher's variables
+ * say so, e.g. WORLD_SIZE != LOCAL_WORLD_SIZE, or CONCCL_HOSTID / NCCL_HOSTID is set; 1: always; 0: never), the id
+ * also names a TCP rendezvous that this call starts in the calling process, which must then live until every rank
+ * has called concclCommInitRank (and, for a communicator across hosts, as long as it does: it reports ranks that
+ * die). docs/hierarchical.md, "The C API across hosts". */
 CONCCL_API concclResult_t concclGetUniqueId(concclUniqueId* uniqueId);
 
 /* Creates rank `rank` of an nranks-rank communicator whose ranks are in several processes (or threads) of
- * this node, on the calling thread's current CUDA device (cudaSetDevice first). Blocks until every rank has
+ * this node, on the calling thread's current CUDA device (cudaSetDevice first). With an id that names a rendezvous
+ * (concclGetUniqueId) the ranks may be on several hosts: ranks on one host make this node's communicator as below;
+ * ranks on several hosts with the same number G >= 2 on each make a hierarchical one (conccl inside each host, a real
+ * NCCL loaded with dlopen, CONCCL_NCCL_REAL_LIB or libnccl.so.2, between them), any other layout the real NCCL's
+ * communicator; config then configures the host's conccl communicator. On a communicator across hosts windows,
+ * concclCallResources and the chunked calls return concclNotSupported (docs/hierarchical.md). Blocks until every rank has
  * called it with the same id and nranks, or config.timeoutMs has passed. Collective: every rank must call
  * it. Outside concclGroupStart/End only (it blocks for its peers).
  *   Errors, all after at most the timeout, never a hang: a rank that never arrives (concclTimeout on the
