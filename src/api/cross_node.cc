@@ -450,7 +450,29 @@ void crossNodeCall(concclComm* comm, const RankArgs& a) {
     }
     type = *t;
   }
-  if (x->hier != nullptr) {
+  if (x->hier != nullptr && a.kind == CollKind::kSendRecv && a.p2p.size() == 1) {
+    // A peer of this node: on the node's conccl communicator (hierRun); another node's: flat.
+    const sched::P2POp& p = a.p2p.front();
+    HierArgs h;
+    h.coll = HierCollective::kSendRecv;
+    if (p.isSend) {
+      h.sendbuff = a.p2pBuffers.front();
+    } else {
+      h.recvbuff = a.p2pBuffers.front();
+    }
+    h.count = p.count;  // bytes
+    h.type = nccl::kUint8;
+    h.stream = a.stream;
+    h.call = a.apiName;
+    h.inGroup = inGroup();
+    h.peer = p.peer;
+    h.send = p.isSend;
+    const HierOutcome o = nccl::hierRun(x->hier, h);
+    if (o.ran) {
+      if (o.error.failed()) CONCCL_THROW(o.error.code, o.error.message);
+      return;
+    }
+  } else if (x->hier != nullptr) {
     if (const std::optional<HierCollective> coll = hierCollectiveOf(a.kind)) {
       HierArgs h;
       h.coll = *coll;

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <optional>
 #include <string>
 
 #include "nccl/nccl_abi.h"
@@ -348,10 +349,45 @@ HierOutcome failed(HierError e) {
   return o;
 }
 
+// A Send or Recv (hierRun): on the node's conccl communicator when the peer shares this node. Called with h->mutex
+// held.
+HierOutcome sendRecv(HierState* h, const HierArgs& a) {
+  const HierLayout& l = h->layout;
+  if (a.peer < 0 || a.peer >= static_cast<int>(l.node.size())) return HierOutcome{};  // the flat NCCL reports it
+  if (l.node[static_cast<size_t>(a.peer)] != h->node) return flat(h, a, "send/recv to another node");
+  const std::optional<concclDataType_t> type = toConcclType(a.type);
+  if (!type) return flat(h, a, "a type conccl lacks");
+  const int peer = l.local[static_cast<size_t>(a.peer)];
+  const concclResult_t r = a.send ? concclSend(a.sendbuff, a.count, *type, peer, h->intra, a.stream)
+                                  : concclRecv(a.recvbuff, a.count, *type, peer, h->intra, a.stream);
+  if (r != concclSuccess) {
+    return failed(concclError(r, std::string(a.call) + " (to a peer of this node, on conccl): " +
+                                     concclGetErrorString(r) + ": " + concclGetLastError(h->intra)));
+  }
+  const uint32_t bit = 1u << static_cast<int>(a.coll);
+  if ((h->loggedPhases & bit) == 0) {
+    h->loggedPhases |= bit;
+    info(h, std::string(a.call) + ": to peers of this node on conccl, to other nodes on NCCL (said once per "
+                                  "communicator)");
+  }
+  HierOutcome done;
+  done.ran = true;
+  return done;
+}
+
 }  // namespace
 
 HierOutcome hierRun(HierState* h, const HierArgs& a) {
-  if (h == nullptr || a.count == 0 || h->aborted) return HierOutcome{};
+  if (h == nullptr || h->aborted) return HierOutcome{};
+  if (a.coll == sched::HierCollective::kSendRecv) {
+    std::lock_guard<std::mutex> lock(h->mutex);
+    if (h->railError != kSuccess) {
+      return failed(ncclError(h->railError, std::string(a.call) + ": the communicator's rail failed earlier (" +
+                                                ncclResultString(h->railError) + "): abort the communicator"));
+    }
+    return sendRecv(h, a);
+  }
+  if (a.count == 0) return HierOutcome{};
   // A root outside the communicator: the flat communicator reports it.
   if (a.root < 0 || a.root >= static_cast<int>(h->layout.planRank.size())) return HierOutcome{};
   std::lock_guard<std::mutex> lock(h->mutex);
@@ -365,7 +401,6 @@ HierOutcome hierRun(HierState* h, const HierArgs& a) {
   // of the phases: grouped calls (and every send/recv, which NCCL programs pair inside groups) use the flat
   // communicator.
   if (a.inGroup) return flat(h, a, "inside a group");
-  if (a.coll == sched::HierCollective::kSendRecv) return flat(h, a, "send/recv");
   if (a.op >= kNumOps) return flat(h, a, "a PreMulSum op");  // made on the flat communicator
   if (!h->layout.nodeMajor && needsNodeMajor(a.coll)) return flat(h, a, "ranks not node-major");
   const std::shared_ptr<const HierCallPlan> cp = planFor(h, a);

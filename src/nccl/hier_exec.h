@@ -113,6 +113,9 @@ struct HierArgs {
   cudaStream_t stream = nullptr;
   const char* call = "";
   bool inGroup = false;  // inside the caller's group: both libraries defer to their own group ends -> flat
+  // kSendRecv: the peer (a rank of the communicator) and the direction; sendbuff (send) or recvbuff (receive).
+  int peer = -1;
+  bool send = false;
 };
 
 // A failure: the NCCL result (for the drop-in), the conccl result (for the C API) and the message.
@@ -128,10 +131,13 @@ struct HierOutcome {
   HierError error;   // ran: the call's failure, if any
 };
 
-// Runs the call hierarchically when it decomposes (outside groups, not send/recv, an op conccl runs, counts the
-// pieces divide, a node-major numbering for calls whose result depends on it, scratch within the bound). Every
-// decision to go flat is the same on every rank; once the first step is enqueued a failure is the call's error (the
-// peers' steps may be in flight: as for NCCL, the communicator should then be aborted).
+// Runs the call hierarchically when it decomposes (outside groups, an op conccl runs, counts the pieces divide, a
+// node-major numbering for calls whose result depends on it, scratch within the bound). Every decision to go flat is
+// the same on every rank; once the first step is enqueued a failure is the call's error (the peers' steps may be in
+// flight: as for NCCL, the communicator should then be aborted).
+// Send/Recv (inside groups too): to a peer of this node on the node's conccl communicator (copy engines), to a peer
+// on another node flat. A pair of ranks always takes one library, so NCCL's order per pair holds; in a group both
+// libraries' parts launch at the group's end, conccl's first on every rank (the caller ends conccl's group first).
 HierOutcome hierRun(HierState* h, const HierArgs& args);
 
 // ---- setup, lifetime and errors ----

@@ -38,6 +38,22 @@ bool preMulOnConccl(ncclComm_t comm, ncclRedOp_t op) {
 }
 
 concclDataType_t ty(ncclDataType_t t) { return *toConcclType(static_cast<int>(t)); }
+
+// The arguments of a Send or Recv on a communicator across hosts (hierarchicalCall).
+HierArgs p2pArgs(bool send, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t type, int peer,
+                 cudaStream_t stream, const char* call) {
+  HierArgs a;
+  a.coll = HierCollective::kSendRecv;
+  a.sendbuff = sendbuff;
+  a.recvbuff = recvbuff;
+  a.count = count;
+  a.type = type;
+  a.stream = stream;
+  a.call = call;
+  a.peer = peer;
+  a.send = send;
+  return a;
+}
 concclRedOp_t op(ncclRedOp_t o) { return *toConcclOp(static_cast<int>(o)); }
 
 }  // namespace
@@ -261,6 +277,8 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncc
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kSendRecv, datatype, -1, "ncclSend", &r)) {
     case Path::kNccl:
+      // Across hosts: a peer of this node on conccl (hierRun), the others on the flat communicator.
+      if (hierarchicalCall(comm, p2pArgs(true, sendbuff, nullptr, count, datatype, peer, stream, "ncclSend"), &r)) return r;
       CONCCL_NCCL_FORWARD(comm, ncclSend, sendbuff, count, datatype, peer, realComm(comm), stream);
     case Path::kFail:
       return r;
@@ -276,6 +294,8 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataT
   ncclResult_t r = ncclSuccess;
   switch (route(comm, Coll::kSendRecv, datatype, -1, "ncclRecv", &r)) {
     case Path::kNccl:
+      // Across hosts: a peer of this node on conccl (hierRun), the others on the flat communicator.
+      if (hierarchicalCall(comm, p2pArgs(false, nullptr, recvbuff, count, datatype, peer, stream, "ncclRecv"), &r)) return r;
       CONCCL_NCCL_FORWARD(comm, ncclRecv, recvbuff, count, datatype, peer, realComm(comm), stream);
     case Path::kFail:
       return r;

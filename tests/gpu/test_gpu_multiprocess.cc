@@ -366,7 +366,8 @@ void printRouteLines(size_t rank, const std::string& log) {
   for (std::string line; std::getline(in, line);) {
     if (line.find("hierarchical") != std::string::npos || line.find("flat NCCL") != std::string::npos ||
         line.find("one host") != std::string::npos || line.find("pipelined") != std::string::npos ||
-        line.find("reported after") != std::string::npos || line.find("OK") != std::string::npos) {
+        line.find("reported after") != std::string::npos || line.find("OK") != std::string::npos ||
+        line.find("peers of this node") != std::string::npos) {
       std::printf("rank %zu: %s\n", rank, line.c_str());
     }
   }
@@ -375,6 +376,7 @@ void printRouteLines(size_t rank, const std::string& log) {
 class CrossNode : public ::testing::TestWithParam<CrossLayout> {};
 
 TEST_P(CrossNode, EveryCollectiveThroughTheCApi) {
+  SKIP_WITHOUT_GPU();
   const CrossLayout& l = GetParam();
   std::map<int, int> perHost;
   for (int h : l.hostOf) ++perHost[h];
@@ -395,6 +397,12 @@ TEST_P(CrossNode, EveryCollectiveThroughTheCApi) {
         EXPECT_NE(log.find(std::string(api) + ": hierarchical, "), std::string::npos)
             << "rank " << r << ": " << api << " never ran in phases";
       }
+      // The Send/Recv ring: a rank with a ring neighbour on its own host moved that pair on conccl.
+      const size_t n = l.hostOf.size();
+      if (l.hostOf[(r + 1) % n] == l.hostOf[r] || l.hostOf[(r + n - 1) % n] == l.hostOf[r]) {
+        EXPECT_NE(log.find("to peers of this node on conccl"), std::string::npos)
+            << "rank " << r << ": its Send/Recv to a peer of its host did not run on conccl";
+      }
       if (std::string(l.chunks) != "1") {
         EXPECT_NE(log.find("pipelined in"), std::string::npos) << "rank " << r << ": nothing was pipelined";
       }
@@ -414,6 +422,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<CrossLayout>& p) { return std::string(p.param.name); });
 
 TEST(CrossNodeFaults, DeadNodeIsReportedOnEveryRankWithinOneSecond) {
+  SKIP_WITHOUT_GPU();
   const CrossLayout l{"n2x2", {0, 0, 1, 1}, "1"};
   auto results = runAcrossHosts("cross-node-kill", l, 120);
   for (size_t r = 0; r < results.size(); ++r) printRouteLines(r, results[r].log);

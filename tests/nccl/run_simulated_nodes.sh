@@ -73,7 +73,8 @@ for layout in $LAYOUTS; do
       "$PY" -m torch.distributed.run --standalone --nproc-per-node "$np" tests/nccl/simulated_nodes.py \
       --per-node "$per" --mode "$mode" --nccl-hostid "$hostid" --seed "$SEED" >"$log" 2>&1
     rc=$?
-    ok="$(count 'simulated-nodes rank .*: ok' "$log")"
+    # Distinct ranks that said ok (two ranks' lines can share one line of the log: their prints interleave).
+    ok="$(grep -a -o 'simulated-nodes rank [0-9]*: ok' "$log" 2>/dev/null | sort -u | wc -l)"
     conccl="$(count 'conccl-shim: .* -> conccl (' "$log")"
     nccl="$(count 'conccl-shim: .* -> NCCL (' "$log")"
     hier="$(count 'conccl-shim: .* -> hierarchical (' "$log")"
