@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <exception>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -284,6 +285,69 @@ void flatCall(const CrossNodeComm* x, const RankArgs& a, int type) {
 
 thread_local int tNcclGroups = 0;  // real ncclGroupStart calls this thread made and has not yet ended
 
+// One Send or Recv of a communicator across hosts: a peer of this host on conccl (hierRun), another host's flat. True
+// when hierRun took it; a failure throws.
+bool hierSendRecv(CrossNodeComm* x, bool send, void* buff, size_t count, int type, int peer, cudaStream_t stream,
+                  const char* api) {
+  HierArgs h;
+  h.coll = HierCollective::kSendRecv;
+  if (send) {
+    h.sendbuff = buff;
+  } else {
+    h.recvbuff = buff;
+  }
+  h.count = count;
+  h.type = type;
+  h.stream = stream;
+  h.call = api;
+  h.inGroup = inGroup();
+  h.peer = peer;
+  h.send = send;
+  const HierOutcome o = nccl::hierRun(x->hier, h);
+  if (o.ran && o.error.failed()) CONCCL_THROW(o.error.code, o.error.message);
+  return o.ran;
+}
+
+// AllToAllv on a hierarchical communicator: a group of sends and receives, the pairs inside this host on conccl, the
+// others on the flat NCCL communicator (both groups opened and closed here, conccl's ended first as concclGroupEnd
+// does).
+void allToAllvByPairs(CrossNodeComm* x, const RankArgs& a, int type) {
+  const RailApi& n = *x->api;
+  const size_t es = typeSize(a.dtype);
+  groupStart();
+  int r = n.groupStart();
+  std::exception_ptr failure;
+  try {
+    for (int p = 0; r == nccl::kSuccess && p < x->nranks; ++p) {
+      const auto i = static_cast<size_t>(p);
+      if (a.sendCounts[i] > 0) {
+        void* buff = const_cast<char*>(static_cast<const char*>(a.sendbuff)) + a.sendDispls[i] * es;
+        if (!hierSendRecv(x, true, buff, a.sendCounts[i], type, p, a.stream, a.apiName)) {
+          r = n.send(buff, a.sendCounts[i], type, p, x->flat, a.stream);
+        }
+      }
+      if (r == nccl::kSuccess && a.recvCounts[i] > 0) {
+        void* buff = static_cast<char*>(a.recvbuff) + a.recvDispls[i] * es;
+        if (!hierSendRecv(x, false, buff, a.recvCounts[i], type, p, a.stream, a.apiName)) {
+          r = n.recv(buff, a.recvCounts[i], type, p, x->flat, a.stream);
+        }
+      }
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // Both groups close whatever happened (they were opened here); the first failure is the call's.
+  try {
+    groupEnd();
+  } catch (...) {
+    if (!failure) failure = std::current_exception();
+  }
+  const int end = n.groupEnd();
+  if (failure) std::rethrow_exception(failure);
+  if (r == nccl::kSuccess) r = end;
+  if (r != nccl::kSuccess) throwRail(x, r, a.apiName);
+}
+
 }  // namespace
 
 bool wantsRendezvous(const nccl::EnvLookup& lookup, std::string* why) {
@@ -453,25 +517,9 @@ void crossNodeCall(concclComm* comm, const RankArgs& a) {
   if (x->hier != nullptr && a.kind == CollKind::kSendRecv && a.p2p.size() == 1) {
     // A peer of this node: on the node's conccl communicator (hierRun); another node's: flat.
     const sched::P2POp& p = a.p2p.front();
-    HierArgs h;
-    h.coll = HierCollective::kSendRecv;
-    if (p.isSend) {
-      h.sendbuff = a.p2pBuffers.front();
-    } else {
-      h.recvbuff = a.p2pBuffers.front();
-    }
-    h.count = p.count;  // bytes
-    h.type = nccl::kUint8;
-    h.stream = a.stream;
-    h.call = a.apiName;
-    h.inGroup = inGroup();
-    h.peer = p.peer;
-    h.send = p.isSend;
-    const HierOutcome o = nccl::hierRun(x->hier, h);
-    if (o.ran) {
-      if (o.error.failed()) CONCCL_THROW(o.error.code, o.error.message);
-      return;
-    }
+    if (hierSendRecv(x, p.isSend, a.p2pBuffers.front(), p.count, nccl::kUint8, p.peer, a.stream, a.apiName)) return;
+  } else if (x->hier != nullptr && a.kind == CollKind::kAllToAllv) {
+    return allToAllvByPairs(x, a, type);
   } else if (x->hier != nullptr) {
     if (const std::optional<HierCollective> coll = hierCollectiveOf(a.kind)) {
       HierArgs h;

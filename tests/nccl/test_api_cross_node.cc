@@ -192,6 +192,17 @@ TEST(CrossNodeFlat, AnUnevenLayoutRunsOnTheRealNcclThroughTheCApi) {
   ASSERT_EQ(concclGroupEnd(), concclSuccess);
   EXPECT_EQ(record->groupStarts, startsBefore + 1);
   EXPECT_EQ(record->groupEnds, endsBefore + 1);
+  // AllToAllv: one group of the real NCCL's sends and receives, zero counts skipped.
+  {
+    const size_t counts[3] = {2, 0, 1}, displs[3] = {0, 2, 2};
+    const int sends = record->sends, recvs = record->recvs, starts = record->groupStarts;
+    ASSERT_EQ(concclAllToAllv(a, counts, displs, b, counts, displs, concclFloat32, comms[1], nullptr), concclSuccess)
+        << concclGetLastError(comms[1]);
+    EXPECT_EQ(record->sends, sends + 2);
+    EXPECT_EQ(record->recvs, recvs + 2);
+    EXPECT_EQ(record->groupStarts, starts + 1);
+    EXPECT_EQ(record->groupEnds, record->groupStarts - startsBefore + endsBefore);
+  }
   // What only a one-host communicator has is refused with a reason, not crashed on.
   concclCallResources_t res{};
   EXPECT_EQ(concclCallResources(comms[0], concclCollAllReduce, 16, concclFloat32, 0, &res), concclNotSupported);
