@@ -342,7 +342,8 @@ CONCCL_API concclResult_t concclGroupEnd(void);
  * the outermost concclGroupStart are dropped (their arguments were checked when they were made; no stream is
  * touched, no peer is waited for) and the thread's next group starts empty. dropped (may be NULL) receives how many
  * calls were dropped (0 below the outermost level). concclInvalidUsage without a matching concclGroupStart. The
- * NCCL drop-in runs ncclGroupSimulateEnd on it. */
+ * NCCL drop-in runs ncclGroupSimulateEnd on it. Calls on a communicator across hosts that went to the real NCCL were
+ * handed to it when made and are not dropped: NCCL has no discard, so its group ends and runs them. */
 CONCCL_API concclResult_t concclGroupDiscard(size_t* dropped);
 
 /* ---------------------------------------------------------------------------------------------- */
