@@ -146,6 +146,7 @@ void ProcessClique::waitForProxyIdle(const std::string& what) {
 }
 
 void ProcessClique::proxyLoop() {
+  exec::relaxCaptureModeOfThisThread();  // its launches map peers' buffers: never inside a caller's global capture
   for (;;) {
     DeferredItem item;
     {

@@ -194,6 +194,11 @@ struct ProcessTopology {
 };
 // The calling thread's current CUDA device. Throws concclNotSupported without CUDA.
 int cudaCurrentDevice();
+// For conccl's own background threads, first thing: their CUDA calls (unmapping a peer's buffer, waiting for the
+// device, launching a deferred call) must neither fail nor invalidate a graph another thread captures in
+// cudaStreamCaptureModeGlobal (PyTorch's torch.cuda.graph), since nothing they do belongs in it. Sets the calling
+// thread's capture interaction mode to relaxed. Nothing without CUDA.
+void relaxCaptureModeOfThisThread();
 // concclMemAlloc / concclMemFree: cudaMalloc'd memory on the current device (exportable with CUDA IPC).
 void* cudaAllocate(size_t bytes);
 void cudaRelease(void* ptr);

@@ -1,4 +1,5 @@
-// Device queries and allocations the API needs outside an executor (concclCommInitRank, concclMemAlloc).
+// Device queries and allocations the API needs outside an executor (concclCommInitRank, concclMemAlloc), and the
+// capture mode of conccl's own threads.
 #include <cuda_runtime_api.h>
 
 #include "base/error.h"
@@ -26,5 +27,10 @@ void* cudaAllocate(size_t bytes) {
 }
 
 void cudaRelease(void* ptr) { CUDA_CHECK(cudaFree(ptr)); }
+
+void relaxCaptureModeOfThisThread() {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) (void)cudaGetLastError();
+}
 
 }  // namespace conccl::exec

@@ -11,6 +11,7 @@
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/host_gated_work.h"
+#include "exec/executor.h"
 #include "exec/cuda/raii.h"
 
 namespace conccl::exec {
@@ -140,6 +141,10 @@ void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inB
 }
 
 void IpcImportTable::closeLoop() {
+  // cudaDeviceSynchronize and cudaIpcCloseMemHandle are unsafe during another thread's global-mode capture: in that
+  // mode they failed here and invalidated the capture (a graph of the collectives scenario, 3-4 processes on one
+  // H200, 2026-12-04).
+  relaxCaptureModeOfThisThread();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     closeWork_.wait(lock, [this] { return !pendingCloses_.empty(); });
