@@ -142,8 +142,6 @@ bool rootAnswer(const std::vector<uint64_t>& hosts, std::string* answer, std::st
   return true;
 }
 
-bool watchesAnswer(const std::string& answer) { return !answer.empty() && answer[0] == nccl::kAnswerHierarchical; }
-
 concclResult_t rendezvousCode(nccl::RendezvousStatus s) {
   switch (s) {
     case nccl::RendezvousStatus::kOk:
@@ -208,7 +206,7 @@ std::optional<HierCollective> hierCollectiveOf(CollKind kind) {
     case CollKind::kAllToAll:
       return HierCollective::kAllToAll;
     default:
-      return std::nullopt;  // AllToAllv and send / receive: the flat communicator
+      return std::nullopt;  // AllToAllv and send / receive: by pairs (sendOrRecv)
   }
 }
 
@@ -216,7 +214,7 @@ void throwRail(const CrossNodeComm* x, int r, const std::string& what) {
   CONCCL_THROW(nccl::concclFromNcclResult(r), what + " (the flat NCCL communicator): " + railText(x->api, r));
 }
 
-// The call on the flat communicator, as NCCL's own collective (AllToAllv: a group of sends and receives).
+// A collective on the flat communicator, as NCCL's own.
 void flatCall(const CrossNodeComm* x, const RankArgs& a, int type) {
   const RailApi& n = *x->api;
   const nccl::RailComm c = x->flat;
@@ -251,32 +249,6 @@ void flatCall(const CrossNodeComm* x, const RankArgs& a, int type) {
     case CollKind::kAllToAll:
       r = need(n.allToAll, "ncclAlltoAll")(a.sendbuff, a.recvbuff, a.count, type, c, a.stream);
       break;
-    case CollKind::kAllToAllv: {
-      const size_t es = typeSize(a.dtype);
-      r = n.groupStart();
-      for (int p = 0; r == nccl::kSuccess && p < x->nranks; ++p) {
-        const auto i = static_cast<size_t>(p);
-        if (a.sendCounts[i] > 0) {
-          r = n.send(static_cast<const char*>(a.sendbuff) + a.sendDispls[i] * es, a.sendCounts[i], type, p, c,
-                     a.stream);
-        }
-        if (r == nccl::kSuccess && a.recvCounts[i] > 0) {
-          r = n.recv(static_cast<char*>(a.recvbuff) + a.recvDispls[i] * es, a.recvCounts[i], type, p, c, a.stream);
-        }
-      }
-      const int end = n.groupEnd();  // always closes what groupStart opened
-      if (r == nccl::kSuccess) r = end;
-      break;
-    }
-    case CollKind::kSendRecv: {
-      // Matched by bytes, as conccl's own send / receive.
-      for (size_t i = 0; r == nccl::kSuccess && i < a.p2p.size(); ++i) {
-        const sched::P2POp& p = a.p2p[i];
-        r = p.isSend ? n.send(a.p2pBuffers[i], p.count, nccl::kUint8, p.peer, c, a.stream)
-                     : n.recv(a.p2pBuffers[i], p.count, nccl::kUint8, p.peer, c, a.stream);
-      }
-      break;
-    }
     default:
       CONCCL_THROW(concclNotSupported, std::string(a.apiName) + " on a communicator across hosts");
   }
@@ -285,10 +257,10 @@ void flatCall(const CrossNodeComm* x, const RankArgs& a, int type) {
 
 thread_local int tNcclGroups = 0;  // real ncclGroupStart calls this thread made and has not yet ended
 
-// One Send or Recv of a communicator across hosts: a peer of this host on conccl (hierRun), another host's flat. True
-// when hierRun took it; a failure throws.
-bool hierSendRecv(CrossNodeComm* x, bool send, void* buff, size_t count, int type, int peer, cudaStream_t stream,
-                  const char* api) {
+// One Send or Recv of a communicator across hosts: to a peer of this host on conccl (hierRun, hierarchical
+// communicators), to the others on the flat communicator. Returns the flat NCCL call's result; conccl's failure throws.
+int sendOrRecv(CrossNodeComm* x, bool send, void* buff, size_t count, int type, int peer, cudaStream_t stream,
+               const char* api) {
   HierArgs h;
   h.coll = HierCollective::kSendRecv;
   if (send) {
@@ -303,34 +275,32 @@ bool hierSendRecv(CrossNodeComm* x, bool send, void* buff, size_t count, int typ
   h.inGroup = inGroup();
   h.peer = peer;
   h.send = send;
-  const HierOutcome o = nccl::hierRun(x->hier, h);
-  if (o.ran && o.error.failed()) CONCCL_THROW(o.error.code, o.error.message);
-  return o.ran;
+  const HierOutcome o = nccl::hierRun(x->hier, h);  // null hier: not run
+  if (o.ran) {
+    if (o.error.failed()) CONCCL_THROW(o.error.code, o.error.message);
+    return nccl::kSuccess;
+  }
+  return send ? x->api->send(buff, count, type, peer, x->flat, stream)
+              : x->api->recv(buff, count, type, peer, x->flat, stream);
 }
 
-// AllToAllv on a hierarchical communicator: a group of sends and receives, the pairs inside this host on conccl, the
-// others on the flat NCCL communicator (both groups opened and closed here, conccl's ended first as concclGroupEnd
-// does).
+// AllToAllv: one group of sends and receives (sendOrRecv), both libraries' groups opened and closed here, conccl's
+// ended first as concclGroupEnd does; zero counts are skipped.
 void allToAllvByPairs(CrossNodeComm* x, const RankArgs& a, int type) {
-  const RailApi& n = *x->api;
   const size_t es = typeSize(a.dtype);
   groupStart();
-  int r = n.groupStart();
+  int r = x->api->groupStart();
   std::exception_ptr failure;
   try {
     for (int p = 0; r == nccl::kSuccess && p < x->nranks; ++p) {
       const auto i = static_cast<size_t>(p);
       if (a.sendCounts[i] > 0) {
         void* buff = const_cast<char*>(static_cast<const char*>(a.sendbuff)) + a.sendDispls[i] * es;
-        if (!hierSendRecv(x, true, buff, a.sendCounts[i], type, p, a.stream, a.apiName)) {
-          r = n.send(buff, a.sendCounts[i], type, p, x->flat, a.stream);
-        }
+        r = sendOrRecv(x, true, buff, a.sendCounts[i], type, p, a.stream, a.apiName);
       }
       if (r == nccl::kSuccess && a.recvCounts[i] > 0) {
         void* buff = static_cast<char*>(a.recvbuff) + a.recvDispls[i] * es;
-        if (!hierSendRecv(x, false, buff, a.recvCounts[i], type, p, a.stream, a.apiName)) {
-          r = n.recv(buff, a.recvCounts[i], type, p, x->flat, a.stream);
-        }
+        r = sendOrRecv(x, false, buff, a.recvCounts[i], type, p, a.stream, a.apiName);
       }
     }
   } catch (...) {
@@ -342,7 +312,7 @@ void allToAllvByPairs(CrossNodeComm* x, const RankArgs& a, int type) {
   } catch (...) {
     if (!failure) failure = std::current_exception();
   }
-  const int end = n.groupEnd();
+  const int end = x->api->groupEnd();
   if (failure) std::rethrow_exception(failure);
   if (r == nccl::kSuccess) r = end;
   if (r != nccl::kSuccess) throwRail(x, r, a.apiName);
@@ -394,7 +364,7 @@ void makeJobUniqueId(concclUniqueId* id) {
   const int timeoutMs = resolveConfig(nullptr, false).timeoutMs;
   std::string error;
   auto root = nccl::RendezvousRoot::start(ifs[static_cast<size_t>(c.index)].ipv4, std::chrono::milliseconds(timeoutMs),
-                                          rootAnswer, &error, watchesAnswer);
+                                          rootAnswer, &error, nccl::isHierarchicalAnswer);
   if (root == nullptr) CONCCL_THROW(concclSystemError, "a rendezvous for ranks on several hosts: " + error);
   data.flags |= kFlagRendezvous;
   storeUniqueId(data, id);
@@ -425,7 +395,7 @@ concclComm* initThroughRendezvous(int nranks, const concclUniqueId& id, int rank
   // The connection to the root: a liveness link for a watched answer, else closed now.
   std::shared_ptr<nccl::LivenessLink> link;
   if (met.link >= 0) {
-    if (watchesAnswer(met.answer)) {
+    if (nccl::isHierarchicalAnswer(met.answer)) {
       link = std::make_shared<nccl::LivenessLink>(met.link);
     } else {
       ::close(met.link);
@@ -505,22 +475,23 @@ int crossNodeRanks(const concclComm* comm) { return comm->crossNode->nranks; }
 
 void crossNodeCall(concclComm* comm, const RankArgs& a) {
   CrossNodeComm* x = comm->crossNode;
-  int type = nccl::kUint8;
-  if (a.kind != CollKind::kSendRecv) {
-    const std::optional<int> t = nccl::toNcclType(a.dtype);
-    if (!t) {
-      CONCCL_THROW(concclNotSupported,
-                   std::string("datatype ") + typeName(a.dtype) + " has no NCCL counterpart (communicator across hosts)");
+  if (a.kind == CollKind::kSendRecv) {
+    // Matched by bytes, as conccl's own send / receive.
+    for (size_t i = 0; i < a.p2p.size(); ++i) {
+      const sched::P2POp& p = a.p2p[i];
+      const int r = sendOrRecv(x, p.isSend, a.p2pBuffers[i], p.count, nccl::kUint8, p.peer, a.stream, a.apiName);
+      if (r != nccl::kSuccess) throwRail(x, r, a.apiName);
     }
-    type = *t;
+    return;
   }
-  if (x->hier != nullptr && a.kind == CollKind::kSendRecv && a.p2p.size() == 1) {
-    // A peer of this node: on the node's conccl communicator (hierRun); another node's: flat.
-    const sched::P2POp& p = a.p2p.front();
-    if (hierSendRecv(x, p.isSend, a.p2pBuffers.front(), p.count, nccl::kUint8, p.peer, a.stream, a.apiName)) return;
-  } else if (x->hier != nullptr && a.kind == CollKind::kAllToAllv) {
-    return allToAllvByPairs(x, a, type);
-  } else if (x->hier != nullptr) {
+  const std::optional<int> nt = nccl::toNcclType(a.dtype);
+  if (!nt) {
+    CONCCL_THROW(concclNotSupported,
+                 std::string("datatype ") + typeName(a.dtype) + " has no NCCL counterpart (communicator across hosts)");
+  }
+  const int type = *nt;
+  if (a.kind == CollKind::kAllToAllv) return allToAllvByPairs(x, a, type);
+  if (x->hier != nullptr) {
     if (const std::optional<HierCollective> coll = hierCollectiveOf(a.kind)) {
       HierArgs h;
       h.coll = *coll;

@@ -35,6 +35,12 @@ struct HierAnswer {
   std::string reason;
   std::string error;  // non-empty: malformed, or a layout that differs from this rank's
 };
+// Whether an answer is hierarchical: the ranks then keep their connection to the root, which reports ranks that die
+// (nccl/liveness_link.h; the rendezvous root's `watch`). Every rank decides alike from the same answer.
+inline bool isHierarchicalAnswer(const std::string& answer) {
+  return !answer.empty() && answer[0] == kAnswerHierarchical;
+}
+
 HierAnswer parseHierarchicalAnswer(const std::string& answer, const std::vector<uint64_t>& hosts, int nranks, int rank);
 
 // A conccl id for one node's communicator: local to that host (never a rendezvous across hosts), whatever the

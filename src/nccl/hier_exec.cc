@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "nccl/cuda_device_guard.h"
 #include "nccl/nccl_abi.h"
 #include "nccl/premul_ops.h"
 #include "nccl/type_map.h"
@@ -22,26 +23,6 @@ namespace {
 
 using sched::GroupKind;
 using sched::HierBuffer;
-
-// Makes `device` current for a scope and restores the caller's device on every exit path.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess || previous_ == device) {
-      previous_ = -1;
-      return;
-    }
-    if (cudaSetDevice(device) != cudaSuccess) previous_ = -1;
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = -1;
-};
 
 void info(const HierState* h, const std::string& m) {
   if (h->policy.info) h->policy.info(m);
@@ -66,7 +47,7 @@ bool reduces(GroupKind k) {
 // it. False with *why when an allocation or an event call failed: the call then fails (this rank cannot go flat on
 // its own: its peers, whose allocations succeeded, run the phases).
 bool acquireScratch(HierState* h, size_t bytes, cudaStream_t stream, bool capturing, std::string* why) {
-  DeviceScope scope(h->device);
+  CudaDeviceGuard guard(h->device);
   if (bytes > h->scratchBytes) {
     // cudaMalloc is refused while this thread captures a graph in the global or thread-local mode: allocate outside
     // the capture (the memory is not part of the graph; it lives until the communicator is destroyed).
@@ -208,7 +189,7 @@ bool runStep(const Runner& run, const HierStep& s, cudaStream_t st, HierError* e
 // The rail stream and `events` events, made on first use. False when CUDA refuses (the call then fails: its peers run
 // it pipelined, so this rank cannot run it otherwise).
 bool pipelineResources(HierState* h, size_t events) {
-  DeviceScope scope(h->device);
+  CudaDeviceGuard guard(h->device);
   if (h->railStream == nullptr && cudaStreamCreateWithFlags(&h->railStream, cudaStreamNonBlocking) != cudaSuccess) {
     h->railStream = nullptr;
     cudaGetLastError();
@@ -379,17 +360,12 @@ HierOutcome sendRecv(HierState* h, const HierArgs& a) {
 
 HierOutcome hierRun(HierState* h, const HierArgs& a) {
   if (h == nullptr || h->aborted) return HierOutcome{};
-  if (a.coll == sched::HierCollective::kSendRecv) {
-    std::lock_guard<std::mutex> lock(h->mutex);
-    if (h->railError != kSuccess) {
-      return failed(ncclError(h->railError, std::string(a.call) + ": the communicator's rail failed earlier (" +
-                                                ncclResultString(h->railError) + "): abort the communicator"));
-    }
-    return sendRecv(h, a);
+  const bool p2p = a.coll == sched::HierCollective::kSendRecv;
+  // Count 0, and a root outside the communicator: the flat communicator runs or reports it (a send / receive of 0
+  // elements stays with its pair's library, below).
+  if (!p2p && (a.count == 0 || a.root < 0 || a.root >= static_cast<int>(h->layout.planRank.size()))) {
+    return HierOutcome{};
   }
-  if (a.count == 0) return HierOutcome{};
-  // A root outside the communicator: the flat communicator reports it.
-  if (a.root < 0 || a.root >= static_cast<int>(h->layout.planRank.size())) return HierOutcome{};
   std::lock_guard<std::mutex> lock(h->mutex);
   if (h->railError != kSuccess) {
     return failed(ncclError(h->railError, std::string(a.call) +
@@ -397,9 +373,9 @@ HierOutcome hierRun(HierState* h, const HierArgs& a) {
                                               ncclResultString(h->railError) +
                                               "): the communicator is out of service, abort it"));
   }
+  if (p2p) return sendRecv(h, a);
   // Inside a group the calls of both libraries are deferred to their own group ends, which would break the order
-  // of the phases: grouped calls (and every send/recv, which NCCL programs pair inside groups) use the flat
-  // communicator.
+  // of the phases: grouped collectives use the flat communicator.
   if (a.inGroup) return flat(h, a, "inside a group");
   if (a.op >= kNumOps) return flat(h, a, "a PreMulSum op");  // made on the flat communicator
   if (!h->layout.nodeMajor && needsNodeMajor(a.coll)) return flat(h, a, "ranks not node-major");
@@ -601,7 +577,7 @@ HierError destroyHierState(HierState* h, bool abort) {
   if (!abort) releaseRail();
   // After an abort the device queue may be broken: cudaFree would wait for it. The scratch is then dropped.
   if (!abort && !first.failed() && !h->aborted) {
-    DeviceScope scope(h->device);
+    CudaDeviceGuard guard(h->device);
     if (h->scratch != nullptr) cudaFree(h->scratch);
     for (void* p : h->retired) cudaFree(p);
     if (h->lastUse != nullptr) cudaEventDestroy(h->lastUse);

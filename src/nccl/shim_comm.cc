@@ -92,17 +92,6 @@ ncclResult_t fromConccl(ncclComm_t comm, concclResult_t result, const char* call
               std::string(call) + " on conccl: " + concclGetErrorString(result) + ": " + (msg ? msg : ""));
 }
 
-CudaDeviceGuard::CudaDeviceGuard(int device) {
-  if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-  // Only switch when needed: cudaSetDevice is cheap but not free, and this runs on every PreMulSum call.
-  ok_ = previous_ == device || cudaSetDevice(device) == cudaSuccess;
-  if (previous_ == device) previous_ = -1;
-}
-
-CudaDeviceGuard::~CudaDeviceGuard() {
-  if (previous_ >= 0) cudaSetDevice(previous_);
-}
-
 int& groupDepth() {
   thread_local int depth = 0;
   return depth;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "nccl/cuda_device_guard.h"
 #include "nccl/real_nccl.h"
 #include "nccl/routing.h"
 #include "nccl/shim_env.h"
@@ -98,20 +99,6 @@ ncclComm_t wrapComm(Path path, concclComm_t c, ncclComm_t real, const std::strin
 // The line alone (for a conccl communicator whose init was deferred to ncclGroupEnd).
 void logComm(ncclComm_t comm, const std::string& call, const std::string& reason, int rank = -1, int nranks = -1);
 
-// Makes `device` current for a scope and restores the caller's device on every exit path (the shim allocates and
-// launches on a communicator's device, whatever device the caller has current, as NCCL allows).
-class CudaDeviceGuard {
- public:
-  explicit CudaDeviceGuard(int device);
-  ~CudaDeviceGuard();
-  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
-  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
-  bool ok() const { return ok_; }
-
- private:
-  int previous_ = -1;
-  bool ok_ = false;
-};
 
 // ncclGroupStart/End nesting depth of the calling thread.
 int& groupDepth();

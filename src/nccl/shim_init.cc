@@ -86,10 +86,6 @@ bool rootAnswer(const std::vector<uint64_t>& hosts, std::string* answer, std::st
   return true;
 }
 
-// The root keeps watching the ranks of a hierarchical communicator (nccl/liveness_link.h): a node that dies is then
-// reported on every rank at once, not when the rail's NCCL next fails to reach it. Ranks decide alike from the answer.
-bool watchesAnswer(const std::string& answer) { return !answer.empty() && answer[0] == kAnswerHierarchical; }
-
 ncclResult_t rendezvousResult(RendezvousStatus s) {
   switch (s) {
     case RendezvousStatus::kOk:
@@ -135,7 +131,7 @@ InitOutcome initFromRendezvous(const RendezvousId& rid, int nranks, int rank, nc
   // The connection to the root: a liveness link for a watched answer, else closed now.
   std::shared_ptr<LivenessLink> link;
   if (met.link >= 0) {
-    if (watchesAnswer(met.answer)) {
+    if (isHierarchicalAnswer(met.answer)) {
       link = std::make_shared<LivenessLink>(met.link);
     } else {
       ::close(met.link);
@@ -369,7 +365,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   std::string error = c.error;
   if (c.index >= 0) {
     auto root = RendezvousRoot::start(ifs[static_cast<size_t>(c.index)].ipv4, std::chrono::milliseconds(timeoutMs()),
-                                      rootAnswer, &error, watchesAnswer);
+                                      rootAnswer, &error, isHierarchicalAnswer);
     if (root != nullptr) {
       encodeRendezvousId(root->id(), uniqueId->internal);
       logInfo("ncclGetUniqueId -> rendezvous at " + rendezvousAddress(root->id()) + " on " +

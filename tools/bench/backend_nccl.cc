@@ -1,9 +1,11 @@
 #include "backend_nccl.h"
 
 #include <cstdlib>
+#include <optional>
 
 #include "backend_factory.h"
 #include "coll.h"
+#include "nccl/type_map.h"
 #include "types.h"
 
 namespace conccl::bench {
@@ -16,35 +18,10 @@ void NcclCheck(ncclResult_t result, const char* call, const char* file, int line
 }
 
 ncclDataType_t ToNccl(concclDataType_t type) {
-  // The two enums agree on the integer types and fp8 but order fp16/bf16/fp32/fp64 differently.
-  switch (type) {
-    case concclInt8:
-      return ncclInt8;
-    case concclUint8:
-      return ncclUint8;
-    case concclInt32:
-      return ncclInt32;
-    case concclUint32:
-      return ncclUint32;
-    case concclInt64:
-      return ncclInt64;
-    case concclUint64:
-      return ncclUint64;
-    case concclFloat16:
-      return ncclFloat16;
-    case concclBfloat16:
-      return ncclBfloat16;
-    case concclFloat32:
-      return ncclFloat32;
-    case concclFloat64:
-      return ncclFloat64;
-    case concclFloat8e4m3:
-      return ncclFloat8e4m3;
-    case concclFloat8e5m2:
-      return ncclFloat8e5m2;
-    default:
-      throw BackendError("no NCCL type for conccl type " + std::to_string(static_cast<int>(type)));
-  }
+  // The library's map (src/nccl/type_map.h; its values are checked against nccl.h where the drop-in is built).
+  const std::optional<int> value = nccl::toNcclType(type);
+  if (!value) throw BackendError("no NCCL type for conccl type " + std::to_string(static_cast<int>(type)));
+  return static_cast<ncclDataType_t>(*value);
 }
 
 namespace {
