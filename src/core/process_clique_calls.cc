@@ -26,6 +26,9 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   HostLaps::lap("api and group");
   checkHealthy();
   RankArgs& mine = *ticket.call->args[static_cast<size_t>(rank_)];
+  // Before anything of this call can retire a peer's mapping. A captured call maps peers' buffers and may allocate
+  // beside the work it captures: in relaxed mode, or the caller's global-mode capture would be invalidated.
+  const exec::RelaxedCaptureScope relaxed(exec::noteCallStream(mine.stream));
   if (!deferrable(mine) || usesPoolMemory(mine)) {
     waitForProxyIdle(ticket.what);
     finishCall(ticket);

@@ -199,6 +199,25 @@ int cudaCurrentDevice();
 // cudaStreamCaptureModeGlobal (PyTorch's torch.cuda.graph), since nothing they do belongs in it. Sets the calling
 // thread's capture interaction mode to relaxed. Nothing without CUDA.
 void relaxCaptureModeOfThisThread();
+// Every call across processes, on the calling thread: reports whether `stream` is being captured into a CUDA graph,
+// so that conccl's background threads hold back device-wide waits while that capture is in progress
+// (exec/cuda/capture_watch.h). True when it is. False without CUDA.
+bool noteCallStream(cudaStream_t stream);
+// For the length of a call on a stream being captured (`active`): the calling thread's capture mode is relaxed, so
+// that what the call does beside its captured work (mapping a peer's buffer with CUDA IPC, allocating scratch) is
+// neither refused nor invalidates the caller's capture, as in global mode (PyTorch's) it would. The caller's mode is
+// restored at the end. Nothing when not `active` or without CUDA.
+class RelaxedCaptureScope {
+ public:
+  explicit RelaxedCaptureScope(bool active);
+  ~RelaxedCaptureScope();
+  RelaxedCaptureScope(const RelaxedCaptureScope&) = delete;
+  RelaxedCaptureScope& operator=(const RelaxedCaptureScope&) = delete;
+
+ private:
+  bool active_;
+  int previousMode_ = 0;  // cudaStreamCaptureMode
+};
 // concclMemAlloc / concclMemFree: cudaMalloc'd memory on the current device (exportable with CUDA IPC).
 void* cudaAllocate(size_t bytes);
 void cudaRelease(void* ptr);

@@ -7,10 +7,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <dirent.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -52,12 +56,31 @@ struct RankResult {
   std::string log;
 };
 
+// Sends `sig` to every thread of process `pid` (diagnostics of a hang: scripts/bt_on_signal.c prints a thread's
+// backtrace on SIGUSR2, where it is LD_PRELOADed; without it SIGUSR2 is not sent, it would end the worker).
+void signalEveryThread(pid_t pid, int sig) {
+  if (std::getenv("LD_PRELOAD") == nullptr) return;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const int tid = std::atoi(e->d_name);
+      if (tid > 0) syscall(SYS_tgkill, pid, tid, sig);
+    }
+    closedir(d);
+  }
+}
+
 // Starts ranks `launch` of an nranks communicator (default: all) and waits at most `limitS` seconds. rankEnv[r]:
 // "NAME=value" entries added to rank r's environment.
 std::vector<RankResult> runWorkers(const std::string& scenario, int nranks, int timeoutMs, int limitS,
                                    std::vector<int> launch = {}, const std::vector<std::vector<std::string>>& rankEnv = {}) {
   if (launch.empty()) {
     for (int r = 0; r < nranks; ++r) launch.push_back(r);
+  }
+  // CONCCL_TEST_WORKER_LIMIT_S caps the limit, so that a run with a wall-clock budget still reads the workers' logs
+  // of a hang (a device call's own timeout kills the test before it reports).
+  if (const char* cap = std::getenv("CONCCL_TEST_WORKER_LIMIT_S"); cap != nullptr && std::atoi(cap) > 0) {
+    limitS = std::min(limitS, std::atoi(cap));
   }
   const std::string worker = workerPath();
   const std::string id = hexId();
@@ -109,6 +132,11 @@ std::vector<RankResult> runWorkers(const std::string& scenario, int nranks, int 
     }
     if (left == 0) break;
     if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << scenario << ": workers still running after " << limitS << " s (killed)";
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (!done[i]) signalEveryThread(pids[i], SIGUSR2);  // a backtrace per thread where libbt_on_signal is loaded
+      }
+      if (std::getenv("LD_PRELOAD") != nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(500));
       for (size_t i = 0; i < pids.size(); ++i) {
         if (done[i]) continue;
         kill(pids[i], SIGKILL);

@@ -33,4 +33,21 @@ void relaxCaptureModeOfThisThread() {
   if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) (void)cudaGetLastError();
 }
 
+RelaxedCaptureScope::RelaxedCaptureScope(bool active) : active_(active) {
+  if (!active_) return;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
+    (void)cudaGetLastError();
+    active_ = false;
+    return;
+  }
+  previousMode_ = static_cast<int>(mode);
+}
+
+RelaxedCaptureScope::~RelaxedCaptureScope() {
+  if (!active_) return;
+  auto mode = static_cast<cudaStreamCaptureMode>(previousMode_);
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) (void)cudaGetLastError();
+}
+
 }  // namespace conccl::exec

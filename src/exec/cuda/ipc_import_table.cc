@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/logging.h"
+#include "exec/cuda/capture_watch.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/host_gated_work.h"
@@ -70,8 +71,11 @@ void* IpcImportTable::acquire(const BufferExport& b, int device) {
   if (err == cudaErrorAlreadyMapped && !(pendingCloses_.empty() && closing_.empty())) {
     // The peer freed an allocation whose mapping is still waiting to be closed here, and its new allocation reuses
     // that memory: CUDA refuses to map it twice. Only then does a call wait for the background closes.
+    // The closer holds back during a capture it knows of; this call may be part of that capture: close now.
     (void)cudaGetLastError();
+    urgentWaiters_.fetch_add(1, std::memory_order_acq_rel);
     closesDone_.wait(lock, [this] { return pendingCloses_.empty() && closing_.empty(); });
+    urgentWaiters_.fetch_sub(1, std::memory_order_acq_rel);
     err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
   }
   if (err != cudaSuccess) {
@@ -141,13 +145,15 @@ void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inB
 }
 
 void IpcImportTable::closeLoop() {
-  // cudaDeviceSynchronize and cudaIpcCloseMemHandle are unsafe during another thread's global-mode capture: in that
-  // mode they failed here and invalidated the capture (a graph of the collectives scenario, 3-4 processes on one
-  // H200, 2026-12-04).
+  // Relaxed: cudaIpcCloseMemHandle is unsafe during another thread's global-mode capture, and this thread's calls
+  // belong to no capture.
   relaxCaptureModeOfThisThread();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     closeWork_.wait(lock, [this] { return !pendingCloses_.empty(); });
+    lock.unlock();
+    const bool captureKnown = !waitForNoKnownCapture();
+    lock.lock();
     std::vector<PendingClose> batch;
     batch.swap(pendingCloses_);
     for (const PendingClose& p : batch) closing_.push_back(p.key);
@@ -156,9 +162,10 @@ void IpcImportTable::closeLoop() {
       const int device = p.key.device;
       // Wait for the device first, holding no driver lock: cudaIpcCloseMemHandle waits for the device itself, and
       // while it does, other threads' CUDA calls on the device stall (seen with 3 processes sharing an H200,
-      // 2026-12-01). After this wait it finds the device (nearly) idle and returns at once. The close itself runs
-      // only while no deferred call's gate is pending (closeMapping).
-      {
+      // 2026-12-01). After this wait it finds the device (nearly) idle and returns at once. Never during a capture
+      // seen by conccl: the wait would invalidate it (capture_watch.h). The close itself runs only while no
+      // deferred call's gate is pending (closeMapping).
+      if (!captureKnown) {
         DeviceGuard guard(device);
         if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
       }
@@ -167,6 +174,15 @@ void IpcImportTable::closeLoop() {
     lock.lock();
     closing_.clear();
     closesDone_.notify_all();
+  }
+}
+
+bool IpcImportTable::waitForNoKnownCapture() {
+  // Polled: a capture's end is not signalled. Captures are short next to the life of a retired mapping.
+  for (;;) {
+    if (CaptureWatch::instance().noKnownCapture()) return true;
+    if (urgentWaiters_.load(std::memory_order_acquire) > 0) return false;  // a call cannot map without these closes
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 

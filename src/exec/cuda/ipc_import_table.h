@@ -5,6 +5,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -67,6 +68,9 @@ class IpcImportTable {
     void* base;
   };
   void closeLoop();
+  // Holds the closer back while a capture conccl's calls saw is in progress (capture_watch.h); false when it gave up
+  // because a call waits for the closes (acquire(), cudaErrorAlreadyMapped), the capture still in progress.
+  bool waitForNoKnownCapture();
 
   std::mutex mutex_;
   std::map<Key, Entry> entries_;
@@ -76,6 +80,7 @@ class IpcImportTable {
   std::vector<PendingClose> pendingCloses_;
   std::vector<Key> closing_;
   bool closerStarted_ = false;
+  std::atomic<int> urgentWaiters_{0};  // calls in acquire() waiting for the closes
   std::condition_variable closeWork_, closesDone_;
 };
 

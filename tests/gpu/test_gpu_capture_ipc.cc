@@ -1,0 +1,194 @@
+// CUDA IPC beside a CUDA graph capture in global mode (PyTorch's torch.cuda.graph): what conccl's calls and its closer
+// of retired peer mappings may do while a caller captures. A second process (this binary, re-run with
+// CONCCL_CAPTURE_IPC_HELPER_FD set: the helper test below) exports allocations; this process maps them and captures.
+// - A call's own thread, in exec::RelaxedCaptureScope, maps a peer's buffer during its capture: the capture stays valid.
+// - The closer (relaxed) unmaps a peer's buffer during another thread's capture: the capture stays valid.
+// - A device-wide wait the closer began before the capture began does not invalidate it.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "exec/executor.h"
+#include "gpu/gpu_test_util.h"
+
+extern char** environ;
+
+namespace conccl::gputest {
+namespace {
+
+constexpr int kHelperAllocations = 4;
+
+// The exporting process: allocations, their handles written to the fd, then it lives until its stdin closes.
+// Disabled: not a test of its own, run only by CaptureIpc (--gtest_also_run_disabled_tests).
+TEST(CaptureIpcHelper, DISABLED_ExportsForTheParent) {
+  const char* fdText = std::getenv("CONCCL_CAPTURE_IPC_HELPER_FD");
+  ASSERT_NE(fdText, nullptr) << "runs only as the helper process of CaptureIpc";
+  const int fd = std::atoi(fdText);
+  for (int i = 0; i < kHelperAllocations; ++i) {
+    void* p = nullptr;
+    ASSERT_EQ(cudaMalloc(&p, 1 << 20), cudaSuccess);
+    cudaIpcMemHandle_t h;
+    ASSERT_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
+    ASSERT_EQ(write(fd, &h, sizeof(h)), static_cast<ssize_t>(sizeof(h)));
+  }
+  close(fd);
+  char c;
+  while (read(STDIN_FILENO, &c, 1) > 0) {
+  }
+}
+
+struct Helper {
+  pid_t pid = -1;
+  int lifeline = -1;  // closing it ends the helper
+  std::vector<cudaIpcMemHandle_t> handles;
+  ~Helper() {
+    if (lifeline >= 0) close(lifeline);
+    if (pid > 0) waitpid(pid, nullptr, 0);
+  }
+};
+
+void startHelper(Helper& h) {
+  int handlesPipe[2], lifePipe[2];
+  ASSERT_EQ(pipe(handlesPipe), 0);
+  ASSERT_EQ(pipe(lifePipe), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, lifePipe[0], STDIN_FILENO);
+  posix_spawn_file_actions_addclose(&actions, lifePipe[1]);
+  posix_spawn_file_actions_addclose(&actions, handlesPipe[0]);
+  std::string self(4096, '\0');
+  const ssize_t n = readlink("/proc/self/exe", self.data(), self.size() - 1);
+  ASSERT_GT(n, 0);
+  self.resize(static_cast<size_t>(n));
+  std::string filter = "--gtest_filter=CaptureIpcHelper.DISABLED_ExportsForTheParent";
+  std::string disabled = "--gtest_also_run_disabled_tests";
+  std::vector<char*> argv = {self.data(), filter.data(), disabled.data(), nullptr};
+  std::vector<std::string> envStore;
+  for (char** e = environ; *e != nullptr; ++e) envStore.emplace_back(*e);
+  envStore.push_back("CONCCL_CAPTURE_IPC_HELPER_FD=" + std::to_string(handlesPipe[1]));
+  std::vector<char*> envp;
+  for (auto& e : envStore) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  ASSERT_EQ(posix_spawn(&h.pid, self.c_str(), &actions, nullptr, argv.data(), envp.data()), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  close(handlesPipe[1]);
+  close(lifePipe[0]);
+  h.lifeline = lifePipe[1];
+  h.handles.resize(kHelperAllocations);
+  size_t got = 0;
+  char* dst = reinterpret_cast<char*>(h.handles.data());
+  const size_t want = sizeof(cudaIpcMemHandle_t) * kHelperAllocations;
+  while (got < want) {
+    const ssize_t r = read(handlesPipe[0], dst + got, want - got);
+    ASSERT_GT(r, 0) << "the helper process ended before it sent its handles";
+    got += static_cast<size_t>(r);
+  }
+  close(handlesPipe[0]);
+}
+
+struct Capture {
+  cudaStream_t stream = nullptr;
+  void* buf = nullptr;
+  Capture() {
+    EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&buf, 4096), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  void begin() {
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(buf, 1, 4096, stream), cudaSuccess);
+  }
+  // The capture's end: cudaSuccess when it stayed valid.
+  cudaError_t end() {
+    cudaGraph_t graph = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(stream, &graph);
+    if (e == cudaSuccess) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    return e;
+  }
+  ~Capture() {
+    cudaFree(buf);
+    cudaStreamDestroy(stream);
+  }
+};
+
+TEST(CaptureIpc, MappingAndUnmappingAPeersBufferLeaveAGlobalCaptureValid) {
+  SKIP_WITHOUT_GPU();
+  Helper helper;
+  ASSERT_NO_FATAL_FAILURE(startHelper(helper));
+  Capture cap;
+
+  // 1. The call's thread maps a peer's buffer during its own capture, in the relaxed scope.
+  cap.begin();
+  void* mapped0 = nullptr;
+  cudaError_t open = cudaErrorUnknown;
+  {
+    const exec::RelaxedCaptureScope relaxed(exec::noteCallStream(cap.stream));
+    open = cudaIpcOpenMemHandle(&mapped0, helper.handles[0], cudaIpcMemLazyEnablePeerAccess);
+  }
+  cudaError_t end = cap.end();
+  exec::noteCallStream(cap.stream);
+  EXPECT_EQ(open, cudaSuccess) << "mapping in the relaxed scope: " << cudaGetErrorString(open);
+  EXPECT_EQ(end, cudaSuccess) << "mapping in the relaxed scope invalidated the capture: " << cudaGetErrorString(end);
+
+  // 2. For the record: the same in the caller's global mode (what conccl did before the scope).
+  cap.begin();
+  void* mapped1 = nullptr;
+  const cudaError_t openGlobal = cudaIpcOpenMemHandle(&mapped1, helper.handles[1], cudaIpcMemLazyEnablePeerAccess);
+  (void)cudaGetLastError();
+  end = cap.end();
+  std::fprintf(stderr, "CaptureIpc: mapping in global mode during the capture: %s; the capture's end: %s\n",
+               cudaGetErrorString(openGlobal), cudaGetErrorString(end));
+
+  // 3. The closer (relaxed) unmaps a buffer during another thread's capture.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cap.begin();
+  exec::noteCallStream(cap.stream);
+  cudaError_t closeResult = cudaErrorUnknown;
+  std::thread([&] {
+    exec::relaxCaptureModeOfThisThread();
+    closeResult = cudaIpcCloseMemHandle(mapped0);
+    (void)cudaGetLastError();
+  }).join();
+  end = cap.end();
+  exec::noteCallStream(cap.stream);
+  EXPECT_EQ(closeResult, cudaSuccess) << "unmapping from a relaxed thread: " << cudaGetErrorString(closeResult);
+  EXPECT_EQ(end, cudaSuccess) << "unmapping from a relaxed thread invalidated the capture: " << cudaGetErrorString(end);
+
+  // 4. A device-wide wait that began before the capture (a host function holds the device 300 ms) and ends during it.
+  cudaStream_t busy = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaLaunchHostFunc(
+                busy, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }, nullptr),
+            cudaSuccess);
+  cudaError_t syncResult = cudaErrorUnknown;
+  std::thread waiter([&] {
+    exec::relaxCaptureModeOfThisThread();
+    syncResult = cudaDeviceSynchronize();
+    (void)cudaGetLastError();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  cap.begin();
+  waiter.join();
+  end = cap.end();
+  std::fprintf(stderr, "CaptureIpc: a device-wide wait begun before the capture: %s; the capture's end: %s\n",
+               cudaGetErrorString(syncResult), cudaGetErrorString(end));
+  EXPECT_EQ(end, cudaSuccess) << "a device-wide wait begun before the capture invalidated it";
+  cudaStreamDestroy(busy);
+  if (mapped1 != nullptr) cudaIpcCloseMemHandle(mapped1);
+  (void)cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace conccl::gputest
