@@ -291,6 +291,8 @@ class ProcessClique final : public Clique {
   void closePeerImport(int peer, uint64_t allocId);
   // The retirements the watchdog read from the peers' entries (it does not touch the windows itself).
   void closeRetiredPeerImports();
+  // waitAndLaunch without its capture bookkeeping (the capture watch, the relaxed scope, the capture's checks).
+  void matchAndLaunch(CallTicket& ticket);
   // Publishes window operation `kind` (register or deregister) with `value` (size or window id) as call `seq`
   // and reads every peer's entry. Throws when a peer failed its part or did something else; returns the
   // peers' exports.

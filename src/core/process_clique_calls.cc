@@ -25,10 +25,27 @@ namespace conccl {
 void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   HostLaps::lap("api and group");
   checkHealthy();
+  const cudaStream_t stream = ticket.call->args[static_cast<size_t>(rank_)]->stream;
+  // Before anything of this call can retire a peer's mapping (the closer then holds back during this capture).
+  const exec::CaptureStatus atEntry = exec::noteCallStream(stream);
+  if (atEntry == exec::CaptureStatus::kInvalidated) {
+    CONCCL_THROW(concclInvalidUsage, ticket.what + ": the graph capture on the caller's stream was invalidated before "
+                                                   "this call (by an earlier CUDA call of the capture)");
+  }
+  {
+    // A captured call maps peers' buffers and may allocate beside the work it captures: in relaxed mode, or the
+    // caller's global-mode capture would be invalidated.
+    const exec::RelaxedCaptureScope relaxed(atEntry == exec::CaptureStatus::kActive);
+    matchAndLaunch(ticket);
+  }
+  if (atEntry == exec::CaptureStatus::kActive && exec::captureStatusOf(stream) == exec::CaptureStatus::kInvalidated) {
+    CONCCL_THROW(concclUnhandledCudaError,
+                 ticket.what + ": the graph capture on the caller's stream was invalidated during this call");
+  }
+}
+
+void ProcessClique::matchAndLaunch(CallTicket& ticket) {
   RankArgs& mine = *ticket.call->args[static_cast<size_t>(rank_)];
-  // Before anything of this call can retire a peer's mapping. A captured call maps peers' buffers and may allocate
-  // beside the work it captures: in relaxed mode, or the caller's global-mode capture would be invalidated.
-  const exec::RelaxedCaptureScope relaxed(exec::noteCallStream(mine.stream));
   if (!deferrable(mine) || usesPoolMemory(mine)) {
     waitForProxyIdle(ticket.what);
     finishCall(ticket);

@@ -201,8 +201,11 @@ int cudaCurrentDevice();
 void relaxCaptureModeOfThisThread();
 // Every call across processes, on the calling thread: reports whether `stream` is being captured into a CUDA graph,
 // so that conccl's background threads hold back device-wide waits while that capture is in progress
-// (exec/cuda/capture_watch.h). True when it is. False without CUDA.
-bool noteCallStream(cudaStream_t stream);
+// (exec/cuda/capture_watch.h). kNone without CUDA.
+enum class CaptureStatus { kNone, kActive, kInvalidated };
+CaptureStatus noteCallStream(cudaStream_t stream);
+// The capture status of `stream` now (kNone without CUDA or when CUDA cannot say).
+CaptureStatus captureStatusOf(cudaStream_t stream);
 // For the length of a call on a stream being captured (`active`): the calling thread's capture mode is relaxed, so
 // that what the call does beside its captured work (mapping a peer's buffer with CUDA IPC, allocating scratch) is
 // neither refused nor invalidates the caller's capture, as in global mode (PyTorch's) it would. The caller's mode is

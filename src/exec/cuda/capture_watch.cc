@@ -6,15 +6,24 @@
 namespace conccl::exec {
 namespace {
 
-// The stream's capture: its id, or 0 when it is not capturing (or CUDA cannot say: a stream destroyed since).
-unsigned long long activeCaptureOf(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+// The stream's capture: its id (0 when it is not capturing, or CUDA cannot say: a stream destroyed since) and status.
+unsigned long long captureOf(cudaStream_t stream, CaptureStatus* status) {
+  cudaStreamCaptureStatus raw = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
-  if (cudaStreamGetCaptureInfo(stream, &status, &id) != cudaSuccess) {
+  *status = CaptureStatus::kNone;
+  if (cudaStreamGetCaptureInfo(stream, &raw, &id) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
-  return status == cudaStreamCaptureStatusActive ? id : 0;
+  if (raw == cudaStreamCaptureStatusInvalidated) *status = CaptureStatus::kInvalidated;
+  if (raw != cudaStreamCaptureStatusActive) return 0;
+  *status = CaptureStatus::kActive;
+  return id;
+}
+
+unsigned long long activeCaptureOf(cudaStream_t stream) {
+  CaptureStatus status;
+  return captureOf(stream, &status);
 }
 
 }  // namespace
@@ -24,9 +33,10 @@ CaptureWatch& CaptureWatch::instance() {
   return *watch;
 }
 
-bool CaptureWatch::noteCall(cudaStream_t stream) {
-  const unsigned long long id = activeCaptureOf(stream);
-  if (id == 0 && known_.load(std::memory_order_acquire) == 0) return false;  // the common case: one query, no lock
+CaptureStatus CaptureWatch::noteCall(cudaStream_t stream) {
+  CaptureStatus status;
+  const unsigned long long id = captureOf(stream, &status);
+  if (id == 0 && known_.load(std::memory_order_acquire) == 0) return status;  // the common case: one query, no lock
   std::lock_guard<std::mutex> lock(mutex_);
   if (id != 0) {
     capturing_[stream] = id;
@@ -34,7 +44,7 @@ bool CaptureWatch::noteCall(cudaStream_t stream) {
     capturing_.erase(stream);
   }
   known_.store(capturing_.size(), std::memory_order_release);
-  return id != 0;
+  return status;
 }
 
 bool CaptureWatch::noKnownCapture() {
@@ -53,6 +63,12 @@ bool CaptureWatch::noKnownCapture() {
   return none;
 }
 
-bool noteCallStream(cudaStream_t stream) { return CaptureWatch::instance().noteCall(stream); }
+CaptureStatus noteCallStream(cudaStream_t stream) { return CaptureWatch::instance().noteCall(stream); }
+
+CaptureStatus captureStatusOf(cudaStream_t stream) {
+  CaptureStatus status;
+  (void)captureOf(stream, &status);
+  return status;
+}
 
 }  // namespace conccl::exec

@@ -16,13 +16,15 @@
 #include <map>
 #include <mutex>
 
+#include "exec/executor.h"
+
 namespace conccl::exec {
 
 class CaptureWatch {
  public:
   static CaptureWatch& instance();
-  // From a thread making a call on `stream`: remembers its capture if it is being captured (true), forgets it if not.
-  bool noteCall(cudaStream_t stream);
+  // From a thread making a call on `stream`: remembers its capture if it is being captured, forgets it if not.
+  CaptureStatus noteCall(cudaStream_t stream);
   // From a background thread in relaxed capture mode: true when none of the captures seen is still in progress (the
   // ones that ended are forgotten).
   bool noKnownCapture();

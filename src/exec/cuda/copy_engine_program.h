@@ -62,6 +62,7 @@ class CopyEngineProgram {
   // The stream an op of `lane` runs on; forks the lane off M first when M moved since the lane last waited on it.
   cudaStream_t streamFor(int lane);
   CUdeviceptr flagAddress(int rank, int slot) const;
+  void checkCaptureStillValid(const char* where) const;
   void flushBatch();
 
   RankState& s_;

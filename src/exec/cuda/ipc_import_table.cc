@@ -66,16 +66,18 @@ void* IpcImportTable::acquire(const BufferExport& b, int device) {
   static_assert(sizeof(handle) <= sizeof(b.handle));
   std::memcpy(&handle, b.handle, sizeof(handle));
   DeviceGuard guard(device);
+  if (!(pendingCloses_.empty() && closing_.empty()) && !CaptureWatch::instance().noKnownCapture()) {
+    // During a capture, no open that CUDA may refuse (cudaErrorAlreadyMapped, below): the closes go first. A refused
+    // open on the capturing thread is suspected, not shown, of invalidating the capture (docs/dev/next-steps.md).
+    waitForClosesNow(lock);
+  }
   void* base = nullptr;
   cudaError_t err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
   if (err == cudaErrorAlreadyMapped && !(pendingCloses_.empty() && closing_.empty())) {
     // The peer freed an allocation whose mapping is still waiting to be closed here, and its new allocation reuses
     // that memory: CUDA refuses to map it twice. Only then does a call wait for the background closes.
-    // The closer holds back during a capture it knows of; this call may be part of that capture: close now.
     (void)cudaGetLastError();
-    urgentWaiters_.fetch_add(1, std::memory_order_acq_rel);
-    closesDone_.wait(lock, [this] { return pendingCloses_.empty() && closing_.empty(); });
-    urgentWaiters_.fetch_sub(1, std::memory_order_acq_rel);
+    waitForClosesNow(lock);
     err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
   }
   if (err != cudaSuccess) {
@@ -89,6 +91,13 @@ void* IpcImportTable::acquire(const BufferExport& b, int device) {
   }
   entries_[key] = Entry{base, 1};
   return base;
+}
+
+void IpcImportTable::waitForClosesNow(std::unique_lock<std::mutex>& lock) {
+  // The closer holds back during a capture it knows of; this call may be part of that capture: it closes now.
+  urgentWaiters_.fetch_add(1, std::memory_order_acq_rel);
+  closesDone_.wait(lock, [this] { return pendingCloses_.empty() && closing_.empty(); });
+  urgentWaiters_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 size_t IpcImportTable::size() {

@@ -71,6 +71,8 @@ class IpcImportTable {
   // Holds the closer back while a capture conccl's calls saw is in progress (capture_watch.h); false when it gave up
   // because a call waits for the closes (acquire(), cudaErrorAlreadyMapped), the capture still in progress.
   bool waitForNoKnownCapture();
+  // Waits (`lock` held on mutex_) until the background closes have run, the closer told not to hold back.
+  void waitForClosesNow(std::unique_lock<std::mutex>& lock);
 
   std::mutex mutex_;
   std::map<Key, Entry> entries_;
