@@ -134,7 +134,7 @@ TEST(CaptureIpc, MappingAndUnmappingAPeersBufferLeaveAGlobalCaptureValid) {
   void* mapped0 = nullptr;
   cudaError_t open = cudaErrorUnknown;
   {
-    const exec::RelaxedCaptureScope relaxed(exec::noteCallStream(cap.stream));
+    const exec::RelaxedCaptureScope relaxed(exec::noteCallStream(cap.stream) == exec::CaptureStatus::kActive);
     open = cudaIpcOpenMemHandle(&mapped0, helper.handles[0], cudaIpcMemLazyEnablePeerAccess);
   }
   cudaError_t end = cap.end();

@@ -108,7 +108,7 @@ TEST(CaptureMode, ACallInARelaxedScopeMayAllocateDuringItsOwnGlobalCapture) {
   void* scratch = nullptr;
   cudaError_t inScope = cudaErrorUnknown;
   {
-    const exec::RelaxedCaptureScope relaxed(exec::noteCallStream(stream));
+    const exec::RelaxedCaptureScope relaxed(exec::noteCallStream(stream) == exec::CaptureStatus::kActive);
     inScope = cudaMalloc(&scratch, 1 << 20);
   }
   cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
