@@ -90,6 +90,8 @@ bool GpuWatchdog::workPending() const {
   return anyPending_;
 }
 
+void GpuWatchdog::watchCapturedWork() { captured_.store(true, std::memory_order_release); }
+
 bool GpuWatchdog::pendingNow() const {
   for (size_t r = 0; r < ranks_.size(); ++r) {
     uint32_t launchedCount = 0, completed = 0;
@@ -110,13 +112,15 @@ void GpuWatchdog::run() {
     if (!reported) {
       std::optional<std::string> report = poll(Clock::now());
       if (report) onTimeout_(*report);
-      const bool peerGone = !report && checkPeers_ && workPending() && checkPeers_();
+      const bool captured = captured_.load(std::memory_order_acquire);
+      const bool peerGone = !report && checkPeers_ && (workPending() || captured) && checkPeers_();
       reported = report.has_value() || peerGone;
     }
     // After a failure, keep the rank's waits open until its GPU work drains (ReopenAfterFailure), within a timeout.
     period = period_;
     const auto now = Clock::now();
-    if (reopenAfterFailure_ && (!drainingSince || now - *drainingSince < timeout_) && pendingNow() &&
+    const bool mayWait = pendingNow() || captured_.load(std::memory_order_acquire);  // a replay may wait, unseen
+    if (reopenAfterFailure_ && (!drainingSince || now - *drainingSince < timeout_) && mayWait &&
         reopenAfterFailure_()) {
       if (!drainingSince) drainingSince = now;
       period = std::chrono::milliseconds(1);

@@ -9,6 +9,7 @@
 // The polling logic (poll) is separate from the thread, so that it is unit-tested on the CPU with fake counters.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -30,16 +31,16 @@ class GpuWatchdog {
   using Progress = std::function<bool(int, uint32_t*, uint32_t*)>;
   using OnTimeout = std::function<void(const std::string&)>;
 
-  // Called every polling period while some rank has GPU work pending; true when it found a dead peer and failed the
-  // communicator itself (the watchdog then stops). Lets a rank whose stream waits on the GPU for a peer that was
-  // killed learn of it within a period instead of the timeout.
+  // Called every polling period while some rank has GPU work pending (or always, once watchCapturedWork() was
+  // called); true when it found a dead peer and failed the communicator itself (the watchdog then stops). Lets a rank
+  // whose stream waits on the GPU for a peer that was killed learn of it within a period instead of the timeout.
   using CheckPeers = std::function<bool()>;
 
-  // Called every millisecond while some rank has GPU work pending once the communicator has failed (by this
-  // watchdog or anything else); true when it has failed, and it then re-opens the rank's flags (Executor::cancel).
-  // One opening releases one Wait per flag, and a pipelined program waits on the same flag many times (a 64 MiB
-  // staged AllReduce): opened once, the caller's stream stayed stuck after a peer was killed (one H200,
-  // 2026-12-03). Bounded: at most `timeout` after the first failed look.
+  // Called every millisecond while some rank has GPU work pending (or always, once watchCapturedWork() was called)
+  // once the communicator has failed (by this watchdog or anything else); true when it has failed, and it then
+  // re-opens the rank's flags (Executor::cancel). One opening releases one Wait per flag, and a pipelined program
+  // waits on the same flag many times (a 64 MiB staged AllReduce): opened once, the caller's stream stayed stuck
+  // after a peer was killed (one H200, 2026-12-03). Bounded: at most `timeout` after the first failed look.
   using ReopenAfterFailure = std::function<bool()>;
 
   // Starts the polling thread when `startThread` (tests drive poll() themselves).
@@ -59,6 +60,11 @@ class GpuWatchdog {
   std::optional<std::string> poll(Clock::time_point now);
   // Whether the last poll() saw a rank with launched but uncompleted work.
   bool workPending() const;
+
+  // A call of the communicator was captured into a CUDA graph: its replays are the caller's launches, which the
+  // counters never show. From now on the peers are checked every period even when nothing is pending, and after a
+  // failure the flags are re-opened for `timeout` (a replay waiting for a killed peer then drains).
+  void watchCapturedWork();
 
   // Stops the thread (idempotent); called before the executor goes away.
   void stop();
@@ -88,6 +94,7 @@ class GpuWatchdog {
   bool anyPending_ = false;
   std::vector<RankWatch> ranks_;
   bool fired_ = false;
+  std::atomic<bool> captured_{false};  // watchCapturedWork() was called
   std::mutex stopMutex_;
   std::condition_variable stopCv_;
   bool stopping_ = false;

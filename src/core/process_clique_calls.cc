@@ -38,10 +38,13 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     const exec::RelaxedCaptureScope relaxed(atEntry == exec::CaptureStatus::kActive);
     matchAndLaunch(ticket);
   }
-  if (atEntry == exec::CaptureStatus::kActive && exec::captureStatusOf(stream) == exec::CaptureStatus::kInvalidated) {
+  if (atEntry != exec::CaptureStatus::kActive) return;
+  if (exec::captureStatusOf(stream) == exec::CaptureStatus::kInvalidated) {
     CONCCL_THROW(concclUnhandledCudaError,
                  ticket.what + ": the graph capture on the caller's stream was invalidated during this call");
   }
+  // Its replays wait for the peers on the GPU, unseen by the launch counters: a killed peer must still be found.
+  gpuWatchdog_->watchCapturedWork();
 }
 
 void ProcessClique::matchAndLaunch(CallTicket& ticket) {

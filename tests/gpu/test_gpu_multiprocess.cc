@@ -247,6 +247,12 @@ TEST(MultiProcessDeferred, PeerKilledWhileWaitingOnTheGpuIsReportedWithinOneSeco
   expectKilledPeerReported("deferred-kill-gpu", 3);
 }
 
+// A replay of a captured call waits on the GPU for a peer that is killed: conccl never saw the replay launched.
+TEST(MultiProcessDeferred, PeerKilledDuringAGraphReplayIsReportedWithinOneSecond) {
+  SKIP_WITHOUT_GPU();
+  expectKilledPeerReported("graph-kill", 3);
+}
+
 // concclCommAbort from another thread while calls are deferred and the caller keeps calling.
 TEST(MultiProcessDeferred, AbortFromAnotherThreadWithDeferredCalls) {
   SKIP_WITHOUT_GPU();

@@ -152,5 +152,49 @@ TEST(GpuWatchdog, AfterAFailureTheFlagsAreReopenedUntilTheWorkDrains) {
   }
 }
 
+// A captured call's replays are the caller's launches: the counters never show them, so once a call was captured
+// the peers are checked while idle too, and after a failure the flags are re-opened for the timeout.
+TEST(GpuWatchdog, AfterACaptureAKilledPeerIsFoundWhileNothingIsPending) {
+  FakeGpu gpu(1);
+  std::atomic<int> checks{0};
+  std::atomic<bool> peerDead{false};
+  std::atomic<int> reopens{0};
+  std::atomic<bool> failed{false};
+  {
+    GpuWatchdog w(
+        1, 200ms, gpu.progress(), [](const std::string&) {}, /*startThread=*/true,
+        [&] {
+          ++checks;
+          if (!peerDead) return false;
+          failed = true;  // what ProcessClique's check does: fail the communicator
+          return true;
+        },
+        [&] {
+          if (!failed) return false;
+          ++reopens;
+          return true;
+        });
+    std::this_thread::sleep_for(150ms);
+    EXPECT_EQ(checks.load(), 0) << "nothing pending and nothing captured: no look at the peers";
+    w.watchCapturedWork();
+    const auto deadline = Clock::now() + 5s;
+    while (checks == 0 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    EXPECT_GT(checks.load(), 0) << "after a capture the peers are checked while idle";
+    peerDead = true;
+    const auto found = Clock::now();
+    while (!failed && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    ASSERT_TRUE(failed.load()) << "the dead peer was not found";
+    EXPECT_LT(Clock::now() - found, 1s);
+    while (reopens == 0 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    EXPECT_GT(reopens.load(), 0) << "a replay may wait for the dead peer: its flags are re-opened";
+    const int checksAfter = checks.load();
+    std::this_thread::sleep_for(500ms);  // well past the 200 ms timeout
+    const int reopensAfterTimeout = reopens.load();
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(reopens.load(), reopensAfterTimeout) << "the re-opening is bounded by the timeout";
+    EXPECT_EQ(checks.load(), checksAfter) << "reported once: the peers are not checked again";
+  }
+}
+
 }  // namespace
 }  // namespace conccl

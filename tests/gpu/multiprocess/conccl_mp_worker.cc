@@ -829,9 +829,12 @@ int main(int argc, char** argv) {
       conccl::mpworker::scenarioCrossOrder(gComm, gRank, gNranks, stream);
     } else if (scenario == "memory-kinds") {
       conccl::mpworker::scenarioMemoryKinds(gComm, gRank, gNranks, stream);
-    } else if (scenario == "deferred-kill" || scenario == "deferred-kill-gpu" || scenario == "deferred-abort") {
+    } else if (scenario == "deferred-kill" || scenario == "deferred-kill-gpu" || scenario == "deferred-abort" ||
+               scenario == "graph-kill") {
       if (scenario == "deferred-abort") {
         conccl::mpworker::scenarioDeferredAbort(gComm, gRank, gNranks, stream);
+      } else if (scenario == "graph-kill") {
+        conccl::mpworker::scenarioGraphKill(gComm, gRank, gNranks, stream);
       } else {
         conccl::mpworker::scenarioDeferredKill(gComm, gRank, gNranks, stream, scenario == "deferred-kill-gpu");
       }

@@ -442,6 +442,49 @@ void scenarioDeferredKill(concclComm_t& comm, int rank, int nranks, cudaStream_t
                concclGetLastError(nullptr));
 }
 
+void scenarioGraphKill(concclComm_t& comm, int rank, int nranks, cudaStream_t stream) {
+  // A CUDA graph of one AllReduce (1 MiB), captured in global mode as PyTorch captures, replayed once everywhere;
+  // then the last rank is killed while the others replay it: their replays wait on the GPU for the dead peer, which
+  // conccl never saw launched (the caller's cudaGraphLaunch). The peer must be reported within 1 s and the streams
+  // must drain.
+  const size_t count = size_t{1} << 18;
+  Buf a(count * 4), b(count * 4);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaOk(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
+  ok(concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, comm, stream), comm, "AllReduce (capture)");
+  cudaOk(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaOk(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  cudaOk(cudaGraphLaunch(exec, stream), "first replay");
+  syncBounded(stream, "first replay", 120);
+  // Every rank's first replay needed every peer's: all ranks pass this point together; the victim dies 300 ms later.
+  ok(concclAllReduce(a.p, b.p, 1, concclFloat32, concclSum, comm, stream), comm, "AllReduce (barrier)");
+  syncBounded(stream, "barrier", 120);
+  const auto t0 = Clock::now();
+  if (rank == nranks - 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kill(getpid(), SIGKILL);
+  }
+  cudaOk(cudaGraphLaunch(exec, stream), "replay (peer dies)");
+  concclResult_t async = concclSuccess;
+  while (async == concclSuccess && usSince(t0) < 30e6) {
+    ok(concclCommGetAsyncError(comm, &async), comm, "concclCommGetAsyncError");
+    if (async == concclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const double sinceKillMs = usSince(t0) / 1000.0 - 300.0;
+  if (async == concclSuccess) throw std::runtime_error("the killed peer was never reported during a graph replay");
+  if (sinceKillMs > 1000.0) {
+    throw std::runtime_error("the killed peer was reported " + std::to_string(sinceKillMs) + " ms after the kill");
+  }
+  syncBounded(stream, "the replay after the kill", 30);
+  ok(concclCommAbort(comm), nullptr, "concclCommAbort");
+  comm = nullptr;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::fprintf(stderr, "rank %d: peer killed during a graph replay: reported %.0f ms after the kill (%s): %s\n", rank,
+               sinceKillMs, concclGetErrorString(async), concclGetLastError(nullptr));
+}
+
 void scenarioDeferredAbort(concclComm_t& comm, int rank, int nranks, cudaStream_t stream) {
   (void)nranks;
   const size_t count = size_t{16} << 20;  // 64 MiB: deferred

@@ -32,6 +32,8 @@ void scenarioDeferredKill(concclComm_t& comm, int rank, int nranks, cudaStream_t
 
 // "deferred-abort": rank 0 defers calls its peers never make; another thread of rank 0 aborts the communicator
 // after 300 ms: the abort returns within the bound, the stream drains, and the peers see the error.
+// A CUDA graph of an AllReduce replayed while the last rank is killed: reported within 1 s, the replay drains.
+void scenarioGraphKill(concclComm_t& comm, int rank, int nranks, cudaStream_t stream);
 void scenarioDeferredAbort(concclComm_t& comm, int rank, int nranks, cudaStream_t stream);
 
 }  // namespace conccl::mpworker
