@@ -2,7 +2,8 @@
 // of retired peer mappings may do while a caller captures. A second process (this binary, re-run with
 // CONCCL_CAPTURE_IPC_HELPER_FD set: the helper test below) exports allocations; this process maps them and captures.
 // - A call's own thread, in exec::RelaxedCaptureScope, maps a peer's buffer during its capture: the capture stays valid.
-// - The closer (relaxed) unmaps a peer's buffer during another thread's capture: the capture stays valid.
+// - The closer (relaxed) unmaps a peer's buffer during another thread's capture, also one the peer has freed (the
+//   mapping holds the last reference to the memory): the capture stays valid.
 // - A device-wide wait the closer began before the capture began does not invalidate it.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -35,24 +36,42 @@ TEST(CaptureIpcHelper, DISABLED_ExportsForTheParent) {
   const char* fdText = std::getenv("CONCCL_CAPTURE_IPC_HELPER_FD");
   ASSERT_NE(fdText, nullptr) << "runs only as the helper process of CaptureIpc";
   const int fd = std::atoi(fdText);
+  std::vector<void*> allocations;
   for (int i = 0; i < kHelperAllocations; ++i) {
     void* p = nullptr;
     ASSERT_EQ(cudaMalloc(&p, 1 << 20), cudaSuccess);
+    allocations.push_back(p);
     cudaIpcMemHandle_t h;
     ASSERT_EQ(cudaIpcGetMemHandle(&h, p), cudaSuccess);
     ASSERT_EQ(write(fd, &h, sizeof(h)), static_cast<ssize_t>(sizeof(h)));
   }
-  close(fd);
+  // Commands on stdin: a digit frees that allocation (as a peer frees a buffer conccl still maps) and is answered
+  // with one byte; end of input ends the helper.
   char c;
   while (read(STDIN_FILENO, &c, 1) > 0) {
+    const int i = c - '0';
+    if (i >= 0 && i < kHelperAllocations && allocations[static_cast<size_t>(i)] != nullptr) {
+      ASSERT_EQ(cudaFree(allocations[static_cast<size_t>(i)]), cudaSuccess);
+      allocations[static_cast<size_t>(i)] = nullptr;
+      ASSERT_EQ(write(fd, "k", 1), 1);
+    }
   }
+  close(fd);
 }
 
 struct Helper {
   pid_t pid = -1;
-  int lifeline = -1;  // closing it ends the helper
+  int lifeline = -1;  // commands to the helper; closing it ends the helper
+  int answers = -1;   // the handles, then one byte per command done
   std::vector<cudaIpcMemHandle_t> handles;
+  // The helper frees allocation i (its mapping here then holds the last reference to that memory).
+  bool freeAllocation(int i) {
+    const char c = static_cast<char>('0' + i);
+    char ack = 0;
+    return write(lifeline, &c, 1) == 1 && read(answers, &ack, 1) == 1 && ack == 'k';
+  }
   ~Helper() {
+    if (answers >= 0) close(answers);
     if (lifeline >= 0) close(lifeline);
     if (pid > 0) waitpid(pid, nullptr, 0);
   }
@@ -94,7 +113,7 @@ void startHelper(Helper& h) {
     ASSERT_GT(r, 0) << "the helper process ended before it sent its handles";
     got += static_cast<size_t>(r);
   }
-  close(handlesPipe[0]);
+  h.answers = handlesPipe[0];
 }
 
 struct Capture {
@@ -165,6 +184,27 @@ TEST(CaptureIpc, MappingAndUnmappingAPeersBufferLeaveAGlobalCaptureValid) {
   exec::noteCallStream(cap.stream);
   EXPECT_EQ(closeResult, cudaSuccess) << "unmapping from a relaxed thread: " << cudaGetErrorString(closeResult);
   EXPECT_EQ(end, cudaSuccess) << "unmapping from a relaxed thread invalidated the capture: " << cudaGetErrorString(end);
+
+  // 3b. The same for a mapping that holds the last reference to its memory: the peer freed the buffer first (the
+  // closer's usual case: the scenario's peers free their buffers and conccl unmaps them in the background).
+  void* mapped2 = nullptr;
+  ASSERT_EQ(cudaIpcOpenMemHandle(&mapped2, helper.handles[2], cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+  ASSERT_TRUE(helper.freeAllocation(2)) << "the helper did not free its allocation";
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cap.begin();
+  exec::noteCallStream(cap.stream);
+  closeResult = cudaErrorUnknown;
+  std::thread([&] {
+    exec::relaxCaptureModeOfThisThread();
+    closeResult = cudaIpcCloseMemHandle(mapped2);
+    (void)cudaGetLastError();
+  }).join();
+  end = cap.end();
+  exec::noteCallStream(cap.stream);
+  EXPECT_EQ(closeResult, cudaSuccess) << "unmapping freed memory from a relaxed thread: " << cudaGetErrorString(closeResult);
+  EXPECT_EQ(end, cudaSuccess) << "unmapping a peer's freed memory (the last reference) from a relaxed thread "
+                                 "invalidated the capture: "
+                              << cudaGetErrorString(end);
 
   // 4. A device-wide wait that began before the capture (a host function holds the device 300 ms) and ends during it.
   cudaStream_t busy = nullptr;
