@@ -2,9 +2,8 @@
 //
 // Why: while any thread captures in cudaStreamCaptureModeGlobal (PyTorch's torch.cuda.graph), a device-wide wait
 // (cudaDeviceSynchronize) from any thread, even one in relaxed mode, fails and invalidates that capture (one H200,
-// 2026-12-04: test_gpu_capture_mode; the collectives scenario of test_gpu_multiprocess lost its graph that way, 3 of 5
-// rounds). The closer of retired peer mappings needs such a wait, so it holds its work back while a capture is in
-// progress. CUDA offers no process-wide "is anything capturing" query, so every call across processes reports its
+// 2026-12-04: test_gpu_capture_mode). The closer of retired peer mappings waits for the device before it unmaps, so
+// it holds its work back while a capture is in progress. CUDA offers no process-wide "is anything capturing" query, so every call across processes reports its
 // stream here (noteCall) and the closer asks about the captures seen (noKnownCapture). A capture that contains no
 // conccl call is not seen; PyTorch waits for the device before it begins one (torch.cuda.graph), so a closer that
 // started before has finished its wait by then.

@@ -154,8 +154,9 @@ void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inB
 }
 
 void IpcImportTable::closeLoop() {
-  // Relaxed: cudaIpcCloseMemHandle is unsafe during another thread's global-mode capture, and this thread's calls
-  // belong to no capture.
+  // Relaxed: this thread's calls belong to no capture, and in the default mode CUDA would refuse them during another
+  // thread's global-mode capture (and invalidate it); an unmapping from a relaxed thread leaves the capture valid
+  // (test_gpu_capture_ipc).
   relaxCaptureModeOfThisThread();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
