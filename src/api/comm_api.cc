@@ -7,6 +7,7 @@
 #include "core/bootstrap.h"
 #include "core/config.h"
 #include "core/group.h"
+#include "exec/executor.h"
 #include "base/logging.h"
 
 namespace conccl::api {
@@ -225,6 +226,9 @@ concclResult_t concclMemFree(void* ptr) {
 static concclResult_t releaseComm(concclComm_t comm, bool graceful, const char* api) {
   return apiCall(nullptr, api, [&] {
     requireLiveComm(comm);
+    // Destroy or abort from a thread whose own global-mode capture is still open (a captured call failed and the
+    // caller gives up): in that mode CUDA refuses the queries on conccl's own streams that releasing waits with.
+    const conccl::exec::RelaxedCaptureScope relaxed(true);
     // Calls this thread recorded on comm in a still-open group would be launched on a freed handle at
     // concclGroupEnd: drop them now (the group then runs without them, as if they had never been made).
     if (size_t dropped = conccl::groupForgetComm(comm)) {
