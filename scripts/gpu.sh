@@ -62,6 +62,7 @@ tp-bench|1+ GPUs|2-5 min|TP_ARGS, TP_CHECK_TOKENS (2048)|conccl-tp-bench: --chec
 fused|1+ GPUs|2-7 min|FUSED_BENCH_ARGS|the fused ops from PyTorch: the C interface test, \
 examples/torch/fused_ops.py, PyTorch's own fused ops vs serial NCCL (2+ GPUs)
 torch|1+ GPUs|see run_all.sh||tests/torch/run_all.sh, the PyTorch suite, when it exists
+capture|1+ GPUs|3-8 min|CAPTURE_ROUNDS (8)|CUDA graph capture beside conccl: what CUDA allows beside a global capture (test_gpu_capture_mode, test_gpu_capture_ipc); the unstaged reference scenario (3-4 processes) CAPTURE_ROUNDS times, stopping at the first failure; a peer killed during a graph replay; PyTorch's graph workloads through the drop-in
 repro|1+ GPUs|1-2 min||developer: the fixed hazards reproduced with the fix off (the tests' *Repro.DISABLED_* \
 cases: no queue claim, no call order): each test must FAIL
 shim-diag|1+ GPUs|1-2 min|DIAG_NAME, DIAG_LIMIT (40), DIAG_STEPS (60), DIAG_ENV|developer: a stalled FSDP2 run \
@@ -789,6 +790,27 @@ phase_fused() {
 phase_torch() {
   if [ ! -f tests/torch/run_all.sh ]; then skip run_all "tests/torch/run_all.sh does not exist (yet)"; return; fi
   step run_all 540 env OUT="$pdir/run_all" PY="$PY" NCCL_LIB="$NCCL_LIB" STAGE="$stage" bash tests/torch/run_all.sh
+}
+
+# ==================================================================================================================
+# capture: conccl beside a caller's CUDA graph capture in global mode (docs/multiprocess.md, "CUDA graph capture").
+phase_capture() {
+  if need "$bin/test_gpu_capture_mode" capture-mode; then step capture-mode 60 "$bin/test_gpu_capture_mode"; fi
+  if need "$bin/test_gpu_capture_ipc" capture-ipc; then step capture-ipc 60 "$bin/test_gpu_capture_ipc"; fi
+  need "$bin/test_gpu_multiprocess" unstaged-capture || return 0
+  # The scenario that lost its graph intermittently (docs/results/2026-12-04-h200-1gpu-capture-host-time/): rounds
+  # until one fails; the workers' own limit leaves time to read their logs.
+  local i
+  for i in $(seq 1 "${CAPTURE_ROUNDS:-8}"); do
+    step "unstaged-capture-$i" 90 env CONCCL_TEST_WORKER_LIMIT_S=40 "$bin/test_gpu_multiprocess" --gtest_brief=1 \
+      --gtest_filter='*EveryCollectiveMatchesTheReferenceUnstaged/1:*EveryCollectiveMatchesTheReferenceUnstaged/2'
+    [ "$dry" = 1 ] || grep -q "^\[  PASSED  \] 2 tests" "$pdir/unstaged-capture-$i.log" || break
+  done
+  step graph-kill 120 "$bin/test_gpu_multiprocess" --gtest_filter='*PeerKilledDuringAGraphReplay*'
+  if [ -f tests/torch/run_all.sh ]; then
+    step torch-graphs 300 env OUT="$pdir/torch-graphs" PY="$PY" NCCL_LIB="$NCCL_LIB" STAGE="$stage" \
+      CASES=workloads WORKLOAD_CASES=graphs,compile bash tests/torch/run_all.sh
+  fi
 }
 
 # ==================================================================================================================
