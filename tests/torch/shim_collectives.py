@@ -256,6 +256,47 @@ def run_graph(args, world, rank, device, dtype, n):
     del graph
 
 
+def run_graph_fresh(args, world, rank, device, dtype, n):
+    """Collectives on tensors allocated inside the capture (the graph's private pool), as tensor-parallel graphs do:
+    all_reduce(x * 2) and all_gather of a slice of it. Each call maps the peers' new buffers while the capture is in
+    progress, after the peers' earlier buffers (the warm-up's, freed) were retired: the situation in which conccl's
+    own capture test lost its graph (docs/results/2026-12-04-h200-1gpu-capture-host-time/)."""
+    m = max(1, n // world)
+    x = torch.zeros(n, dtype=dtype, device=device)
+    held = {}
+
+    def ops():
+        y = x * 2  # allocated here: inside the capture, from the graph's pool
+        dist.all_reduce(y)
+        g = torch.empty(m * world, dtype=dtype, device=device)
+        dist.all_gather_into_tensor(g, y[:m].contiguous())
+        held["y"], held["g"] = y, g
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # warm-up: its tensors are freed afterwards, so the peers retire them
+            ops()
+    torch.cuda.current_stream().wait_stream(side)
+    held.clear()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ops()
+    tag = f"graph, tensors allocated in the capture, {dtype} n={n}"
+    for replay in range(args.replays):
+        case = Case(f"graphfresh{replay}", world, device, dtype)
+        xs = [case.input(r, n, "x") for r in range(world)]
+        x.copy_(xs[rank])
+        graph.replay()
+        torch.cuda.synchronize()
+        doubled = torch.stack([(x_r * 2).double() for x_r in xs])
+        check_sum(f"{tag} replay {replay} all_reduce", held["y"], doubled.sum(0), doubled.abs().sum(0), world, dtype)
+        # Each rank's slice is its reduced y[:m]: the same on every rank.
+        check_exact(f"{tag} replay {replay} all_gather", held["g"], held["y"][:m].repeat(world))
+    del graph
+
+
 class StderrTee:
     """Copies what is written to file descriptor 2 (C libraries included) while passing it through unchanged: the
     shim prints one line per communicator there, which is how this script tells which library took it."""

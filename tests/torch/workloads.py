@@ -93,6 +93,8 @@ def case_graphs(ctx):
     sc.run_graph(a, ctx.world, ctx.rank, ctx.device, torch.float32, 1 << 16)
     sc.run_graph(a, ctx.world, ctx.rank, ctx.device, torch.bfloat16, 1 << 16)
     sc.run_graph(a, ctx.world, ctx.rank, ctx.device, torch.float32, 3 << 20)  # 12 MiB: above the staged threshold
+    sc.run_graph_fresh(a, ctx.world, ctx.rank, ctx.device, torch.float32, 1 << 16)
+    sc.run_graph_fresh(a, ctx.world, ctx.rank, ctx.device, torch.float32, 3 << 20)
     drain_sc(ctx, sc)
 
 
