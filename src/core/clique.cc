@@ -146,6 +146,8 @@ std::string shapeKey(const sched::CollectiveCall& call) {
   for (bool b : call.inPlace) key.push_back(b ? '1' : '0');
   put(call.pushInputs);
   put(call.peerScratchOnly);
+  put(call.pairOwner.size());
+  for (int o : call.pairOwner) put(o);
   for (const auto* table : {&call.sendCounts, &call.sendDispls, &call.recvCounts, &call.recvDispls}) {
     put(table->size());
     for (const auto& row : *table) {

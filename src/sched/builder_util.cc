@@ -107,33 +107,43 @@ void finalizeSlots(Schedule& schedule) {
   schedule.slots = top + 1;
 }
 
-void emitDirect(const std::vector<std::vector<Transfer>>& given, const BuildOptions& options, Schedule& schedule,
+namespace {
+
+// The rank other than `issuer` that copy `t` touches (`issuer` itself for a local copy).
+int otherRank(const Transfer& t, int issuer) { return t.src.rank != issuer ? t.src.rank : t.dst.rank; }
+
+// The programs of ranks that each issue the copies of issued[r]: every copy touches its issuer (source or
+// destination) and at most one other rank. Per pair of ranks, the one whose copies touch the other's memory waits for
+// the other's "ready" before the first of them and signals "done" after the last; the other waits for that "done"
+// before its program ends. Local copies need no handshake.
+void emitIssued(const std::vector<std::vector<Transfer>>& issued, const BuildOptions& options, Schedule& schedule,
                 const AfterDoneHook& afterDone) {
   const int n = schedule.nranks;
-  std::vector<std::vector<Transfer>> transfers = given;
-  if (options.ownBlockViaPeer) routeOwnBlocksThroughPeers(transfers, options, schedule);
   const int lanes = options.lanes;
   const size_t minPiece = std::max(options.minChunkBytes, kAlign);
-  // writes[p][q]: p copies something into q's memory (q != p).
-  std::vector<std::vector<bool>> writes(static_cast<size_t>(n), std::vector<bool>(static_cast<size_t>(n), false));
+  // touches[p][q]: p issues a copy that reads or writes q's memory (q != p).
+  std::vector<std::vector<bool>> touches(static_cast<size_t>(n), std::vector<bool>(static_cast<size_t>(n), false));
   for (int r = 0; r < n; ++r) {
-    for (const Transfer& t : transfers[static_cast<size_t>(r)]) {
-      CONCCL_ASSERT(t.src.rank == r);
-      if (t.bytes > 0 && t.dst.rank != r) writes[static_cast<size_t>(r)][static_cast<size_t>(t.dst.rank)] = true;
+    for (const Transfer& t : issued[static_cast<size_t>(r)]) {
+      CONCCL_ASSERT(t.src.rank == r || t.dst.rank == r);
+      CONCCL_ASSERT(!t.then || t.src.rank == r);
+      const int other = otherRank(t, r);
+      if (t.bytes > 0 && other != r) touches[static_cast<size_t>(r)][static_cast<size_t>(other)] = true;
     }
   }
   for (int me = 0; me < n; ++me) {
     std::vector<Op>& ops = schedule.programs[static_cast<size_t>(me)].ops;
-    const auto& mine = transfers[static_cast<size_t>(me)];
+    const auto& mine = issued[static_cast<size_t>(me)];
     DoneTracker done(n, lanes);
     int numTargets = 0;
-    for (int q = 0; q < n; ++q) numTargets += writes[static_cast<size_t>(me)][static_cast<size_t>(q)] ? 1 : 0;
+    for (int q = 0; q < n; ++q) numTargets += touches[static_cast<size_t>(me)][static_cast<size_t>(q)] ? 1 : 0;
     // With fewer targets than lanes a single copy is split so that every lane (copy engine) has work.
     const size_t split =
         static_cast<size_t>(std::max(1, (lanes + std::max(1, numTargets) - 1) / std::max(1, numTargets)));
     auto pushCopies = [&](const Transfer& t, int baseLane) {
       const size_t pieces = t.lane >= 0 ? 1 : std::max<size_t>(1, std::min(split, t.bytes / minPiece));
       const size_t pieceBytes = pieces == 1 ? t.bytes : roundUp(ceilDiv(t.bytes, pieces), kAlign);
+      const int other = otherRank(t, me);
       int j = 0;
       for (size_t off = 0; off < t.bytes; off += pieceBytes, ++j) {
         const int lane = t.lane >= 0 ? t.lane : (baseLane + j) % lanes;
@@ -141,40 +151,70 @@ void emitDirect(const std::vector<std::vector<Transfer>>& given, const BuildOpti
         ops.push_back(Copy{plus(t.src, off), plus(t.dst, off), len, lane});
         // Routed own block: pull the piece on from where it landed, behind it on the same lane.
         if (t.then) ops.push_back(Copy{plus(t.dst, off), plus(*t.then, off), len, lane});
-        if (t.dst.rank != me) done.noteCopy(t.dst.rank, lane);
+        if (other != me) done.noteCopy(other, lane);
       }
     };
+    auto isLocal = [me](const Transfer& t) { return t.src.rank == me && t.dst.rank == me; };
 
-    // 1. Tell every peer that writes into this rank's memory that the program has started.
+    // 1. Tell every peer whose copies touch this rank's memory that the program has started.
     for (int o = 1; o < n; ++o) {
       const int p = (me + o) % n;
-      if (writes[static_cast<size_t>(p)][static_cast<size_t>(me)])
+      if (touches[static_cast<size_t>(p)][static_cast<size_t>(me)])
         ops.push_back(Signal{p, readySlot(n, me), kMainStream});
     }
     // 2. Local copies need no handshake: issue them first so that they overlap the waits below.
     for (const Transfer& t : mine) {
-      if (t.bytes > 0 && t.dst.rank == me) pushCopies(t, numTargets % lanes);
+      if (t.bytes > 0 && isLocal(t)) pushCopies(t, numTargets % lanes);
     }
-    // 3. Per target: wait until it is ready, then push (lanes start as soon as M passed the wait).
+    // 3. Per peer touched: wait until it is ready, then copy (lanes start as soon as M passed the wait).
     int targetIdx = 0;
     for (int o = 1; o < n; ++o) {
       const int q = (me + o) % n;
-      if (!writes[static_cast<size_t>(me)][static_cast<size_t>(q)]) continue;
+      if (!touches[static_cast<size_t>(me)][static_cast<size_t>(q)]) continue;
       ops.push_back(Wait{readySlot(n, q)});
       int base = targetIdx++;
       for (const Transfer& t : mine) {
-        if (t.bytes > 0 && t.dst.rank == q) pushCopies(t, base++ % lanes);
+        if (t.bytes > 0 && !isLocal(t) && otherRank(t, me) == q) pushCopies(t, base++ % lanes);
       }
     }
-    // 4. Done to every target, then wait for every writer's done before the program ends.
+    // 4. Done to every peer touched, then wait for the done of every peer whose copies touch this rank.
     done.emit(n, options.pipelineDepth, me, ops);
     for (int o = 1; o < n; ++o) {
       const int p = (me + o) % n;
-      if (!writes[static_cast<size_t>(p)][static_cast<size_t>(me)]) continue;
+      if (!touches[static_cast<size_t>(p)][static_cast<size_t>(me)]) continue;
       ops.push_back(Wait{doneSlot(n, p)});
       if (afterDone) afterDone(me, p, ops);
     }
   }
+}
+
+}  // namespace
+
+void emitDirect(const std::vector<std::vector<Transfer>>& given, const BuildOptions& options, Schedule& schedule,
+                const AfterDoneHook& afterDone) {
+  std::vector<std::vector<Transfer>> transfers = given;
+  if (options.ownBlockViaPeer) routeOwnBlocksThroughPeers(transfers, options, schedule);
+  for (size_t r = 0; r < transfers.size(); ++r) {
+    for (const Transfer& t : transfers[r]) CONCCL_ASSERT(t.src.rank == static_cast<int>(r));
+  }
+  emitIssued(transfers, options, schedule, afterDone);
+}
+
+void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const std::vector<int>& pairOwner,
+                   const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone) {
+  const int n = schedule.nranks;
+  CONCCL_ASSERT(pairOwner.size() == static_cast<size_t>(n) * static_cast<size_t>(n));
+  std::vector<std::vector<Transfer>> issued(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    for (const Transfer& t : transfers[static_cast<size_t>(r)]) {
+      CONCCL_ASSERT(t.src.rank == r && !t.then && t.lane < 0);
+      const int q = t.dst.rank;
+      const int issuer = q == r ? r : pairOwner[static_cast<size_t>(r) * static_cast<size_t>(n) + static_cast<size_t>(q)];
+      issued[static_cast<size_t>(issuer)].push_back(t);
+    }
+  }
+  emitIssued(issued, options, schedule, afterDone);
+  schedule.algorithm = "pair-owned";
 }
 
 void emitReducePipeline(const CollectiveCall& call, const BuildOptions& options, const std::vector<ReduceShare>& shares,

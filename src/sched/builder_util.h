@@ -84,6 +84,13 @@ using AfterDoneHook = std::function<void(int me, int writer, std::vector<Op>& op
 void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule,
                 const AfterDoneHook& afterDone = {});
 
+// CollectiveCall::pairOwner: the same transfers, each copy between two ranks issued by the pair's owner, pushing or
+// pulling, and no handshake between a pair's ranks but the owner's wait for the other's "ready" and the other's wait
+// for the owner's "done". A rank that owns none of its pairs therefore only signals and waits. Transfers must not
+// carry `then` or a fixed lane (BuildOptions::ownBlockViaPeer is off for such calls).
+void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const std::vector<int>& pairOwner,
+                   const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone = {});
+
 // CollectiveCall::peerScratchOnly (staged_exchange.cc): the same transfers, but every one between ranks goes through
 // the receiver's scratch in pipelined chunks and the receiver copies it into place on M, so no rank touches a peer's
 // call buffers. Transfers must not carry `then` (BuildOptions::ownBlockViaPeer is off for such calls). `afterDone(me,
@@ -96,7 +103,8 @@ void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const Build
 // that launches before its peers called knows only its own counts).
 void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule,
                 const AfterDoneHook& afterDone = {}, bool sizeIndependentChunks = false);
-// emitStaged for calls with peerScratchOnly, emitDirect otherwise: what the movement builders call.
+// emitStaged for calls with peerScratchOnly, emitPairOwned for calls with a pairOwner, emitDirect otherwise: what the
+// movement builders call.
 void emitMovement(const CollectiveCall& call, const std::vector<std::vector<Transfer>>& transfers,
                   const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone = {},
                   bool sizeIndependentChunks = false);

@@ -290,6 +290,23 @@ void validateCall(const CollectiveCall& call) {
                  what + "pushInputs is only defined for ReduceScatter");
   CONCCL_REQUIRE(!call.peerScratchOnly || call.kind != CollKind::kSendRecv,
                  what + "peerScratchOnly is not defined for SendRecv (its receives choose: P2POp::viaScratch)");
+  if (!call.pairOwner.empty()) {
+    const bool movement = call.kind == CollKind::kAllGather || call.kind == CollKind::kBroadcast ||
+                          call.kind == CollKind::kAllToAll || call.kind == CollKind::kAllToAllv ||
+                          call.kind == CollKind::kGather || call.kind == CollKind::kScatter;
+    CONCCL_REQUIRE(movement, what + "pairOwner is defined for data movement only, not " + collKindName(call.kind));
+    CONCCL_REQUIRE(!call.peerScratchOnly, what + "pairOwner and peerScratchOnly exclude each other");
+    CONCCL_REQUIRE(call.pairOwner.size() == n * n, what + "pairOwner must have nranks x nranks entries");
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        if (i == j) continue;
+        const int o = call.pairOwner[i * n + j];
+        CONCCL_REQUIRE((o == static_cast<int>(i) || o == static_cast<int>(j)) && o == call.pairOwner[j * n + i],
+                       what + "pairOwner of ranks " + std::to_string(i) + " and " + std::to_string(j) +
+                           " must be one of them, the same both ways (got " + std::to_string(o) + ")");
+      }
+    }
+  }
   if (isRooted(call.kind)) {
     CONCCL_REQUIRE(call.root >= 0 && call.root < call.nranks,
                    what + "root " + std::to_string(call.root) + " out of range [0, " + std::to_string(n) + ")");
@@ -396,6 +413,8 @@ Schedule buildSchedule(const CollectiveCall& call, const BuildOptions& options) 
     effective.peerReads = false;
     effective.ownBlockViaPeer = false;
   }
+  // An own block echoed off a peer would add copies the pair's owner does not issue.
+  if (!call.pairOwner.empty()) effective.ownBlockViaPeer = false;
   Schedule s;
   switch (call.kind) {
     case CollKind::kAllGather:

@@ -218,6 +218,13 @@ struct CollectiveCall {
   // (process cliques use it for memory a peer cannot map). Not for SendRecv, whose pairs choose on their own
   // (P2POp::viaScratch).
   bool peerScratchOnly = false;
+  // Empty, or nranks x nranks: pairOwner[i * nranks + j] (i != j) is the rank, i or j (the same for (j, i)), that
+  // issues every copy between i and j, both directions (pushing into the other's memory and pulling from it); the
+  // diagonal is unused. Data movement only (AllGather, Broadcast, AllToAll, AllToAllv, Gather, Scatter), not with
+  // peerScratchOnly. The program of a rank that owns none of its pairs is signals and waits only, and follows from its
+  // own arguments: a rank that calls before its peers can leave all the moving to the later ones, on their copy
+  // engines (docs/dev/next-steps.md, "the later rank moves"). Turns BuildOptions::ownBlockViaPeer off.
+  std::vector<int> pairOwner;
 };
 
 struct BuildOptions {

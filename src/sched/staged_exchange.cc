@@ -165,6 +165,8 @@ void emitMovement(const CollectiveCall& call, const std::vector<std::vector<Tran
                   bool sizeIndependentChunks) {
   if (call.peerScratchOnly) {
     emitStaged(transfers, options, schedule, afterDone, sizeIndependentChunks);
+  } else if (!call.pairOwner.empty()) {
+    emitPairOwned(transfers, call.pairOwner, options, schedule, afterDone);
   } else {
     emitDirect(transfers, options, schedule, afterDone);
   }

@@ -1,0 +1,212 @@
+// CollectiveCall::pairOwner: every copy between two ranks issued by the pair's owner (pushing and pulling), the basis
+// of "the later rank moves" (docs/dev/next-steps.md item 1). Proven by the checker for every data-movement collective
+// with random and extreme ownerships, back to back with a different ownership and with the direct schedule (a
+// communicator's consecutive calls may take either), and checked for what the design needs: a rank that owns none of
+// its pairs only signals and waits, and its program follows from its own arguments.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "test_sched_util.h"
+
+namespace conccl::sched::testing {
+namespace {
+
+const std::vector<CollKind> kMovement = {CollKind::kAllGather, CollKind::kBroadcast, CollKind::kAllToAll,
+                                         CollKind::kGather, CollKind::kScatter};
+
+// Owner of each pair: the later of the two in `arrival` (a permutation of the ranks: who called when).
+std::vector<int> laterOwns(const std::vector<int>& arrival) {
+  const auto n = arrival.size();
+  std::vector<int> when(n);
+  for (size_t k = 0; k < n; ++k) when[static_cast<size_t>(arrival[k])] = static_cast<int>(k);
+  std::vector<int> owner(n * n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      if (i != j) owner[i * n + j] = static_cast<int>(when[i] > when[j] ? i : j);
+    }
+  }
+  return owner;
+}
+
+// Any symmetric choice per pair (not only arrival orders: two ranks that publish at once each claim what they can).
+std::vector<int> randomOwners(int n, std::mt19937& rng) {
+  const auto m = static_cast<size_t>(n);
+  std::vector<int> owner(m * m, -1);
+  for (size_t i = 0; i < m; ++i) {
+    for (size_t j = i + 1; j < m; ++j) {
+      const int o = rng() % 2 == 0 ? static_cast<int>(i) : static_cast<int>(j);
+      owner[i * m + j] = owner[j * m + i] = o;
+    }
+  }
+  return owner;
+}
+
+std::vector<int> arrivalOrder(int n, std::mt19937& rng) {
+  std::vector<int> a(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) a[static_cast<size_t>(i)] = i;
+  std::shuffle(a.begin(), a.end(), rng);
+  return a;
+}
+
+std::string ownersStr(const std::vector<int>& owner) {
+  std::string s;
+  for (int o : owner) s += (o < 0 ? std::string("-") : std::to_string(o)) + " ";
+  return s;
+}
+
+CollectiveCall movementCall(CollKind kind, int n, size_t count, bool inPlace, int root) {
+  return makeCall(kind, n, count, concclFloat32, concclSum, root, inPlace);
+}
+
+// Proves `call` with `owner` alone, replayed, and next to the direct schedule and another ownership.
+void expectPairOwnedValid(CollectiveCall call, const std::vector<int>& owner, const std::vector<int>& other,
+                          const BuildOptions& options) {
+  SCOPED_TRACE("owners " + ownersStr(owner) + "/ next " + ownersStr(other));
+  call.pairOwner = owner;
+  expectValid(call, options, /*pair=*/true);
+  if (::testing::Test::HasFailure()) return;
+  const Schedule s = buildSchedule(call, options);
+  EXPECT_EQ(s.algorithm, "pair-owned");
+  CollectiveCall direct = call;
+  direct.pairOwner.clear();
+  const Schedule d = buildSchedule(direct, options);
+  CollectiveCall next = call;
+  next.pairOwner = other;
+  const Schedule o = buildSchedule(next, options);
+  for (const auto& [a, sa, b, sb, what] :
+       {std::tuple{&call, &s, &direct, &d, "pair-owned then direct"}, std::tuple{&direct, &d, &call, &s, "direct then pair-owned"},
+        std::tuple{&call, &s, &next, &o, "one ownership then another"}}) {
+    const CheckResult r = checkSchedulePair(*a, *sa, *b, *sb);
+    EXPECT_TRUE(r.ok) << what << ": " << r.error;
+  }
+}
+
+TEST(PairOwned, EveryMovementCollectiveWithRandomOwnersIsProven) {
+  std::mt19937 rng(20261204);
+  for (CollKind kind : kMovement) {
+    for (int n = 2; n <= 6; ++n) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{4099}, size_t{1} << 18}) {
+        for (bool inPlace : {false, true}) {
+          if (inPlace && kind == CollKind::kAllToAll) continue;  // not supported in place
+          const int root = static_cast<int>(rng() % static_cast<unsigned>(n));
+          const CollectiveCall call = movementCall(kind, n, count, inPlace, root);
+          const BuildOptions options = count > 4099 ? tinyOptions(2, 1 + n % 3) : BuildOptions{};
+          expectPairOwnedValid(call, laterOwns(arrivalOrder(n, rng)), randomOwners(n, rng), options);
+          expectPairOwnedValid(call, randomOwners(n, rng), laterOwns(arrivalOrder(n, rng)), options);
+          if (::testing::Test::HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST(PairOwned, AllToAllvWithRandomCountsAndOwnersIsProven) {
+  std::mt19937 rng(7);
+  for (int n = 2; n <= 6; ++n) {
+    for (unsigned seed = 0; seed < 4; ++seed) {
+      const CollectiveCall call = makeAllToAllv(n, 100 * static_cast<unsigned>(n) + seed);
+      expectPairOwnedValid(call, laterOwns(arrivalOrder(n, rng)), randomOwners(n, rng), tinyOptions(1, 2));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+// The design's point: the first rank to call owns nothing, so its program is signals and waits (plus its local copies)
+// whatever the size, and it touches no peer memory; the last owns every pair and issues all of its pairs' copies.
+TEST(PairOwned, TheFirstRankOnlySignalsAndWaitsAndTheLastMovesItsPairs) {
+  std::mt19937 rng(3);
+  for (CollKind kind : kMovement) {
+    for (int n = 2; n <= 5; ++n) {
+      const std::vector<int> arrival = arrivalOrder(n, rng);
+      const int first = arrival.front(), last = arrival.back();
+      CollectiveCall call = movementCall(kind, n, size_t{1} << 20, false, /*root=*/static_cast<int>(rng() % n));
+      call.pairOwner = laterOwns(arrival);
+      const Schedule s = buildSchedule(call, BuildOptions{});
+      SCOPED_TRACE(std::string(collKindName(kind)) + " n=" + std::to_string(n) + " first " + std::to_string(first));
+      for (const Op& op : s.programs[static_cast<size_t>(first)].ops) {
+        if (const auto* c = std::get_if<Copy>(&op)) {
+          EXPECT_TRUE(c->src.rank == first && c->dst.rank == first) << "the first rank issues " << describeOp(op);
+        }
+        EXPECT_FALSE(std::holds_alternative<Reduce>(op));
+      }
+      for (int r = 0; r < n; ++r) {
+        if (r == last) continue;
+        forEachPeerLocation(s.programs[static_cast<size_t>(r)], r, [&](const Location& loc) {
+          EXPECT_NE(loc.rank, last) << "rank " << r << " touches the last rank's memory: the last owns that pair";
+        });
+      }
+    }
+  }
+}
+
+// A rank that owns none of its pairs can launch before its peers call: its program must be the same whatever the
+// peers' buffers (in place or not) and, for AllToAllv, whatever the counts of pairs it is not part of.
+TEST(PairOwned, ARankThatOwnsNothingNeedsOnlyItsOwnArguments) {
+  for (int n = 2; n <= 5; ++n) {
+    std::vector<int> arrival(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) arrival[static_cast<size_t>(i)] = i;  // rank 0 first: it owns nothing
+    const std::vector<int> owner = laterOwns(arrival);
+    for (CollKind kind : kMovement) {
+      CollectiveCall a = movementCall(kind, n, 4099, false, n - 1);
+      CollectiveCall b = a;
+      if (kind != CollKind::kAllToAll) {
+        for (int r = 1; r < n; ++r) b.inPlace[static_cast<size_t>(r)] = r % 2 == 1;  // the peers' choices differ
+      }
+      a.pairOwner = b.pairOwner = owner;
+      EXPECT_EQ(buildSchedule(a, BuildOptions{}).programs[0], buildSchedule(b, BuildOptions{}).programs[0])
+          << collKindName(kind) << " n=" << n;
+    }
+    CollectiveCall v = makeAllToAllv(n, 11 + static_cast<unsigned>(n));
+    CollectiveCall w = v;
+    // Counts between the other ranks change (rank 0's row and column stay): rank 0's program must not.
+    for (size_t r = 1; r < static_cast<size_t>(n); ++r) {
+      for (size_t p = 1; p < static_cast<size_t>(n); ++p) {
+        w.sendCounts[r][p] += 5;
+        w.recvCounts[p][r] += 5;
+      }
+    }
+    // Re-place the changed regions so that the call stays valid: displacements from the counts, no gaps.
+    for (auto* table : {&w.sendCounts, &w.recvCounts}) {
+      auto& displs = table == &w.sendCounts ? w.sendDispls : w.recvDispls;
+      for (size_t r = 1; r < static_cast<size_t>(n); ++r) {
+        size_t at = 0;
+        for (size_t p = 0; p < static_cast<size_t>(n); ++p) {
+          displs[r][p] = at;
+          at += (*table)[r][p];
+        }
+      }
+    }
+    v.pairOwner = w.pairOwner = owner;
+    expectValid(w, tinyOptions(1, 2));
+    EXPECT_EQ(buildSchedule(v, tinyOptions(1, 2)).programs[0], buildSchedule(w, tinyOptions(1, 2)).programs[0])
+        << "AllToAllv n=" << n;
+  }
+}
+
+TEST(PairOwned, InvalidOwnershipsAndKindsAreRefused) {
+  CollectiveCall call = movementCall(CollKind::kAllGather, 3, 100, false, 0);
+  call.pairOwner = {-1, 0, 0, 0, -1, 2, 0, 2, -1};
+  EXPECT_NO_THROW(buildSchedule(call, BuildOptions{}));
+  CollectiveCall asymmetric = call;
+  asymmetric.pairOwner[1] = 1;  // (0,1) owned by 1, (1,0) by 0
+  EXPECT_THROW(buildSchedule(asymmetric, BuildOptions{}), Error);
+  CollectiveCall outsider = call;
+  outsider.pairOwner[1] = outsider.pairOwner[3] = 2;  // pair (0,1) owned by rank 2
+  EXPECT_THROW(buildSchedule(outsider, BuildOptions{}), Error);
+  CollectiveCall shortTable = call;
+  shortTable.pairOwner.pop_back();
+  EXPECT_THROW(buildSchedule(shortTable, BuildOptions{}), Error);
+  CollectiveCall staged = call;
+  staged.peerScratchOnly = true;
+  EXPECT_THROW(buildSchedule(staged, BuildOptions{}), Error);
+  CollectiveCall reduction = movementCall(CollKind::kAllReduce, 3, 100, false, 0);
+  reduction.pairOwner = call.pairOwner;
+  EXPECT_THROW(buildSchedule(reduction, BuildOptions{}), Error);
+}
+
+}  // namespace
+}  // namespace conccl::sched::testing
