@@ -291,10 +291,7 @@ void validateCall(const CollectiveCall& call) {
   CONCCL_REQUIRE(!call.peerScratchOnly || call.kind != CollKind::kSendRecv,
                  what + "peerScratchOnly is not defined for SendRecv (its receives choose: P2POp::viaScratch)");
   if (!call.pairOwner.empty()) {
-    const bool movement = call.kind == CollKind::kAllGather || call.kind == CollKind::kBroadcast ||
-                          call.kind == CollKind::kAllToAll || call.kind == CollKind::kAllToAllv ||
-                          call.kind == CollKind::kGather || call.kind == CollKind::kScatter;
-    CONCCL_REQUIRE(movement, what + "pairOwner is defined for data movement only, not " + collKindName(call.kind));
+    CONCCL_REQUIRE(!isReduction(call.kind) && call.kind != CollKind::kSendRecv, what + "pairOwner is defined for data movement only, not " + collKindName(call.kind));
     CONCCL_REQUIRE(!call.peerScratchOnly, what + "pairOwner and peerScratchOnly exclude each other");
     CONCCL_REQUIRE(call.pairOwner.size() == n * n, what + "pairOwner must have nranks x nranks entries");
     for (size_t i = 0; i < n; ++i) {

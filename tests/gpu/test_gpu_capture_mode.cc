@@ -2,7 +2,7 @@
 // - A thread that called exec::relaxCaptureModeOfThisThread (the closer of retired peer mappings, the proxy of
 //   deferred calls) may allocate and free while another thread captures, and that capture stays valid.
 // - A device-wide wait (cudaDeviceSynchronize) fails and invalidates the capture whatever the waiting thread's mode
-//   (one H200, 2026-12-04: the relaxed mode did not save the collectives scenario's graph, 3 of 5 rounds): hence
+//   (one H200, 2026-12-04, docs/results/2026-12-04-h200-1gpu-capture-host-time/ run 1, this test): hence
 //   exec::CaptureWatch, which tells the closer about the captures conccl's calls saw, so that it waits until they end.
 // - A captured call's own side work (IPC mapping, scratch) runs in exec::RelaxedCaptureScope.
 #include <cuda_runtime_api.h>

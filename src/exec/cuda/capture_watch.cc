@@ -21,11 +21,6 @@ unsigned long long captureOf(cudaStream_t stream, CaptureStatus* status) {
   return id;
 }
 
-unsigned long long activeCaptureOf(cudaStream_t stream) {
-  CaptureStatus status;
-  return captureOf(stream, &status);
-}
-
 }  // namespace
 
 CaptureWatch& CaptureWatch::instance() {
@@ -51,8 +46,9 @@ bool CaptureWatch::noKnownCapture() {
   if (known_.load(std::memory_order_acquire) == 0) return true;
   std::lock_guard<std::mutex> lock(mutex_);
   bool none = true;
+  CaptureStatus status;
   for (auto it = capturing_.begin(); it != capturing_.end();) {
-    if (activeCaptureOf(it->first) == it->second) {
+    if (captureOf(it->first, &status) == it->second) {
       none = false;
       ++it;
     } else {

@@ -73,16 +73,8 @@ void CopyEngineProgram::checkCaptureStillValid(const char* where) const {
 void CopyEngineProgram::enqueue(const sched::RankProgram& program) {
   if (setup_.chunkEvents != nullptr) chunkRecorded_.assign(setup_.chunkEvents->size(), false);
   checkCaptureStillValid("before the call's program was enqueued");
-  size_t index = 0;
-  for (const sched::Op& op : program.ops) {
-    const auto checkAfter = [&] {
-      if (!setup_.eager) {
-        checkCaptureStillValid(("at op " + std::to_string(index) + " (" + opKindName(op) + ") of " +
-                                std::to_string(program.ops.size()))
-                                   .c_str());
-      }
-      ++index;
-    };
+  for (size_t index = 0; index < program.ops.size(); ++index) {
+    const sched::Op& op = program.ops[index];
     // Consecutive memory operations on M (Waits, and Signals that run on M) are enqueued together: one
     // cuStreamBatchMemOp, executed in order. The batch is flushed before any other op, so the ordering rules of
     // the execution model are unchanged; only the number of CUDA calls drops (each costs ~3-4 us in our VM).
@@ -100,7 +92,11 @@ void CopyEngineProgram::enqueue(const sched::RankProgram& program) {
     } else if (const auto* mark = std::get_if<sched::Ready>(&op)) {
       ready(*mark);
     }
-    checkAfter();
+    if (!setup_.eager) {
+      checkCaptureStillValid(
+          ("at op " + std::to_string(index) + " (" + opKindName(op) + ") of " + std::to_string(program.ops.size()))
+              .c_str());
+    }
   }
   finish();
   checkCaptureStillValid("at the end of the call's program");

@@ -40,14 +40,6 @@ bool idleWithin(const std::vector<cudaStream_t>& streams, Clock::duration limit)
   for (;;) {
     bool idle = true;
     for (cudaStream_t s : streams) {
-      // A stream in an open capture (the caller aborts before ending it) never drains, and querying it would
-      // invalidate that capture: not idle.
-      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-      CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
-      if (capture != cudaStreamCaptureStatusNone) {
-        idle = false;
-        break;
-      }
       const cudaError_t status = cudaStreamQuery(s);
       if (status == cudaErrorNotReady) {
         idle = false;

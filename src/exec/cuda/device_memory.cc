@@ -28,26 +28,32 @@ void* cudaAllocate(size_t bytes) {
 
 void cudaRelease(void* ptr) { CUDA_CHECK(cudaFree(ptr)); }
 
+namespace {
+// Sets the calling thread's capture interaction mode to `mode`; false (and `mode` unchanged) when CUDA refused,
+// else `mode` is the thread's previous mode.
+bool exchangeCaptureMode(cudaStreamCaptureMode& mode) {
+  if (cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  return false;
+}
+}  // namespace
+
 void relaxCaptureModeOfThisThread() {
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) (void)cudaGetLastError();
+  (void)exchangeCaptureMode(mode);
 }
 
 RelaxedCaptureScope::RelaxedCaptureScope(bool active) : active_(active) {
   if (!active_) return;
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
-    (void)cudaGetLastError();
-    active_ = false;
-    return;
-  }
+  active_ = exchangeCaptureMode(mode);
   previousMode_ = static_cast<int>(mode);
 }
 
 RelaxedCaptureScope::~RelaxedCaptureScope() {
   if (!active_) return;
   auto mode = static_cast<cudaStreamCaptureMode>(previousMode_);
-  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) (void)cudaGetLastError();
+  (void)exchangeCaptureMode(mode);
 }
 
 }  // namespace conccl::exec

@@ -21,21 +21,6 @@ namespace {
 // and pointers).
 constexpr uint32_t kCaptureOnUse = 2;
 
-// Makes this thread's capture interaction mode relaxed for a scope. Instantiating a graph may count as a "potentially
-// unsafe" call, which CUDA refuses (and which invalidates the other capture) while another thread of the application
-// captures in global mode, e.g. a framework capturing its model while a helper thread calls conccl eagerly. NCCL
-// guards its own allocations the same way.
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode() { CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&previous_)); }
-  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&previous_); }
-  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
-  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
-
- private:
-  cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
-};
-
 // Replays by every communicator of the process (graphCacheReplays() in exec/executor.h, for tests).
 std::atomic<size_t> graphCacheReplayCount{0};
 std::atomic<size_t> graphCacheLaneReplayCount{0};  // of which programs with lanes (graphCacheLaneReplays())
@@ -93,7 +78,11 @@ bool RankGraphCache::launch(RankState& s, const CallShape& shape, const CopyEngi
 
 GraphExec RankGraphCache::capture(RankState& s, const CopyEngineSetup& eagerSetup, const LocationResolver& resolve,
                                   const sched::RankProgram& program) {
-  const RelaxedCaptureMode relaxed;
+  // Relaxed for the scope: instantiating a graph may count as a "potentially unsafe" call, which CUDA refuses (and
+  // which invalidates the other capture) while another thread of the application captures in global mode, e.g. a
+  // framework capturing its model while a helper thread calls conccl eagerly. NCCL guards its own allocations the
+  // same way.
+  const RelaxedCaptureScope relaxed(true);
   CopyEngineSetup setup = eagerSetup;
   setup.main = captureStream_.get();
   setup.eager = false;  // no done marker inside the graph: launch() writes it after every replay
