@@ -18,6 +18,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "exec/executor.h"
@@ -170,20 +171,28 @@ TEST(CaptureIpc, MappingAndUnmappingAPeersBufferLeaveAGlobalCaptureValid) {
   std::fprintf(stderr, "CaptureIpc: mapping in global mode during the capture: %s; the capture's end: %s\n",
                cudaGetErrorString(openGlobal), cudaGetErrorString(end));
 
+  // The closer's way: a relaxed thread unmaps `mapped` while this thread captures; the unmap's result, then the
+  // capture's end.
+  auto unmapBesideACapture = [&](void* mapped) {
+    cap.begin();
+    exec::noteCallStream(cap.stream);
+    cudaError_t closeResult = cudaErrorUnknown;
+    std::thread([&] {
+      exec::relaxCaptureModeOfThisThread();
+      closeResult = cudaIpcCloseMemHandle(mapped);
+      (void)cudaGetLastError();
+    }).join();
+    const cudaError_t captureEnd = cap.end();
+    exec::noteCallStream(cap.stream);
+    return std::make_pair(closeResult, captureEnd);
+  };
+
   // 3. The closer (relaxed) unmaps a buffer during another thread's capture.
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  cap.begin();
-  exec::noteCallStream(cap.stream);
-  cudaError_t closeResult = cudaErrorUnknown;
-  std::thread([&] {
-    exec::relaxCaptureModeOfThisThread();
-    closeResult = cudaIpcCloseMemHandle(mapped0);
-    (void)cudaGetLastError();
-  }).join();
-  end = cap.end();
-  exec::noteCallStream(cap.stream);
+  auto [closeResult, closeEnd] = unmapBesideACapture(mapped0);
   EXPECT_EQ(closeResult, cudaSuccess) << "unmapping from a relaxed thread: " << cudaGetErrorString(closeResult);
-  EXPECT_EQ(end, cudaSuccess) << "unmapping from a relaxed thread invalidated the capture: " << cudaGetErrorString(end);
+  EXPECT_EQ(closeEnd, cudaSuccess) << "unmapping from a relaxed thread invalidated the capture: "
+                                   << cudaGetErrorString(closeEnd);
 
   // 3b. The same for a mapping that holds the last reference to its memory: the peer freed the buffer first (the
   // closer's usual case: the scenario's peers free their buffers and conccl unmaps them in the background).
@@ -191,20 +200,11 @@ TEST(CaptureIpc, MappingAndUnmappingAPeersBufferLeaveAGlobalCaptureValid) {
   ASSERT_EQ(cudaIpcOpenMemHandle(&mapped2, helper.handles[2], cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
   ASSERT_TRUE(helper.freeAllocation(2)) << "the helper did not free its allocation";
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  cap.begin();
-  exec::noteCallStream(cap.stream);
-  closeResult = cudaErrorUnknown;
-  std::thread([&] {
-    exec::relaxCaptureModeOfThisThread();
-    closeResult = cudaIpcCloseMemHandle(mapped2);
-    (void)cudaGetLastError();
-  }).join();
-  end = cap.end();
-  exec::noteCallStream(cap.stream);
-  EXPECT_EQ(closeResult, cudaSuccess) << "unmapping freed memory from a relaxed thread: " << cudaGetErrorString(closeResult);
-  EXPECT_EQ(end, cudaSuccess) << "unmapping a peer's freed memory (the last reference) from a relaxed thread "
-                                 "invalidated the capture: "
-                              << cudaGetErrorString(end);
+  auto [freedClose, freedEnd] = unmapBesideACapture(mapped2);
+  EXPECT_EQ(freedClose, cudaSuccess) << "unmapping freed memory from a relaxed thread: " << cudaGetErrorString(freedClose);
+  EXPECT_EQ(freedEnd, cudaSuccess) << "unmapping a peer's freed memory (the last reference) from a relaxed thread "
+                                      "invalidated the capture: "
+                                   << cudaGetErrorString(freedEnd);
 
   // 4. A device-wide wait that began before the capture (a host function holds the device 300 ms) and ends during it.
   cudaStream_t busy = nullptr;

@@ -30,19 +30,45 @@ cudaError_t captureBeside(cudaStream_t stream, void* buf, size_t bytes, const st
   return cudaStreamEndCapture(stream, graph);
 }
 
-TEST(CaptureMode, AThreadInRelaxedModeMayAllocateBesideAGlobalCapture) {
-  SKIP_WITHOUT_GPU();
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  const size_t bytes = 1 << 16;
-  void* buf = nullptr;
-  ASSERT_EQ(cudaMalloc(&buf, bytes), cudaSuccess);
-  ASSERT_EQ(cudaMemset(buf, 0, bytes), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+// A stream, a device buffer and a helper to replay a captured graph; every test captures a memset of the buffer.
+class CaptureMode : public ::testing::Test {
+ protected:
+  static constexpr size_t kBytes = 1 << 16;
+
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&buf_, kBytes), cudaSuccess);
+    ASSERT_EQ(cudaMemset(buf_, 0, kBytes), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  void TearDown() override {
+    (void)cudaGetLastError();
+    if (buf_ != nullptr) cudaFree(buf_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  // The graph is whole: replayed, it sets every byte of the buffer to `value`. Destroys `graph`.
+  void expectReplaySets(cudaGraph_t graph, unsigned char value) {
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    std::vector<unsigned char> host(kBytes);
+    ASSERT_EQ(cudaMemcpyAsync(host.data(), buf_, kBytes, cudaMemcpyDeviceToHost, stream_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    for (unsigned char c : host) ASSERT_EQ(c, value);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+
+  cudaStream_t stream_ = nullptr;
+  void* buf_ = nullptr;
+};
+
+TEST_F(CaptureMode, AThreadInRelaxedModeMayAllocateBesideAGlobalCapture) {
   cudaError_t mallocResult = cudaErrorUnknown, freeResult = cudaErrorUnknown;
   cudaGraph_t graph = nullptr;
   const cudaError_t end = captureBeside(
-      stream, buf, bytes,
+      stream_, buf_, kBytes,
       [&] {
         exec::relaxCaptureModeOfThisThread();
         void* p = nullptr;
@@ -53,32 +79,15 @@ TEST(CaptureMode, AThreadInRelaxedModeMayAllocateBesideAGlobalCapture) {
   EXPECT_EQ(mallocResult, cudaSuccess) << cudaGetErrorString(mallocResult);
   EXPECT_EQ(freeResult, cudaSuccess) << cudaGetErrorString(freeResult);
   ASSERT_EQ(end, cudaSuccess) << "the capture was invalidated: " << cudaGetErrorString(end);
-  // The graph is whole: replayed, it sets the buffer.
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  std::vector<unsigned char> host(bytes);
-  ASSERT_EQ(cudaMemcpyAsync(host.data(), buf, bytes, cudaMemcpyDeviceToHost, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  for (unsigned char c : host) ASSERT_EQ(c, 0x7f);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaFree(buf);
-  cudaStreamDestroy(stream);
+  expectReplaySets(graph, 0x7f);
 }
 
 // Why the closer must know about captures: relaxed or not, a device-wide wait breaks another thread's capture.
-TEST(CaptureMode, ADeviceWideWaitInvalidatesAGlobalCaptureEvenFromARelaxedThread) {
-  SKIP_WITHOUT_GPU();
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  void* buf = nullptr;
-  ASSERT_EQ(cudaMalloc(&buf, 1 << 16), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+TEST_F(CaptureMode, ADeviceWideWaitInvalidatesAGlobalCaptureEvenFromARelaxedThread) {
   cudaError_t syncResult = cudaSuccess;
   cudaGraph_t graph = nullptr;
   const cudaError_t end = captureBeside(
-      stream, buf, 1 << 16,
+      stream_, buf_, kBytes,
       [&] {
         exec::relaxCaptureModeOfThisThread();
         syncResult = cudaDeviceSynchronize();
@@ -88,27 +97,17 @@ TEST(CaptureMode, ADeviceWideWaitInvalidatesAGlobalCaptureEvenFromARelaxedThread
   EXPECT_NE(syncResult, cudaSuccess) << "cudaDeviceSynchronize was allowed during another thread's global capture";
   EXPECT_NE(end, cudaSuccess) << "the capture survived a device-wide wait from a relaxed thread";
   if (end == cudaSuccess) cudaGraphDestroy(graph);
-  cudaGetLastError();
-  cudaFree(buf);
-  cudaStreamDestroy(stream);
 }
 
 // What a captured call does on the capturing thread itself (map a peer's buffer, allocate scratch): inside
 // exec::RelaxedCaptureScope it is allowed and the capture stays valid; the caller's global mode is back afterwards.
-TEST(CaptureMode, ACallInARelaxedScopeMayAllocateDuringItsOwnGlobalCapture) {
-  SKIP_WITHOUT_GPU();
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  const size_t bytes = 1 << 16;
-  void* buf = nullptr;
-  ASSERT_EQ(cudaMalloc(&buf, bytes), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  ASSERT_EQ(cudaMemsetAsync(buf, 0x3c, bytes, stream), cudaSuccess);
+TEST_F(CaptureMode, ACallInARelaxedScopeMayAllocateDuringItsOwnGlobalCapture) {
+  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(buf_, 0x3c, kBytes, stream_), cudaSuccess);
   void* scratch = nullptr;
   cudaError_t inScope = cudaErrorUnknown;
   {
-    const exec::RelaxedCaptureScope relaxed(exec::noteCallStream(stream) == exec::CaptureStatus::kActive);
+    const exec::RelaxedCaptureScope relaxed(exec::noteCallStream(stream_) == exec::CaptureStatus::kActive);
     inScope = cudaMalloc(&scratch, 1 << 20);
   }
   cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
@@ -116,39 +115,24 @@ TEST(CaptureMode, ACallInARelaxedScopeMayAllocateDuringItsOwnGlobalCapture) {
   EXPECT_EQ(mode, cudaStreamCaptureModeGlobal) << "the scope did not restore the caller's mode";
   ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
   cudaGraph_t graph = nullptr;
-  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
   EXPECT_EQ(inScope, cudaSuccess) << cudaGetErrorString(inScope);
   ASSERT_EQ(end, cudaSuccess) << "the capture was invalidated: " << cudaGetErrorString(end);
-  exec::noteCallStream(stream);  // the capture ended: the watch forgets it
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  std::vector<unsigned char> host(bytes);
-  ASSERT_EQ(cudaMemcpyAsync(host.data(), buf, bytes, cudaMemcpyDeviceToHost, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  for (unsigned char c : host) ASSERT_EQ(c, 0x3c);
+  exec::noteCallStream(stream_);  // the capture ended: the watch forgets it
+  expectReplaySets(graph, 0x3c);
   if (scratch != nullptr) cudaFree(scratch);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaFree(buf);
-  cudaStreamDestroy(stream);
 }
 
 // The watch sees a capture through a call's stream, from another thread without disturbing it, until it ends.
-TEST(CaptureMode, TheWatchKnowsACaptureSeenByACallUntilItEnds) {
-  SKIP_WITHOUT_GPU();
-  cudaStream_t stream = nullptr, other = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+TEST_F(CaptureMode, TheWatchKnowsACaptureSeenByACallUntilItEnds) {
+  cudaStream_t other = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
-  void* buf = nullptr;
-  ASSERT_EQ(cudaMalloc(&buf, 1 << 16), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   exec::CaptureWatch& watch = exec::CaptureWatch::instance();
   exec::noteCallStream(other);  // not capturing: nothing to remember
   EXPECT_TRUE(watch.noKnownCapture());
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  ASSERT_EQ(cudaMemsetAsync(buf, 1, 1 << 16, stream), cudaSuccess);
-  exec::noteCallStream(stream);  // what a call on the capturing stream does
+  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(buf_, 1, kBytes, stream_), cudaSuccess);
+  exec::noteCallStream(stream_);  // what a call on the capturing stream does
   bool seenFromAnotherThread = false;
   std::thread([&] {
     exec::relaxCaptureModeOfThisThread();
@@ -156,41 +140,30 @@ TEST(CaptureMode, TheWatchKnowsACaptureSeenByACallUntilItEnds) {
   }).join();
   EXPECT_TRUE(seenFromAnotherThread) << "a background thread did not see the capture a call reported";
   cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << "asking about the capture invalidated it";
+  ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess) << "asking about the capture invalidated it";
   EXPECT_TRUE(watch.noKnownCapture()) << "the capture ended but the watch still knows it";
   // A second capture on the same stream is a new one; a call on the stream after it ends forgets it too.
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  ASSERT_EQ(cudaMemsetAsync(buf, 2, 1 << 16, stream), cudaSuccess);
-  exec::noteCallStream(stream);
+  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(buf_, 2, kBytes, stream_), cudaSuccess);
+  exec::noteCallStream(stream_);
   EXPECT_FALSE(watch.noKnownCapture());
   cudaGraph_t graph2 = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph2), cudaSuccess);
-  exec::noteCallStream(stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream_, &graph2), cudaSuccess);
+  exec::noteCallStream(stream_);
   EXPECT_TRUE(watch.noKnownCapture());
   cudaGraphDestroy(graph);
   cudaGraphDestroy(graph2);
-  cudaFree(buf);
-  cudaStreamDestroy(stream);
   cudaStreamDestroy(other);
 }
 
-TEST(CaptureMode, ControlAThreadInTheDefaultModeInvalidatesTheCapture) {
-  SKIP_WITHOUT_GPU();
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  void* buf = nullptr;
-  ASSERT_EQ(cudaMalloc(&buf, 1 << 16), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+TEST_F(CaptureMode, ControlAThreadInTheDefaultModeInvalidatesTheCapture) {
   cudaError_t syncResult = cudaSuccess;
   cudaGraph_t graph = nullptr;
   const cudaError_t end = captureBeside(
-      stream, buf, 1 << 16, [&] { syncResult = cudaDeviceSynchronize(); }, &graph);
+      stream_, buf_, kBytes, [&] { syncResult = cudaDeviceSynchronize(); }, &graph);
   EXPECT_NE(syncResult, cudaSuccess) << "cudaDeviceSynchronize was allowed during another thread's global capture";
   EXPECT_NE(end, cudaSuccess) << "the capture survived an unsafe call from a thread in the default mode";
   if (end == cudaSuccess) cudaGraphDestroy(graph);
-  cudaGetLastError();
-  cudaFree(buf);
-  cudaStreamDestroy(stream);
 }
 
 }  // namespace

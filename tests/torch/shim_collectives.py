@@ -200,6 +200,24 @@ def run_subgroups(world, rank, device):
             check_sum(f"new_group({evens}) all_reduce", t, e64.sum(0), e64.abs().sum(0), len(evens), dtype)
 
 
+def capture_after_warmup(ops, after_warmup=None):
+    """Runs ops() three times on a side stream (the warm-up torch's CUDA graph docs ask for), calls after_warmup(), then
+    captures ops() into a CUDA graph and returns it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            ops()
+    torch.cuda.current_stream().wait_stream(side)
+    if after_warmup is not None:
+        after_warmup()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ops()
+    return graph
+
+
 def run_graph(args, world, rank, device, dtype, n):
     """A few collectives captured once into a CUDA graph, replayed on new data (copied into the static inputs)."""
     m = max(1, n // world)
@@ -220,16 +238,7 @@ def run_graph(args, world, rank, device, dtype, n):
         if premul is not None:
             dist.all_reduce(p_in, op=premul)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):  # warm-up outside capture, as torch's CUDA graph docs ask
-            ops()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        ops()
+    graph = capture_after_warmup(ops)
     tag = f"graph {dtype} n={n}"
     for replay in range(args.replays):
         case = Case(f"graph{replay}", world, device, dtype)
@@ -272,17 +281,7 @@ def run_graph_fresh(args, world, rank, device, dtype, n):
         dist.all_gather_into_tensor(g, y[:m].contiguous())
         held["y"], held["g"] = y, g
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):  # warm-up: its tensors are freed afterwards, so the peers retire them
-            ops()
-    torch.cuda.current_stream().wait_stream(side)
-    held.clear()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        ops()
+    graph = capture_after_warmup(ops, held.clear)  # the warm-up's tensors freed: the peers retire them
     tag = f"graph, tensors allocated in the capture, {dtype} n={n}"
     for replay in range(args.replays):
         case = Case(f"graphfresh{replay}", world, device, dtype)

@@ -21,15 +21,6 @@ namespace {
 using sched::CollKind;
 using sched::CollectiveCall;
 
-std::vector<int> randomOwners(int n, std::mt19937& rng) {
-  const auto m = static_cast<size_t>(n);
-  std::vector<int> owner(m * m, -1);
-  for (size_t i = 0; i < m; ++i) {
-    for (size_t j = i + 1; j < m; ++j) owner[i * m + j] = owner[j * m + i] = static_cast<int>(rng() % 2 ? i : j);
-  }
-  return owner;
-}
-
 // Every rank's buffers of one call, filled with fresh random floats (outputs with a poison value).
 struct Buffers {
   std::vector<std::vector<std::vector<float>>> bytes;  // [rank][buffer index] -> elements
@@ -92,7 +83,7 @@ TEST(HostPairOwned, MovementCollectivesRunCorrectlyWithAChangingOwnershipBackToB
         const size_t count = call % 2 == 0 ? 1000 : 70000;  // the large one is split across lanes
         CollectiveCall c = sched::testing::makeCall(kind, n, count, concclFloat32, concclSum,
                                                     static_cast<int>(rng() % static_cast<unsigned>(n)), false);
-        c.pairOwner = randomOwners(n, rng);
+        c.pairOwner = sched::testing::randomPairOwners(n, rng);
         const sched::Schedule s = sched::buildSchedule(c, executor->buildOptions());
         ASSERT_EQ(s.algorithm, "pair-owned");
         Buffers b(c, rng);

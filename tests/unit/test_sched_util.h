@@ -87,6 +87,16 @@ inline void expectValid(const CollectiveCall& call, const BuildOptions& options,
   }
 }
 
+// A CollectiveCall::pairOwner table with a random owner (one of the two) for each pair.
+inline std::vector<int> randomPairOwners(int nranks, std::mt19937& rng) {
+  const auto n = static_cast<size_t>(nranks);
+  std::vector<int> owner(n * n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = i + 1; j < n; ++j) owner[i * n + j] = owner[j * n + i] = static_cast<int>(rng() % 2 == 0 ? i : j);
+  }
+  return owner;
+}
+
 inline BuildOptions tinyOptions(int depth, int lanes) {
   BuildOptions o;
   o.scratchBudget = 64u << 10;

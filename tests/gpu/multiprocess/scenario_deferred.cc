@@ -410,30 +410,46 @@ void scenarioMemoryKinds(concclComm_t comm, int rank, int nranks, cudaStream_t s
   std::fprintf(stderr, "rank %d: every collective on memory CUDA IPC cannot share:%s\n", rank, report.c_str());
 }
 
+namespace {
+// Every rank reaches this point together; the last one kills itself (SIGKILL) 300 ms later. Returns the start of
+// those 300 ms (on the survivors).
+Clock::time_point lastRankDiesIn300Ms(int rank, int nranks) {
+  const auto t0 = Clock::now();
+  if (rank == nranks - 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kill(getpid(), SIGKILL);
+  }
+  return t0;
+}
+
+// Polls the communicator's asynchronous error until the kill (300 ms after t0) is reported; throws unless that takes at
+// most 1 s. Returns the milliseconds from the kill to the report, and the error in *async.
+double killReportedAfterMs(concclComm_t comm, Clock::time_point t0, const std::string& during, concclResult_t* async) {
+  *async = concclSuccess;
+  while (*async == concclSuccess && usSince(t0) < 30e6) {
+    ok(concclCommGetAsyncError(comm, async), comm, "concclCommGetAsyncError");
+    if (*async == concclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const double sinceKillMs = usSince(t0) / 1000.0 - 300.0;
+  if (*async == concclSuccess) throw std::runtime_error("the killed peer was never reported" + during);
+  if (sinceKillMs > 1000.0) {
+    throw std::runtime_error("the killed peer was reported " + std::to_string(sinceKillMs) + " ms after the kill");
+  }
+  return sinceKillMs;
+}
+}  // namespace
+
 void scenarioDeferredKill(concclComm_t& comm, int rank, int nranks, cudaStream_t stream, bool onGpu) {
   const size_t count = onGpu ? (size_t{1} << 18) : (size_t{16} << 20);  // 1 MiB (staged) or 64 MiB (deferred)
   Buf a(count * 4), b(count * 4);
   ok(concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, comm, stream), comm, "AllReduce before");
   syncBounded(stream, "AllReduce before", 120);
-  // Every rank passes this point together (the call above completed everywhere); the victim dies 300 ms later.
-  const bool victim = rank == nranks - 1;
-  const auto t0 = Clock::now();
-  if (victim) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    kill(getpid(), SIGKILL);
-  }
+  // Every rank passes this point together (the call above completed everywhere).
+  const auto t0 = lastRankDiesIn300Ms(rank, nranks);
   ok(concclAllReduce(a.p, b.p, count, concclFloat32, concclSum, comm, stream), comm, "AllReduce (peer dies)");
   const double enqueueMs = usSince(t0) / 1000.0;
   concclResult_t async = concclSuccess;
-  while (async == concclSuccess && usSince(t0) < 30e6) {
-    ok(concclCommGetAsyncError(comm, &async), comm, "concclCommGetAsyncError");
-    if (async == concclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  const double sinceKillMs = usSince(t0) / 1000.0 - 300.0;
-  if (async == concclSuccess) throw std::runtime_error("the killed peer was never reported");
-  if (sinceKillMs > 1000.0) {
-    throw std::runtime_error("the killed peer was reported " + std::to_string(sinceKillMs) + " ms after the kill");
-  }
+  const double sinceKillMs = killReportedAfterMs(comm, t0, "", &async);
   syncBounded(stream, "stream after the kill", 30);
   ok(concclCommAbort(comm), nullptr, "concclCommAbort");
   comm = nullptr;
@@ -460,22 +476,10 @@ void scenarioGraphKill(concclComm_t& comm, int rank, int nranks, cudaStream_t st
   // Every rank's first replay needed every peer's: all ranks pass this point together; the victim dies 300 ms later.
   ok(concclAllReduce(a.p, b.p, 1, concclFloat32, concclSum, comm, stream), comm, "AllReduce (barrier)");
   syncBounded(stream, "barrier", 120);
-  const auto t0 = Clock::now();
-  if (rank == nranks - 1) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    kill(getpid(), SIGKILL);
-  }
+  const auto t0 = lastRankDiesIn300Ms(rank, nranks);
   cudaOk(cudaGraphLaunch(exec, stream), "replay (peer dies)");
   concclResult_t async = concclSuccess;
-  while (async == concclSuccess && usSince(t0) < 30e6) {
-    ok(concclCommGetAsyncError(comm, &async), comm, "concclCommGetAsyncError");
-    if (async == concclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  const double sinceKillMs = usSince(t0) / 1000.0 - 300.0;
-  if (async == concclSuccess) throw std::runtime_error("the killed peer was never reported during a graph replay");
-  if (sinceKillMs > 1000.0) {
-    throw std::runtime_error("the killed peer was reported " + std::to_string(sinceKillMs) + " ms after the kill");
-  }
+  const double sinceKillMs = killReportedAfterMs(comm, t0, " during a graph replay", &async);
   syncBounded(stream, "the replay after the kill", 30);
   ok(concclCommAbort(comm), nullptr, "concclCommAbort");
   comm = nullptr;
