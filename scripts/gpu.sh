@@ -789,7 +789,8 @@ phase_fused() {
 # ==================================================================================================================
 phase_torch() {
   if [ ! -f tests/torch/run_all.sh ]; then skip run_all "tests/torch/run_all.sh does not exist (yet)"; return; fi
-  step run_all 540 env OUT="$pdir/run_all" PY="$PY" NCCL_LIB="$NCCL_LIB" STAGE="$stage" bash tests/torch/run_all.sh
+  step run_all 540 env PY="$PY" NCCL_LIB="$NCCL_LIB" BUDGET_S=500 bash tests/torch/run_all.sh \
+    "$lib/libconccl_nccl.so" "$pdir/run_all"
 }
 
 # ==================================================================================================================
@@ -808,8 +809,8 @@ phase_capture() {
   done
   step graph-kill 120 "$bin/test_gpu_multiprocess" --gtest_filter='*PeerKilledDuringAGraphReplay*'
   if [ -f tests/torch/run_all.sh ]; then
-    step torch-graphs 300 env OUT="$pdir/torch-graphs" PY="$PY" NCCL_LIB="$NCCL_LIB" STAGE="$stage" \
-      CASES=workloads WORKLOAD_CASES=graphs,compile bash tests/torch/run_all.sh
+    step torch-graphs 300 env PY="$PY" NCCL_LIB="$NCCL_LIB" BUDGET_S=270 CASES=workloads \
+      WORKLOAD_CASES=graphs,compile bash tests/torch/run_all.sh "$lib/libconccl_nccl.so" "$pdir/torch-graphs"
   fi
 }
 

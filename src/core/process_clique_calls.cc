@@ -26,8 +26,7 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   HostLaps::lap("api and group");
   checkHealthy();
   const cudaStream_t stream = ticket.call->args[static_cast<size_t>(rank_)]->stream;
-  // Before anything of this call can retire a peer's mapping (the closer then holds back during this capture).
-  const exec::CaptureStatus atEntry = exec::noteCallStream(stream);
+  const exec::CaptureStatus atEntry = exec::captureStatusOf(stream);
   if (atEntry == exec::CaptureStatus::kInvalidated) {
     CONCCL_THROW(concclInvalidUsage, ticket.what + ": the graph capture on the caller's stream was invalidated before "
                                                    "this call (by an earlier CUDA call of the capture)");

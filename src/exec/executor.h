@@ -194,16 +194,14 @@ struct ProcessTopology {
 };
 // The calling thread's current CUDA device. Throws concclNotSupported without CUDA.
 int cudaCurrentDevice();
-// For conccl's own background threads, first thing: their CUDA calls (unmapping a peer's buffer, waiting for the
-// device, launching a deferred call) must neither fail nor invalidate a graph another thread captures in
-// cudaStreamCaptureModeGlobal (PyTorch's torch.cuda.graph), since nothing they do belongs in it. Sets the calling
-// thread's capture interaction mode to relaxed. Nothing without CUDA.
+// For conccl's own background threads, first thing: their CUDA calls (unmapping a peer's buffer, launching a
+// deferred call) must neither fail nor invalidate a graph another thread captures in cudaStreamCaptureModeGlobal
+// (PyTorch's torch.cuda.graph), since nothing they do belongs in it. Sets the calling thread's capture interaction
+// mode to relaxed. Nothing without CUDA. Relaxed mode does not cover everything: a device-wide wait
+// (cudaDeviceSynchronize) from any thread invalidates another thread's global capture (tests/gpu/
+// test_gpu_capture_mode.cc), so no background thread of conccl ever makes one.
 void relaxCaptureModeOfThisThread();
-// Every call across processes, on the calling thread: reports whether `stream` is being captured into a CUDA graph,
-// so that conccl's background threads hold back device-wide waits while that capture is in progress
-// (exec/cuda/capture_watch.h). kNone without CUDA.
 enum class CaptureStatus { kNone, kActive, kInvalidated };
-CaptureStatus noteCallStream(cudaStream_t stream);
 // The capture status of `stream` now (kNone without CUDA or when CUDA cannot say).
 CaptureStatus captureStatusOf(cudaStream_t stream);
 // For the length of a call on a stream being captured (`active`): the calling thread's capture mode is relaxed, so

@@ -4,7 +4,9 @@
 // - A call's own thread, in exec::RelaxedCaptureScope, maps a peer's buffer during its capture: the capture stays valid.
 // - The closer (relaxed) unmaps a peer's buffer during another thread's capture, also one the peer has freed (the
 //   mapping holds the last reference to the memory): the capture stays valid.
-// - A device-wide wait the closer began before the capture began does not invalidate it.
+// - A device-wide wait begun before the capture began does not invalidate it.
+// - conccl's closer (exec::IpcImportTable) unmaps a peer's freed buffer during a capture no conccl call has seen: the
+//   capture stays valid.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -21,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "exec/cuda/ipc_import_table.h"
 #include "exec/executor.h"
 #include "gpu/gpu_test_util.h"
 
@@ -154,11 +157,10 @@ TEST(CaptureIpc, MappingAndUnmappingAPeersBufferLeaveAGlobalCaptureValid) {
   void* mapped0 = nullptr;
   cudaError_t open = cudaErrorUnknown;
   {
-    const exec::RelaxedCaptureScope relaxed(exec::noteCallStream(cap.stream) == exec::CaptureStatus::kActive);
+    const exec::RelaxedCaptureScope relaxed(exec::captureStatusOf(cap.stream) == exec::CaptureStatus::kActive);
     open = cudaIpcOpenMemHandle(&mapped0, helper.handles[0], cudaIpcMemLazyEnablePeerAccess);
   }
   cudaError_t end = cap.end();
-  exec::noteCallStream(cap.stream);
   EXPECT_EQ(open, cudaSuccess) << "mapping in the relaxed scope: " << cudaGetErrorString(open);
   EXPECT_EQ(end, cudaSuccess) << "mapping in the relaxed scope invalidated the capture: " << cudaGetErrorString(end);
 
@@ -175,7 +177,6 @@ TEST(CaptureIpc, MappingAndUnmappingAPeersBufferLeaveAGlobalCaptureValid) {
   // capture's end.
   auto unmapBesideACapture = [&](void* mapped) {
     cap.begin();
-    exec::noteCallStream(cap.stream);
     cudaError_t closeResult = cudaErrorUnknown;
     std::thread([&] {
       exec::relaxCaptureModeOfThisThread();
@@ -183,7 +184,6 @@ TEST(CaptureIpc, MappingAndUnmappingAPeersBufferLeaveAGlobalCaptureValid) {
       (void)cudaGetLastError();
     }).join();
     const cudaError_t captureEnd = cap.end();
-    exec::noteCallStream(cap.stream);
     return std::make_pair(closeResult, captureEnd);
   };
 
@@ -226,6 +226,29 @@ TEST(CaptureIpc, MappingAndUnmappingAPeersBufferLeaveAGlobalCaptureValid) {
                cudaGetErrorString(syncResult), cudaGetErrorString(end));
   EXPECT_EQ(end, cudaSuccess) << "a device-wide wait begun before the capture invalidated it";
   cudaStreamDestroy(busy);
+
+  // 5. conccl's own closer, as a call that retires a peer's mapping runs it (IpcImportTable::release in the
+  // background), during a capture no conccl call has seen (a caller that captures its own kernels first): the peer
+  // freed the buffer, the closer unmaps it while this thread captures, and the capture stays valid. Until
+  // 2026-12-04 the closer waited for the device before it unmapped, which invalidated such a capture.
+  exec::BufferExport exported;
+  exported.allocId = 0xC1053D;  // any id no other test uses in this process
+  exported.pid = helper.pid;
+  std::memcpy(exported.handle, &helper.handles[3], sizeof(cudaIpcMemHandle_t));
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  exec::IpcImportTable& table = exec::IpcImportTable::instance();
+  ASSERT_NE(table.acquire(exported, device), nullptr);
+  ASSERT_TRUE(helper.freeAllocation(3)) << "the helper did not free its allocation";
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cap.begin();
+  table.release(exported.pid, exported.allocId, device, /*inBackground=*/true);
+  const bool closed = table.waitForBackgroundCloses(std::chrono::seconds(10));
+  end = cap.end();
+  EXPECT_TRUE(closed) << "the closer did not unmap within 10 s during the capture";
+  EXPECT_EQ(end, cudaSuccess) << "conccl's closer invalidated a capture it had not seen: " << cudaGetErrorString(end);
+  EXPECT_EQ(table.size(), 0u) << "the mapping is still held";
+
   if (mapped1 != nullptr) cudaIpcCloseMemHandle(mapped1);
   (void)cudaGetLastError();
 }

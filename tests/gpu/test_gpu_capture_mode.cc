@@ -2,8 +2,8 @@
 // - A thread that called exec::relaxCaptureModeOfThisThread (the closer of retired peer mappings, the proxy of
 //   deferred calls) may allocate and free while another thread captures, and that capture stays valid.
 // - A device-wide wait (cudaDeviceSynchronize) fails and invalidates the capture whatever the waiting thread's mode
-//   (one H200, 2026-12-04, docs/results/2026-12-04-h200-1gpu-capture-host-time/ run 1, this test): hence
-//   exec::CaptureWatch, which tells the closer about the captures conccl's calls saw, so that it waits until they end.
+//   (one H200, 2026-12-04, docs/results/2026-12-04-h200-1gpu-capture-host-time/ run 1, this test): hence no
+//   background thread of conccl ever makes one (the closer of retired peer mappings unmaps without it).
 // - A captured call's own side work (IPC mapping, scratch) runs in exec::RelaxedCaptureScope.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,6 @@
 #include <thread>
 #include <vector>
 
-#include "exec/cuda/capture_watch.h"
 #include "exec/executor.h"
 #include "gpu/gpu_test_util.h"
 
@@ -107,7 +106,7 @@ TEST_F(CaptureMode, ACallInARelaxedScopeMayAllocateDuringItsOwnGlobalCapture) {
   void* scratch = nullptr;
   cudaError_t inScope = cudaErrorUnknown;
   {
-    const exec::RelaxedCaptureScope relaxed(exec::noteCallStream(stream_) == exec::CaptureStatus::kActive);
+    const exec::RelaxedCaptureScope relaxed(exec::captureStatusOf(stream_) == exec::CaptureStatus::kActive);
     inScope = cudaMalloc(&scratch, 1 << 20);
   }
   cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
@@ -118,42 +117,8 @@ TEST_F(CaptureMode, ACallInARelaxedScopeMayAllocateDuringItsOwnGlobalCapture) {
   const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
   EXPECT_EQ(inScope, cudaSuccess) << cudaGetErrorString(inScope);
   ASSERT_EQ(end, cudaSuccess) << "the capture was invalidated: " << cudaGetErrorString(end);
-  exec::noteCallStream(stream_);  // the capture ended: the watch forgets it
   expectReplaySets(graph, 0x3c);
   if (scratch != nullptr) cudaFree(scratch);
-}
-
-// The watch sees a capture through a call's stream, from another thread without disturbing it, until it ends.
-TEST_F(CaptureMode, TheWatchKnowsACaptureSeenByACallUntilItEnds) {
-  cudaStream_t other = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
-  exec::CaptureWatch& watch = exec::CaptureWatch::instance();
-  exec::noteCallStream(other);  // not capturing: nothing to remember
-  EXPECT_TRUE(watch.noKnownCapture());
-  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), cudaSuccess);
-  ASSERT_EQ(cudaMemsetAsync(buf_, 1, kBytes, stream_), cudaSuccess);
-  exec::noteCallStream(stream_);  // what a call on the capturing stream does
-  bool seenFromAnotherThread = false;
-  std::thread([&] {
-    exec::relaxCaptureModeOfThisThread();
-    seenFromAnotherThread = !watch.noKnownCapture();
-  }).join();
-  EXPECT_TRUE(seenFromAnotherThread) << "a background thread did not see the capture a call reported";
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess) << "asking about the capture invalidated it";
-  EXPECT_TRUE(watch.noKnownCapture()) << "the capture ended but the watch still knows it";
-  // A second capture on the same stream is a new one; a call on the stream after it ends forgets it too.
-  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), cudaSuccess);
-  ASSERT_EQ(cudaMemsetAsync(buf_, 2, kBytes, stream_), cudaSuccess);
-  exec::noteCallStream(stream_);
-  EXPECT_FALSE(watch.noKnownCapture());
-  cudaGraph_t graph2 = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(stream_, &graph2), cudaSuccess);
-  exec::noteCallStream(stream_);
-  EXPECT_TRUE(watch.noKnownCapture());
-  cudaGraphDestroy(graph);
-  cudaGraphDestroy(graph2);
-  cudaStreamDestroy(other);
 }
 
 TEST_F(CaptureMode, ControlAThreadInTheDefaultModeInvalidatesTheCapture) {

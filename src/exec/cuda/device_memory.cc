@@ -38,6 +38,16 @@ bool exchangeCaptureMode(cudaStreamCaptureMode& mode) {
 }
 }  // namespace
 
+CaptureStatus captureStatusOf(cudaStream_t stream) {
+  cudaStreamCaptureStatus raw = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &raw) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return CaptureStatus::kNone;
+  }
+  if (raw == cudaStreamCaptureStatusActive) return CaptureStatus::kActive;
+  return raw == cudaStreamCaptureStatusInvalidated ? CaptureStatus::kInvalidated : CaptureStatus::kNone;
+}
+
 void relaxCaptureModeOfThisThread() {
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   (void)exchangeCaptureMode(mode);

@@ -8,7 +8,6 @@
 
 #include "base/error.h"
 #include "base/logging.h"
-#include "exec/cuda/capture_watch.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/host_gated_work.h"
@@ -66,18 +65,13 @@ void* IpcImportTable::acquire(const BufferExport& b, int device) {
   static_assert(sizeof(handle) <= sizeof(b.handle));
   std::memcpy(&handle, b.handle, sizeof(handle));
   DeviceGuard guard(device);
-  if (!(pendingCloses_.empty() && closing_.empty()) && !CaptureWatch::instance().noKnownCapture()) {
-    // During a capture, no open that CUDA may refuse (cudaErrorAlreadyMapped, below): the closes go first. A refused
-    // open on the capturing thread is suspected, not shown, of invalidating the capture (docs/dev/next-steps.md).
-    waitForClosesNow(lock);
-  }
   void* base = nullptr;
   cudaError_t err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
   if (err == cudaErrorAlreadyMapped && !(pendingCloses_.empty() && closing_.empty())) {
     // The peer freed an allocation whose mapping is still waiting to be closed here, and its new allocation reuses
     // that memory: CUDA refuses to map it twice. Only then does a call wait for the background closes.
     (void)cudaGetLastError();
-    waitForClosesNow(lock);
+    closesDone_.wait(lock, [this] { return pendingCloses_.empty() && closing_.empty(); });
     err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
   }
   if (err != cudaSuccess) {
@@ -91,13 +85,6 @@ void* IpcImportTable::acquire(const BufferExport& b, int device) {
   }
   entries_[key] = Entry{base, 1};
   return base;
-}
-
-void IpcImportTable::waitForClosesNow(std::unique_lock<std::mutex>& lock) {
-  // The closer holds back during a capture it knows of; this call may be part of that capture: it closes now.
-  urgentWaiters_.fetch_add(1, std::memory_order_acq_rel);
-  closesDone_.wait(lock, [this] { return pendingCloses_.empty() && closing_.empty(); });
-  urgentWaiters_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 size_t IpcImportTable::size() {
@@ -156,43 +143,22 @@ void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inB
 void IpcImportTable::closeLoop() {
   // Relaxed: this thread's calls belong to no capture, and in the default mode CUDA would refuse them during another
   // thread's global-mode capture (and invalidate it); an unmapping from a relaxed thread leaves the capture valid
-  // (test_gpu_capture_ipc).
+  // (test_gpu_capture_ipc). It never waits for the device (cudaDeviceSynchronize) before it unmaps: such a wait
+  // invalidates any global capture another thread has begun meanwhile, whatever this thread's mode, and no check
+  // can rule that out (a caller begins its capture unseen by conccl). The unmap's own wait for the device is short:
+  // closeMapping runs it only while none of conccl's GPU work that waits for a peer is pending.
   relaxCaptureModeOfThisThread();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     closeWork_.wait(lock, [this] { return !pendingCloses_.empty(); });
-    lock.unlock();
-    const bool captureKnown = !waitForNoKnownCapture();
-    lock.lock();
     std::vector<PendingClose> batch;
     batch.swap(pendingCloses_);
     for (const PendingClose& p : batch) closing_.push_back(p.key);
     lock.unlock();
-    for (const PendingClose& p : batch) {
-      const int device = p.key.device;
-      // Wait for the device first, holding no driver lock: cudaIpcCloseMemHandle waits for the device itself, and
-      // while it does, other threads' CUDA calls on the device stall (seen with 3 processes sharing an H200,
-      // 2026-12-01). After this wait it finds the device (nearly) idle and returns at once. Never during a capture
-      // seen by conccl: the wait would invalidate it (capture_watch.h). The close itself runs only while no
-      // deferred call's gate is pending (closeMapping).
-      if (!captureKnown) {
-        DeviceGuard guard(device);
-        if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
-      }
-      closeMapping(p.base, device);
-    }
+    for (const PendingClose& p : batch) closeMapping(p.base, p.key.device);
     lock.lock();
     closing_.clear();
     closesDone_.notify_all();
-  }
-}
-
-bool IpcImportTable::waitForNoKnownCapture() {
-  // Polled: a capture's end is not signalled. Captures are short next to the life of a retired mapping.
-  for (;;) {
-    if (CaptureWatch::instance().noKnownCapture()) return true;
-    if (urgentWaiters_.load(std::memory_order_acquire) > 0) return false;  // a call cannot map without these closes
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 

@@ -5,7 +5,6 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -68,12 +67,6 @@ class IpcImportTable {
     void* base;
   };
   void closeLoop();
-  // Holds the closer back while a capture conccl's calls saw is in progress (capture_watch.h); false when it gave up
-  // because a call waits for the closes (acquire(), cudaErrorAlreadyMapped), the capture still in progress.
-  bool waitForNoKnownCapture();
-  // Waits (`lock` held on mutex_) until the background closes have run, the closer told not to hold back.
-  void waitForClosesNow(std::unique_lock<std::mutex>& lock);
-
   std::mutex mutex_;
   std::map<Key, Entry> entries_;
   // Mappings released in the background: waiting for the thread, and being closed by it. An allocation can be wanted
@@ -82,7 +75,6 @@ class IpcImportTable {
   std::vector<PendingClose> pendingCloses_;
   std::vector<Key> closing_;
   bool closerStarted_ = false;
-  std::atomic<int> urgentWaiters_{0};  // calls in acquire() waiting for the closes
   std::condition_variable closeWork_, closesDone_;
 };
 
