@@ -214,7 +214,10 @@ class ProcessClique final : public Clique {
   };
   // Late peers (Config::stageLateCalls). The route of one call (SegmentHeader::routes): direct (each rank maps its
   // peers' buffers) or staged through the peers' scratch (no peer address needed: launched at once).
-  enum class Route : uint32_t { kUndecided = 0, kDirect = 1, kStaged = 2 };
+  // Or pair-owned (Config::pairOwnedLateCalls, data movement only): each pair's data moved by the later of its two
+  // ranks, which knows both buffers; a rank launches at once with its own arguments and the peers that published
+  // before it (process_clique_pair_owned.cc).
+  enum class Route : uint32_t { kUndecided = 0, kDirect = 1, kStaged = 2, kPairOwned = 3 };
   // Whether call `mine` takes an agreed route at all: every collective and AllToAllv that is not staged by size
   // already (Send/Recv groups are matched pair by pair instead, and wait for their partners).
   bool routed(const RankArgs& mine, const OwnPart& own) const;
@@ -227,10 +230,22 @@ class ProcessClique final : public Clique {
   Route routeOf(uint64_t seq) const;
   // Claims `choice` for call seq unless a rank claimed first; returns the route that holds.
   Route claimRoute(uint64_t seq, Route choice);
+  // The route this rank proposes for a routed call whose peers are late: pair-owned for data movement (when
+  // Config::pairOwnedLateCalls), else staged.
+  Route lateRouteFor(const RankArgs& mine) const;
+  // The pair-owned route (process_clique_pair_owned.cc): claims this rank's pairs (all of them before publishing when
+  // `claimedAll`: its memory cannot be mapped, and it already claimed them), builds the call from the peers that
+  // published and mirrors of the others, maps the buffers of the peers whose pairs it owns and launches without
+  // waiting; the watchdog compares the peers' arguments as they arrive. A rank that claimed all its pairs waits on the
+  // host for peers that have not published (it moves their data too).
+  void launchPairOwned(CallTicket& ticket, const OwnPart& own, bool claimedAll);
+  // Claims every pair of this rank in call seq before it publishes (memory no peer can map); throws when a peer with
+  // such memory claimed one first (neither could move their pair).
+  void claimAllPairsFirst(uint64_t seq, const std::string& what);
   // After publishing a routed call that is not symmetric: direct if every peer publishes within
-  // Config::rendezvousSpinUs (or a peer claimed it), else staged. No spin when a peer is two or more calls behind
-  // (peerTwoCallsBehind).
-  Route decideRoute(uint64_t seq);
+  // Config::rendezvousSpinUs (or a peer claimed it), else `late` (lateRouteFor), or the route a peer claimed first.
+  // No spin when a peer is two or more calls behind (peerTwoCallsBehind).
+  Route decideRoute(uint64_t seq, Route late);
   // Whether some peer has not yet published call seq - 1 either: it is at least two calls behind this rank.
   bool peerTwoCallsBehind(uint64_t seq) const;
   // Whether a call with these arguments goes through the peers' scratch (sched::CollectiveCall::peerScratchOnly): up
@@ -250,6 +265,9 @@ class ProcessClique final : public Clique {
   // A regular call: waits for every peer's entry and reads it into pending.args (and the slots become free).
   // Throws the first error a rank published, or a diverged call sequence.
   PeerParts readPeers(PendingCall& pending, const CallTicket& ticket);
+  // Maps (or finds in their windows) the peer buffers rank_'s program of pending.schedule touches, into
+  // pending.binding; `peers` holds the exports and window references of every peer the program touches.
+  void bindTouchedPeerBuffers(PendingCall& pending, const PeerParts& peers);
   // Validates and builds the call like every other process, and maps the peer buffers this rank's program touches.
   // `staged`: OwnPart::staged.
   void bindPeers(PendingCall& pending, const CallTicket& ticket, const PeerParts& peers, bool staged);

@@ -103,37 +103,61 @@ std::optional<ProcessClique::OwnPart> ProcessClique::checkAndPublish(CallTicket&
   const bool hasRoute = routed(*pending.args[static_cast<size_t>(rank_)], own);
   // Memory no peer can map: staged whatever the peers say. Claimed before publishing, so only a peer that launched
   // from its windows (which needs no entry of this rank) can have claimed direct: then the ranks passed different
-  // kinds of memory, which is refused on every rank (this rank publishes the error).
-  if (hasRoute && own.unshareable && claimRoute(pending.seq, Route::kStaged) != Route::kStaged) {
-    own.error = Error(concclInvalidUsage,
-                      "rank " + std::to_string(rank_) + " passed memory that CUDA IPC cannot share to " +
-                          pending.args[static_cast<size_t>(rank_)]->apiName +
-                          " while a peer launched it from its registered windows; use the same kind of memory on "
-                          "every rank");
+  // kinds of memory, which is refused on every rank (this rank publishes the error). On the pair-owned route (a peer
+  // was late before this rank) this rank claims all its pairs first: it moves their data, and no peer maps its memory.
+  bool pairOwned = false, claimedAll = false;
+  if (hasRoute && own.unshareable) {
+    const Route route = claimRoute(pending.seq, Route::kStaged);
+    if (route == Route::kPairOwned) {
+      claimAllPairsFirst(pending.seq, ticket.what);
+      pairOwned = claimedAll = true;
+    } else if (route != Route::kStaged) {
+      own.error = Error(concclInvalidUsage,
+                        "rank " + std::to_string(rank_) + " passed memory that CUDA IPC cannot share to " +
+                            pending.args[static_cast<size_t>(rank_)]->apiName +
+                            " while a peer launched it from its registered windows; use the same kind of memory on "
+                            "every rank");
+    }
   }
   if (hasRoute && routeOf(pending.seq) == Route::kStaged) own.stagedLate = true;
+  if (hasRoute && routeOf(pending.seq) == Route::kPairOwned) pairOwned = true;
   // 2. A symmetric call launches without waiting for the peers.
   std::vector<Assumption> assumed;
-  bool symmetric = !own.error && trySymmetric(pending, own, assumed);
-  if (hasRoute && symmetric && !own.stagedLate && claimRoute(pending.seq, Route::kDirect) == Route::kStaged) {
-    // From its windows, but a peer already staged the call (it was late and its buffers are outside the windows).
-    own.stagedLate = true;
-    assumed.clear();
-    symmetric = trySymmetric(pending, own, assumed);
+  bool symmetric = !own.error && !pairOwned && trySymmetric(pending, own, assumed);
+  if (hasRoute && symmetric && !own.stagedLate) {
+    const Route route = claimRoute(pending.seq, Route::kDirect);
+    if (route != Route::kDirect) {
+      // From its windows, but a peer already took the late route (it was late and its buffers are outside the
+      // windows): staged, rebuilt as such, or pair-owned (launchPairOwned builds it).
+      own.stagedLate = route == Route::kStaged;
+      pairOwned = route == Route::kPairOwned;
+      symmetric = false;
+      for (int p = 0; p < nranks_; ++p) {
+        if (p != rank_) pending.args[static_cast<size_t>(p)].reset();
+      }
+      assumed.clear();
+      if (own.stagedLate) symmetric = trySymmetric(pending, own, assumed);
+    }
   }
   HostLaps::lap("symmetric build");
   // 3. Publish.
   publish(pending, own, symmetric);
   HostLaps::lap("publish");
-  // 4. Late peers: a regular call whose peers do not all arrive within the spin is staged, and launched here.
-  if (hasRoute && !symmetric && !own.stagedLate) {
-    const Route route = decideRoute(pending.seq);
+  // 4. Late peers: a regular call whose peers do not all arrive within the spin takes the late route (staged, or
+  // pair-owned for data movement), and is launched here.
+  if (hasRoute && !symmetric && !own.stagedLate && !pairOwned) {
+    const Route route = decideRoute(pending.seq, lateRouteFor(*pending.args[static_cast<size_t>(rank_)]));
     HostLaps::lap("route (spin for the peers)");
     if (route == Route::kStaged) {
       own.stagedLate = true;
       symmetric = trySymmetric(pending, own, assumed);  // false: the regular path runs it staged (PeerParts)
       HostLaps::lap("staged build");
     }
+    pairOwned = route == Route::kPairOwned;
+  }
+  if (pairOwned) {
+    launchPairOwned(ticket, own, claimedAll);
+    return std::nullopt;
   }
   if (symmetric) {
     const size_t ops = pending.schedule->programs[static_cast<size_t>(rank_)].ops.size();
@@ -167,7 +191,7 @@ ProcessClique::Route ProcessClique::claimRoute(uint64_t seq, Route choice) {
   }
 }
 
-ProcessClique::Route ProcessClique::decideRoute(uint64_t seq) {
+ProcessClique::Route ProcessClique::decideRoute(uint64_t seq, Route late) {
   // A peer that has not even published the previous call is busy elsewhere (its program is at least two calls
   // behind: a pipeline stage, a rank whose CPU runs behind), so waiting the spin for it would be host time spent for
   // nothing: decide at once. The spin is kept for peers one call behind, which in a lock-step job arrive within
@@ -181,10 +205,10 @@ ProcessClique::Route ProcessClique::decideRoute(uint64_t seq) {
     if (Clock::now() >= until) break;
     std::this_thread::yield();
   }
-  const Route r = claimRoute(seq, Route::kStaged);
-  if (r == Route::kStaged) {
+  const Route r = claimRoute(seq, late);
+  if (r == late) {
     CONCCL_TRACE(rank_, device_,
-                 "call seq " + std::to_string(seq) + " is staged: " +
+                 "call seq " + std::to_string(seq) + (r == Route::kStaged ? " is staged: " : " is pair-owned: ") +
                      (spinUs == 0 ? std::string("a peer is two or more calls behind (no spin)")
                                   : "a peer had not called within " + std::to_string(spinUs) + " us"));
   }
@@ -337,7 +361,7 @@ RankArgs ProcessClique::allToAllvMirror(const RankArgs& mine, int peer) const {
 }
 
 void ProcessClique::pinCopyEnginePath(PendingCall& pending) const {
-  if (!pending.call.peerScratchOnly) return;
+  if (!pending.call.peerScratchOnly && pending.call.pairOwner.empty()) return;
   // The peers' programs in a schedule built from mirrors hold only their share with this rank, so their sizes say
   // nothing about the call: take the copy-engine path, as every rank of a staged AllToAllv does whichever view it
   // built from, so that the ranks never mix paths (as buildP2PCall does for Send/Recv).
@@ -440,7 +464,7 @@ ProcessClique::PeerParts ProcessClique::readPeers(PendingCall& pending, const Ca
   }
   // A staged route means some rank may have launched without reading its peers (decideRoute).
   peers.routeStaged = routeOf(seq) == Route::kStaged;
-  peers.launchedEarly = peers.launchedEarly || peers.routeStaged;
+  peers.launchedEarly = peers.launchedEarly || peers.routeStaged || routeOf(seq) == Route::kPairOwned;
   // Read everything this call needs: the peers may reuse the slots from here on.
   layout_->rank(rank_).consumed.store(seq + 1, std::memory_order_release);
   if (firstError) {
@@ -460,31 +484,7 @@ void ProcessClique::bindPeers(PendingCall& pending, const CallTicket& ticket, co
     pending.call.peerScratchOnly = staged;
     pending.schedule = schedules_->get(pending.call);
     if (pending.call.kind == sched::CollKind::kAllToAllv) pinCopyEnginePath(pending);
-    // Map only the peer buffers this rank's program touches. A peer whose buffer this program does not touch
-    // does not wait for this rank either, so it may already have finished the call and freed that buffer.
-    for (int p = 0; p < n; ++p) {
-      if (p == rank_) continue;
-      pending.binding.buffers[static_cast<size_t>(p)].assign(2, nullptr);
-      pending.binding.streams[static_cast<size_t>(p)] = nullptr;
-    }
-    auto bind = [&](const sched::Location& loc) {
-      if (loc.rank == rank_ || loc.buffer == sched::kScratch) return;
-      CONCCL_ASSERT(loc.buffer >= 0 && loc.buffer < 2);
-      void*& slot = pending.binding.buffers[static_cast<size_t>(loc.rank)][static_cast<size_t>(loc.buffer)];
-      if (slot != nullptr) return;
-      const size_t index = static_cast<size_t>(2 * loc.rank + loc.buffer);
-      // Inside one of the peer's windows (already mapped), or exported.
-      const size_t bytes = sched::bufferBytes(pending.call, loc.rank)[static_cast<size_t>(loc.buffer)];
-      if (peers.windows[index].id != 0) slot = peerAddress(loc.rank, peers.windows[index], bytes);
-      if (slot != nullptr) return;
-      const exec::BufferExport& e = peers.exports[index];
-      if (e.allocId == 0) {
-        CONCCL_THROW(concclInternalError, "the schedule uses buffer " + std::to_string(loc.buffer) + " of rank " +
-                                              std::to_string(loc.rank) + ", which that rank did not export");
-      }
-      slot = executor_->importBuffer(loc.rank, e);
-    };
-    sched::forEachPeerLocation(pending.schedule->programs[static_cast<size_t>(rank_)], rank_, bind);
+    bindTouchedPeerBuffers(pending, peers);
   } catch (Error& e) {
     // Mapping a peer's buffer can fail here only (CUDA): then this rank cannot run its part, so the others must
     // not wait for it. Agreement errors are identical on every rank and leave the communicator usable, unless
@@ -498,6 +498,34 @@ void ProcessClique::bindPeers(PendingCall& pending, const CallTicket& ticket, co
     failIfPeerLaunched(e, peers.launchedEarly);
     throw;
   }
+}
+
+void ProcessClique::bindTouchedPeerBuffers(PendingCall& pending, const PeerParts& peers) {
+  // Map only the peer buffers this rank's program touches. A peer whose buffer this program does not touch
+  // does not wait for this rank either, so it may already have finished the call and freed that buffer.
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    pending.binding.buffers[static_cast<size_t>(p)].assign(2, nullptr);
+    pending.binding.streams[static_cast<size_t>(p)] = nullptr;
+  }
+  auto bind = [&](const sched::Location& loc) {
+    if (loc.rank == rank_ || loc.buffer == sched::kScratch) return;
+    CONCCL_ASSERT(loc.buffer >= 0 && loc.buffer < 2);
+    void*& slot = pending.binding.buffers[static_cast<size_t>(loc.rank)][static_cast<size_t>(loc.buffer)];
+    if (slot != nullptr) return;
+    const size_t index = static_cast<size_t>(2 * loc.rank + loc.buffer);
+    // Inside one of the peer's windows (already mapped), or exported.
+    const size_t bytes = sched::bufferBytes(pending.call, loc.rank)[static_cast<size_t>(loc.buffer)];
+    if (peers.windows[index].id != 0) slot = peerAddress(loc.rank, peers.windows[index], bytes);
+    if (slot != nullptr) return;
+    const exec::BufferExport& e = peers.exports[index];
+    if (e.allocId == 0) {
+      CONCCL_THROW(concclInternalError, "the schedule uses buffer " + std::to_string(loc.buffer) + " of rank " +
+                                            std::to_string(loc.rank) + ", which that rank did not export");
+    }
+    slot = executor_->importBuffer(loc.rank, e);
+  };
+  sched::forEachPeerLocation(pending.schedule->programs[static_cast<size_t>(rank_)], rank_, bind);
 }
 
 void ProcessClique::failIfPeerLaunched(const Error& e, bool peerLaunchedEarly) {
@@ -616,7 +644,8 @@ std::string ProcessClique::mismatch(const Unmatched& u, int peer) const {
   }
   // In place or not matters for every rank of the unrooted collectives, only for the root of the rooted ones (a
   // non-root took this path only where the root's choice changes nothing for it).
-  if (!sched::isRooted(mine.kind) && mine.inPlace != peers.inPlace) {
+  // (On the pair-owned route a rank's in-place choice is its own: whoever moves a pair's data read the other's.)
+  if (!sched::isRooted(mine.kind) && mine.inPlace != peers.inPlace && routeOf(u.seq) != Route::kPairOwned) {
     auto how = [](bool inPlace) { return inPlace ? "in place" : "with separate buffers"; };
     return "ranks disagree on in-place: " + me + " called " + u.what + " " + how(mine.inPlace) + ", " + who + " " +
            how(peers.inPlace);

@@ -46,7 +46,7 @@ struct SegmentHeader {
   int32_t errorRank;
   char errorMessage[kMessageBytes];
   // The route of call seq (stageLateCalls), agreed by the first rank to claim it: ((seq + 1) << 2) | the
-  // ProcessClique::Route, in slot seq % kRingEntries (reused only once every rank has read it: the mailbox ring's
+  // ProcessClique::Route (direct, staged or pair-owned), in slot seq % kRingEntries (reused only once every rank has read it: the mailbox ring's
   // free-slot rule).
   std::atomic<uint64_t> routes[kRingEntries];
 };
@@ -202,7 +202,8 @@ struct ProcessClique::Layout {
     flagStride = roundUp(sizeof(uint32_t) * static_cast<size_t>(std::max(slots, 1)), 128);
     flagsBytes = roundUp(flagStride * static_cast<size_t>(n), page);
     mailboxOffset = flagsOffset + flagsBytes;
-    entryStride = roundUp(sizeof(MailboxEntry) + 4 * sizeof(uint64_t) * static_cast<size_t>(n), 64);
+    // The entry, its AllToAllv vectors (4 x n), its pair claim words (n).
+    entryStride = roundUp(sizeof(MailboxEntry) + 5 * sizeof(uint64_t) * static_cast<size_t>(n), 64);
     p2pOffset = roundUp(mailboxOffset + entryStride * kRingEntries * static_cast<size_t>(n), 64);
     p2pRingStride = roundUp(sizeof(P2PRingHeader) + sizeof(P2PRecord) * kP2PRingRecords, 64);
     totalBytes = p2pOffset + p2pRingStride * 2 * static_cast<size_t>(n) * static_cast<size_t>(n);
@@ -228,6 +229,13 @@ struct ProcessClique::Layout {
   }
   const uint64_t* vectors(const MailboxEntry& e) const {
     return reinterpret_cast<const uint64_t*>(reinterpret_cast<const char*>(&e) + sizeof(MailboxEntry));
+  }
+  // The claim word of the pair (a, b) of call seq on the pair-owned route (core/pair_claims.h): word max(a, b) of the
+  // lower rank's entry of that call.
+  std::atomic<uint64_t>& pairClaim(int a, int b, uint64_t seq) const {
+    const int lo = std::min(a, b), hi = std::max(a, b);
+    auto* words = reinterpret_cast<std::atomic<uint64_t>*>(vectors(entry(lo, seq)) + 4 * static_cast<size_t>(nranks));
+    return words[hi];
   }
 };
 

@@ -19,6 +19,8 @@
 //                a pipeline of standalone calls, a receive into a window; sendrecv-mismatch: sizes differ.
 //   chunked      concclReduceScatterChunked behind a gated producer and concclAllGatherChunked with a consumer that
 //                snapshots each block on its event (scenario_chunked.h); a chunked and a plain call mixed: refused.
+//   pair-owned   late calls on the pair-owned route: every data-movement collective and AllToAllv, the ranks
+//                arriving in a random order every call, and a burst of eight calls while the peers are late.
 //   symmetric    a concclMemAlloc'd window per rank: every collective on buffers at the same offsets in it (no
 //                host rendezvous), alternating with the regular path, the hot path and a graph on window buffers.
 //   cross-node   a communicator across simulated hosts through the C API (CONCCL_HOSTID per process): every collective,
@@ -39,6 +41,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -118,8 +121,9 @@ std::vector<Bytes> inputsFor(Coll c, size_t count, concclDataType_t dt, int root
 constexpr size_t kWindowBytes = 32u << 20;
 constexpr size_t kWindowRecvOffset = 16u << 20;
 
+// `delayMs`: this rank enters the call that much later than its inputs are enqueued (ranks arriving in some order).
 size_t runCase(Coll c, concclDataType_t dt, concclRedOp_t op, size_t count, bool inPlace, int root, uint64_t seed,
-               cudaStream_t stream, char* window = nullptr) {
+               cudaStream_t stream, char* window = nullptr, int delayMs = 0) {
   const size_t es = t::esize(dt);
   std::vector<Bytes> send = inputsFor(c, count, dt, root, seed);
   std::vector<Bytes> want = t::reference(c, send, count, dt, op, root);
@@ -136,6 +140,7 @@ size_t runCase(Coll c, concclDataType_t dt, concclRedOp_t op, size_t count, bool
     cudaOk(cudaMemsetAsync(buf, 0x5a, L.bufferElems * es, stream), "memset");
     if (!mine.empty())
       cudaOk(cudaMemcpyAsync(buf + L.sendAt * es, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
+    std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
     ok(t::callCollective(c, buf + L.sendAt * es, buf + L.recvAt * es, count, dt, op, root, gComm, stream),
        collKindName(c));
     got.resize(recvElems * es);
@@ -154,6 +159,7 @@ size_t runCase(Coll c, concclDataType_t dt, concclRedOp_t op, size_t count, bool
     void* rbuf = window != nullptr ? static_cast<void*>(window + kWindowRecvOffset) : ownRecv->p;
     cudaOk(cudaMemsetAsync(rbuf, 0x5a, recvElems * es == 0 ? 1 : recvElems * es, stream), "memset");
     if (!mine.empty()) cudaOk(cudaMemcpyAsync(sbuf, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
+    std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
     ok(t::callCollective(c, sbuf, rbuf, count, dt, op, root, gComm, stream), collKindName(c));
     got.resize(recvElems * es);
     if (!got.empty()) cudaOk(cudaMemcpyAsync(got.data(), rbuf, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
@@ -163,7 +169,7 @@ size_t runCase(Coll c, concclDataType_t dt, concclRedOp_t op, size_t count, bool
 }
 
 // AllToAllv with uneven, rank-pair-dependent counts.
-size_t runAllToAllv(uint64_t seed, cudaStream_t stream) {
+size_t runAllToAllv(uint64_t seed, cudaStream_t stream, int delayMs = 0) {
   const int n = gNranks;
   auto countOf = [&](int from, int to) {
     return static_cast<size_t>((from * 7 + to * 3 + static_cast<int>(seed)) % 11) * 97;
@@ -193,6 +199,7 @@ size_t runAllToAllv(uint64_t seed, cudaStream_t stream) {
   DevBuf sbuf(sTotal * es), rbuf(rTotal * es);
   cudaOk(cudaMemcpyAsync(sbuf.p, sendHost.data(), sendHost.size(), cudaMemcpyHostToDevice, stream), "h2d");
   cudaOk(cudaMemsetAsync(rbuf.p, 0, rTotal * es, stream), "memset");
+  std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
   ok(concclAllToAllv(sbuf.p, sc.data(), sd.data(), rbuf.p, rc.data(), rd.data(), dt, gComm, stream), "AllToAllv");
   Bytes got(rTotal * es);
   cudaOk(cudaMemcpyAsync(got.data(), rbuf.p, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
@@ -333,6 +340,69 @@ void scenarioCollectives(cudaStream_t stream) {
   hotPath(a.p, b.p, stream, "hot path");
   graphReplays(stream);
   std::fprintf(stderr, "rank %d: %d collective cases, 300 hot calls, 20 graph replays OK\n", gRank, cases);
+}
+
+// "pair-owned": late calls on the pair-owned route (core/pair_claims.h; every call routed: CONCCL_STAGED_MAX_BYTES=0,
+// no spin). Every data-movement collective x dtypes x counts x in/out of place x roots, and AllToAllv, each rank
+// entering each call after its own random delay (0-9 ms), so the ranks arrive in a new order every call and the
+// pairs' owners change call after call; then a burst: the other ranks 100 ms late while rank 0 issues eight AllGathers
+// back to back on distinct buffers (its stream holds eight "ready, wait for done" programs), every result checked.
+void scenarioPairOwned(cudaStream_t stream) {
+  const Coll colls[] = {Coll::kAllGather, Coll::kBroadcast, Coll::kAllToAll, Coll::kGather, Coll::kScatter};
+  const concclDataType_t types[] = {concclFloat32, concclBfloat16, concclInt32};
+  const size_t counts[] = {4099, 262144};
+  uint64_t seed = 4242;
+  int cases = 0;
+  auto delayFor = [&](uint64_t s) {
+    std::mt19937_64 rng(s * 7919 + static_cast<uint64_t>(gRank));
+    return static_cast<int>(rng() % 4) * 3;
+  };
+  for (Coll c : colls) {
+    for (concclDataType_t dt : types) {
+      for (size_t count : counts) {
+        for (int ip = 0; ip < (t::hasInPlace(c) ? 2 : 1); ++ip, ++seed, ++cases) {
+          const int root = static_cast<int>(seed % static_cast<uint64_t>(gNranks));
+          const size_t wrong = runCase(c, dt, concclSum, count, ip == 1, root, seed, stream, nullptr, delayFor(seed));
+          CHECK(wrong == 0, std::string("pair-owned ") + collKindName(c) + " dtype " + std::to_string(dt) + " count " +
+                                std::to_string(count) + (ip ? " in-place" : " out-of-place") + " root " +
+                                std::to_string(root) + ": " + std::to_string(wrong) + " wrong elements");
+        }
+      }
+    }
+  }
+  for (int i = 0; i < 6; ++i, ++seed, ++cases) {
+    const size_t wrong = runAllToAllv(seed, stream, delayFor(seed));
+    CHECK(wrong == 0, "pair-owned AllToAllv: " + std::to_string(wrong) + " wrong elements");
+  }
+  // The burst.
+  const size_t count = 65536;
+  std::vector<std::unique_ptr<DevBuf>> ins, outs;  // not movable
+  std::vector<std::vector<Bytes>> sent;
+  for (int i = 0; i < 8; ++i) {
+    sent.push_back(inputsFor(Coll::kAllGather, count, concclFloat32, 0, seed + static_cast<uint64_t>(i)));
+    ins.push_back(std::make_unique<DevBuf>(count * 4));
+    outs.push_back(std::make_unique<DevBuf>(count * 4 * static_cast<size_t>(gNranks)));
+    cudaOk(cudaMemcpyAsync(ins.back()->p, sent.back()[static_cast<size_t>(gRank)].data(), count * 4,
+                           cudaMemcpyHostToDevice, stream),
+           "h2d");
+  }
+  syncStream(stream);
+  if (gRank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 8; ++i) {
+    ok(concclAllGather(ins[static_cast<size_t>(i)]->p, outs[static_cast<size_t>(i)]->p, count, concclFloat32, gComm,
+                       stream),
+       "AllGather (burst)");
+  }
+  for (int i = 0; i < 8; ++i) {
+    Bytes got(count * 4 * static_cast<size_t>(gNranks));
+    cudaOk(cudaMemcpyAsync(got.data(), outs[static_cast<size_t>(i)]->p, got.size(), cudaMemcpyDeviceToHost, stream),
+           "d2h");
+    syncStream(stream);
+    auto want = t::reference(Coll::kAllGather, sent[static_cast<size_t>(i)], count, concclFloat32, concclSum, 0);
+    CHECK(t::countWrong(got, want[static_cast<size_t>(gRank)], concclFloat32, false, gNranks) == 0,
+          "pair-owned burst: AllGather " + std::to_string(i) + " wrong");
+  }
+  std::fprintf(stderr, "rank %d: %d pair-owned cases and a burst of 8 OK\n", gRank, cases);
 }
 
 // A window per rank (concclMemAlloc + concclCommWindowRegister): every collective on buffers carved out of it at
@@ -774,6 +844,11 @@ int main(int argc, char** argv) {
   setenv("CONCCL_DEFER_CALLS", proxyScenario ? "1" : "0", 1);
   setenv("CONCCL_STAGE_LATE_CALLS", blocking || unstaged || proxyScenario ? "0" : "1", 1);
   if (scenario == "collectives-unstaged") scenario = "collectives";
+  if (scenario == "pair-owned") {
+    // Every call routed (none staged by size), and late as soon as a peer has not called yet.
+    setenv("CONCCL_STAGED_MAX_BYTES", "0", 1);
+    setenv("CONCCL_RENDEZVOUS_SPIN_US", "0", 1);
+  }
   gNranks = std::atoi(argv[2]);
   gRank = std::atoi(argv[3]);
   const std::string hex = argv[4];
@@ -803,6 +878,8 @@ int main(int argc, char** argv) {
 
     if (scenario == "collectives") {
       scenarioCollectives(stream);
+    } else if (scenario == "pair-owned") {
+      scenarioPairOwned(stream);
     } else if (scenario == "errors") {
       scenarioErrors(stream);
     } else if (scenario == "sendrecv") {

@@ -1,0 +1,129 @@
+// ProcessClique (core/process_clique.h), part: the pair-owned route of late data-movement calls
+// (Config::pairOwnedLateCalls; sched::CollectiveCall::pairOwner). The later rank of each pair moves the pair's data,
+// both directions, on its copy engines; a rank whose peers have not called yet needs nothing of them: its program
+// signals "ready" to each of them and waits for "done", so it launches at once, with no staging copy and no SMs, and
+// its length does not grow with the call's size. Who owns which pair: core/pair_claims.h.
+#include "core/pair_claims.h"
+#include "core/process_clique.h"
+#include "core/process_segment.h"
+
+#include <string>
+#include <vector>
+
+#include "base/host_laps.h"
+#include "base/logging.h"
+
+namespace conccl {
+
+ProcessClique::Route ProcessClique::lateRouteFor(const RankArgs& mine) const {
+  const bool dataMovement = !sched::isReduction(mine.kind) && mine.kind != sched::CollKind::kSendRecv;
+  return config_.pairOwnedLateCalls && dataMovement && nranks_ <= kPairClaimMaxRanks ? Route::kPairOwned
+                                                                                      : Route::kStaged;
+}
+
+void ProcessClique::claimAllPairsFirst(uint64_t seq, const std::string& what) {
+  const std::vector<int> owner = claimPairs(
+      rank_, nranks_, seq, /*claimAll=*/true, [](int) { return true; },
+      [&](int p) -> std::atomic<uint64_t>& { return layout_->pairClaim(rank_, p, seq); });
+  for (int p = 0; p < nranks_; ++p) {
+    if (owner[static_cast<size_t>(p)] == rank_) continue;
+    // Only a peer that also claimed everything first can have beaten this rank to one of its pairs (the others
+    // claim a pair only once this rank has published): both passed memory the other cannot map.
+    const std::string reason = "ranks " + std::to_string(rank_) + " and " + std::to_string(p) +
+                               " both passed memory that CUDA IPC cannot share (VMM or pool memory) to " + what +
+                               ", which a peer had launched before them: neither can move their pair's data; use "
+                               "the same kind of memory on every rank";
+    fail(concclInvalidUsage, reason);
+    CONCCL_THROW(concclInvalidUsage, reason);
+  }
+}
+
+void ProcessClique::launchPairOwned(CallTicket& ticket, const OwnPart& own, bool claimedAll) {
+  PendingCall& pending = *ticket.call;
+  const uint64_t seq = pending.seq;
+  const int n = nranks_;
+  const RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
+  // Every rank of this call launches without waiting for the others (the route is agreed): any error now ends the
+  // communicator, or a peer's program would wait for this rank's part forever.
+  auto failWith = [&](const Error& e) {
+    Error withContext = Error(e).addContext(ticket.what + " on rank " + std::to_string(rank_));
+    fail(withContext.code(), withContext.message() + " (a peer had already launched its part)");
+    throw withContext;
+  };
+  if (own.error) failWith(*own.error);
+
+  auto published = [&](int p) {
+    return layout_->entry(p, seq).published.load(std::memory_order_acquire) == seq + 1;
+  };
+  std::vector<int> owner;
+  if (claimedAll) {
+    owner.assign(static_cast<size_t>(n), rank_);
+    // This rank moves everything it shares with its peers: it needs every peer's buffers (a host wait, for peers
+    // that are later still; documented in docs/multiprocess.md).
+    for (int p = 0; p < n; ++p) {
+      if (p != rank_) waitFor([&] { return published(p); }, p, ticket.what);
+    }
+  } else {
+    owner = claimPairs(rank_, n, seq, /*claimAll=*/false, published,
+                       [&](int p) -> std::atomic<uint64_t>& { return layout_->pairClaim(rank_, p, seq); });
+  }
+  HostLaps::lap("pair claims");
+
+  // The call as this rank can know it: the real arguments of every peer whose pair it owns (they published), its own
+  // arguments mirrored for the others (their programs are theirs; this rank's part with them is "ready" and "done").
+  PeerParts peers;
+  peers.exports.resize(static_cast<size_t>(2 * n));
+  peers.windows.resize(static_cast<size_t>(2 * n));
+  for (int p = 0; p < n; ++p) {
+    if (p == rank_) continue;
+    if (owner[static_cast<size_t>(p)] != rank_) {
+      RankArgs mirror = mine.kind == sched::CollKind::kAllToAllv ? allToAllvMirror(mine, p) : mine;
+      mirror.stream = nullptr;
+      pending.args[static_cast<size_t>(p)] = std::move(mirror);
+      continue;
+    }
+    const MailboxEntry& e = layout_->entry(p, seq);
+    if (e.errorCode != 0) {
+      failWith(Error(static_cast<concclResult_t>(e.errorCode), "rank " + std::to_string(p) + ": " + e.error));
+    }
+    if (e.unshareable != 0) {
+      failWith(Error(concclInvalidUsage, "rank " + std::to_string(p) +
+                                             " passed memory that CUDA IPC cannot share, which rank " +
+                                             std::to_string(rank_) + " would have to map; use the same kind of memory "
+                                                                     "on every rank"));
+    }
+    pending.args[static_cast<size_t>(p)] = argsOf(e, layout_->vectors(e), n);
+    for (int b = 0; b < 2; ++b) {
+      peers.exports[static_cast<size_t>(2 * p + b)] = e.buffers[b];
+      peers.windows[static_cast<size_t>(2 * p + b)] = WindowRef{e.windowId[b], e.windowOffset[b]};
+    }
+  }
+  try {
+    assembleCall(pending, n);
+    pending.call.pairOwner.assign(static_cast<size_t>(n) * static_cast<size_t>(n), 0);
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < n; ++j) {
+        // This rank's pairs as claimed; the others' do not change its program: any valid owner will do.
+        int o = std::min(i, j);
+        if (i == rank_) o = owner[static_cast<size_t>(j)];
+        if (j == rank_) o = owner[static_cast<size_t>(i)];
+        pending.call.pairOwner[static_cast<size_t>(i * n + j)] = o;
+      }
+    }
+    pending.schedule = schedules_->get(pending.call);
+    pinCopyEnginePath(pending);
+    bindTouchedPeerBuffers(pending, peers);
+  } catch (const Error& e) {
+    failWith(e);
+  }
+  HostLaps::lap("pair-owned build");
+  int owned = 0;
+  for (int p = 0; p < n; ++p) owned += p != rank_ && owner[static_cast<size_t>(p)] == rank_ ? 1 : 0;
+  CONCCL_TRACE(rank_, device_,
+               "call seq " + std::to_string(seq) + " is pair-owned: this rank moves the data of " +
+                   std::to_string(owned) + " of its " + std::to_string(n - 1) + " pairs");
+  // The peers' arguments are compared as they arrive (the watchdog, or this rank's next call), as for symmetric calls.
+  launchEarly(pending, ticket, {});
+}
+
+}  // namespace conccl
