@@ -148,6 +148,7 @@ std::string shapeKey(const sched::CollectiveCall& call) {
   put(call.peerScratchOnly);
   put(call.pairOwner.size());
   for (int o : call.pairOwner) put(o);
+  put(call.callOwner);
   for (const auto* table : {&call.sendCounts, &call.sendDispls, &call.recvCounts, &call.recvDispls}) {
     put(table->size());
     for (const auto& row : *table) {

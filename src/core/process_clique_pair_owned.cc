@@ -92,7 +92,17 @@ void ProcessClique::launchPairOwned(CallTicket& ticket, const OwnPart& own, bool
                                              std::to_string(rank_) + " would have to map; use the same kind of memory "
                                                                      "on every rank"));
     }
-    pending.args[static_cast<size_t>(p)] = argsOf(e, layout_->vectors(e), n);
+    RankArgs real = argsOf(e, layout_->vectors(e), n);
+    if (real.kind == sched::CollKind::kAllToAllv) {
+      // Only its exchange with this rank: its other pairs are its own or another rank's business, and with the
+      // mirrors of the peers that have not called they would not agree (assembleCall checks every pair).
+      for (int q = 0; q < n; ++q) {
+        if (q == rank_ || static_cast<size_t>(q) >= real.sendCounts.size()) continue;
+        real.sendCounts[static_cast<size_t>(q)] = 0;
+        real.recvCounts[static_cast<size_t>(q)] = 0;
+      }
+    }
+    pending.args[static_cast<size_t>(p)] = std::move(real);
     for (int b = 0; b < 2; ++b) {
       peers.exports[static_cast<size_t>(2 * p + b)] = e.buffers[b];
       peers.windows[static_cast<size_t>(2 * p + b)] = WindowRef{e.windowId[b], e.windowOffset[b]};

@@ -141,12 +141,13 @@ void emitIssued(const std::vector<std::vector<Transfer>>& issued, const BuildOpt
     const size_t split =
         static_cast<size_t>(std::max(1, (lanes + std::max(1, numTargets) - 1) / std::max(1, numTargets)));
     auto pushCopies = [&](const Transfer& t, int baseLane) {
-      const size_t pieces = t.lane >= 0 ? 1 : std::max<size_t>(1, std::min(split, t.bytes / minPiece));
+      const bool fixed = t.lane >= 0 || t.mainStream;
+      const size_t pieces = fixed ? 1 : std::max<size_t>(1, std::min(split, t.bytes / minPiece));
       const size_t pieceBytes = pieces == 1 ? t.bytes : roundUp(ceilDiv(t.bytes, pieces), kAlign);
       const int other = otherRank(t, me);
       int j = 0;
       for (size_t off = 0; off < t.bytes; off += pieceBytes, ++j) {
-        const int lane = t.lane >= 0 ? t.lane : (baseLane + j) % lanes;
+        const int lane = t.mainStream ? kMainStream : t.lane >= 0 ? t.lane : (baseLane + j) % lanes;
         const size_t len = std::min(pieceBytes, t.bytes - off);
         ops.push_back(Copy{plus(t.src, off), plus(t.dst, off), len, lane});
         // Routed own block: pull the piece on from where it landed, behind it on the same lane.
@@ -211,6 +212,16 @@ void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const st
       const int q = t.dst.rank;
       const int issuer = q == r ? r : pairOwner[static_cast<size_t>(r) * static_cast<size_t>(n) + static_cast<size_t>(q)];
       issued[static_cast<size_t>(issuer)].push_back(t);
+    }
+  }
+  // A rank that owns none of its pairs issues only its local copies (its own block): one copy each on M, so that its
+  // program stays a handful of CUDA calls whatever the size (it has no remote copies to overlap them with).
+  for (std::vector<Transfer>& mine : issued) {
+    const bool localOnly = std::all_of(mine.begin(), mine.end(), [](const Transfer& t) {
+      return t.bytes == 0 || t.src.rank == t.dst.rank;
+    });
+    if (localOnly) {
+      for (Transfer& t : mine) t.mainStream = true;
     }
   }
   emitIssued(issued, options, schedule, afterDone);

@@ -67,6 +67,9 @@ struct Transfer {
   std::optional<Location> then;
   // >= 0: the copy is not split and runs on this lane (a scratch bounce whose region belongs to that lane).
   int lane = -1;
+  // The copy is not split and runs on the program's main stream M (no fork to a lane and join back): a rank's own
+  // block where its program has nothing else to overlap it with (a pair-owned rank that owns none of its pairs).
+  bool mainStream = false;
 };
 
 // BuildOptions::ownBlockViaPeer: replaces every rank's local transfers (src and dst in its own memory) by a route

@@ -225,6 +225,13 @@ struct CollectiveCall {
   // own arguments: a rank that calls before its peers can leave all the moving to the later ones, on their copy
   // engines (docs/dev/next-steps.md, "the later rank moves"). Turns BuildOptions::ownBlockViaPeer off.
   std::vector<int> pairOwner;
+  // -1, or the rank that does a whole reduction (AllReduce, ReduceScatter, Reduce) for every rank: it reduces every
+  // rank's input (reading its peers' memory) and moves every rank's output into place; every other rank only
+  // signals "ready" to each peer, waits for each peer's "ready" and waits for the owner's "done", a program that
+  // neither depends on which peer owns the call nor grows with the size, so a rank that calls before its peers can
+  // launch it without knowing them (ProcessClique's pair-owned route for reductions: the rank that calls last owns).
+  // Not with peerScratchOnly, pairOwner or pushInputs.
+  int callOwner = -1;
 };
 
 struct BuildOptions {
