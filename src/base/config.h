@@ -55,12 +55,14 @@ struct Config {
   // AllToAllv; Send/Recv and AllToAllv wait for their peers (or are deferred: deferCalls). Must agree across the
   // processes of a communicator (checked at init).
   bool stageLateCalls = true;
-  // With stageLateCalls: a late data-movement call (AllGather, Broadcast, AllToAll, AllToAllv, Gather, Scatter) takes
-  // the pair-owned route instead of the staged one: each pair's data is moved, both directions, by the later of its
-  // two ranks on its copy engines, and a rank whose peers are late only signals "ready" and waits for "done"
-  // (sched::CollectiveCall::pairOwner; ProcessClique, "Late peers"): no staging copy, no SMs, a program whose length
-  // does not grow with the size. 0 = such calls are staged (CONCCL_PAIR_OWNED_LATE_CALLS). Only decides the route this
-  // rank proposes; every rank follows the route claimed first, so it need not agree across processes.
+  // With stageLateCalls: a late collective takes the pair-owned route instead of the staged one. Data movement
+  // (AllGather, Broadcast, AllToAll, AllToAllv, Gather, Scatter): each pair's data is moved, both directions, by the
+  // later of its two ranks on its copy engines (sched::CollectiveCall::pairOwner); reductions (AllReduce,
+  // ReduceScatter, Reduce; up to 8 ranks): the rank that calls last reduces for every rank (CollectiveCall::callOwner).
+  // A rank whose peers are late only signals "ready", waits and ends with a "done" (ProcessClique, "Late peers"): no
+  // staging copy, no SMs, a program whose length does not grow with the size. 0 = such calls are staged
+  // (CONCCL_PAIR_OWNED_LATE_CALLS). Only decides the route this rank proposes; every rank follows the route claimed
+  // first, so it need not agree across processes.
   bool pairOwnedLateCalls = true;
   // Calls that would wait on the host for their peers (Send/Recv, AllToAllv, and every call after one of them) are
   // finished by the communicator's proxy thread while the caller's stream waits on the GPU (ProcessClique, "Deferred

@@ -29,6 +29,7 @@
 // whose peer died, departed or overran the timeout (fail(): the flags open, so no GPU stream waits forever).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -214,17 +215,17 @@ class ProcessClique final : public Clique {
   };
   // Late peers (Config::stageLateCalls). The route of one call (SegmentHeader::routes): direct (each rank maps its
   // peers' buffers) or staged through the peers' scratch (no peer address needed: launched at once).
-  // Or pair-owned (Config::pairOwnedLateCalls, data movement only): each pair's data moved by the later of its two
-  // ranks, which knows both buffers; a rank launches at once with its own arguments and the peers that published
-  // before it (process_clique_pair_owned.cc).
+  // Or pair-owned (Config::pairOwnedLateCalls): each pair's data moved by the later of its two ranks, which knows
+  // both buffers, and a reduction done by the rank that calls last; a rank launches at once with its own arguments
+  // and the peers that published before it (process_clique_pair_owned.cc).
   enum class Route : uint32_t { kUndecided = 0, kDirect = 1, kStaged = 2, kPairOwned = 3 };
   // Whether call `mine` takes an agreed route at all: every collective and AllToAllv that is not staged by size
   // already (Send/Recv groups are matched pair by pair instead, and wait for their partners).
   bool routed(const RankArgs& mine, const OwnPart& own) const;
   // The AllToAllv arguments of `peer` as far as this rank's staged program needs them (trySymmetric).
   RankArgs allToAllvMirror(const RankArgs& mine, int peer) const;
-  // A staged AllToAllv takes the copy-engine path on every rank (the path would otherwise depend on every rank's
-  // sizes, which a rank that launches early does not know).
+  // A staged AllToAllv and every pair-owned call take the copy-engine path on every rank (the path would otherwise
+  // depend on every rank's sizes, which a rank that launches early does not know).
   void pinCopyEnginePath(PendingCall& pending) const;
   // The route of call seq once some rank claimed it, else kUndecided.
   Route routeOf(uint64_t seq) const;
@@ -239,9 +240,11 @@ class ProcessClique final : public Clique {
   // waiting; the watchdog compares the peers' arguments as they arrive. A rank that claimed all its pairs waits on the
   // host for peers that have not published (it moves their data too).
   void launchPairOwned(CallTicket& ticket, const OwnPart& own, bool claimedAll);
-  // Claims every pair of this rank in call seq before it publishes (memory no peer can map); throws when a peer with
-  // such memory claimed one first (neither could move their pair).
-  void claimAllPairsFirst(uint64_t seq, const std::string& what);
+  // Claims every pair of this rank in call seq before it publishes (memory no peer can map), or the whole call for a
+  // `reduction`; throws when a peer with such memory claimed first (neither could move their pair).
+  void claimAllPairsFirst(uint64_t seq, const std::string& what, bool reduction);
+  // The word that decides the owner of a late reduction (sched::CollectiveCall::callOwner), as pair claims do.
+  std::atomic<uint64_t>& callClaim(uint64_t seq) const;
   // After publishing a routed call that is not symmetric: direct if every peer publishes within
   // Config::rendezvousSpinUs (or a peer claimed it), else `late` (lateRouteFor), or the route a peer claimed first.
   // No spin when a peer is two or more calls behind (peerTwoCallsBehind).

@@ -109,7 +109,7 @@ std::optional<ProcessClique::OwnPart> ProcessClique::checkAndPublish(CallTicket&
   if (hasRoute && own.unshareable) {
     const Route route = claimRoute(pending.seq, Route::kStaged);
     if (route == Route::kPairOwned) {
-      claimAllPairsFirst(pending.seq, ticket.what);
+      claimAllPairsFirst(pending.seq, ticket.what, sched::isReduction(pending.args[static_cast<size_t>(rank_)]->kind));
       pairOwned = claimedAll = true;
     } else if (route != Route::kStaged) {
       own.error = Error(concclInvalidUsage,
@@ -361,7 +361,7 @@ RankArgs ProcessClique::allToAllvMirror(const RankArgs& mine, int peer) const {
 }
 
 void ProcessClique::pinCopyEnginePath(PendingCall& pending) const {
-  if (!pending.call.peerScratchOnly && pending.call.pairOwner.empty()) return;
+  if (!pending.call.peerScratchOnly && pending.call.pairOwner.empty() && pending.call.callOwner < 0) return;
   // The peers' programs in a schedule built from mirrors hold only their share with this rank, so their sizes say
   // nothing about the call: take the copy-engine path, as every rank of a staged AllToAllv does whichever view it
   // built from, so that the ranks never mix paths (as buildP2PCall does for Send/Recv).

@@ -1,8 +1,12 @@
-// ProcessClique (core/process_clique.h), part: the pair-owned route of late data-movement calls
-// (Config::pairOwnedLateCalls; sched::CollectiveCall::pairOwner). The later rank of each pair moves the pair's data,
-// both directions, on its copy engines; a rank whose peers have not called yet needs nothing of them: its program
-// signals "ready" to each of them and waits for "done", so it launches at once, with no staging copy and no SMs, and
-// its length does not grow with the call's size. Who owns which pair: core/pair_claims.h.
+// ProcessClique (core/process_clique.h), part: the pair-owned route of late calls (Config::pairOwnedLateCalls). A rank
+// whose peers have not called yet needs nothing of them: its program signals "ready", waits and ends with a "done",
+// so it launches at once, with no staging copy and no SMs, and its length does not grow with the call's size.
+// - Data movement (sched::CollectiveCall::pairOwner): the later rank of each pair moves the pair's data, both
+//   directions, on its copy engines. Who owns which pair: core/pair_claims.h.
+// - Reductions (sched::CollectiveCall::callOwner): the rank that calls last (the one that finds every peer published;
+//   a compare-and-swap on the call's word decides between ranks that publish together) reduces every rank's input
+//   and moves every rank's output; every other rank waits for its "done". The earlier ranks cannot know who that is,
+//   and need not: their program is the same whichever peer owns the call.
 #include "core/pair_claims.h"
 #include "core/process_clique.h"
 #include "core/process_segment.h"
@@ -15,16 +19,34 @@
 
 namespace conccl {
 
+namespace {
+// The most inputs one reduction of the CUDA executor takes (exec/cuda reduce kernel): the owner of a late reduction
+// reduces every rank's input in one Reduce.
+constexpr int kMaxOwnedReductionRanks = 8;
+}  // namespace
+
 ProcessClique::Route ProcessClique::lateRouteFor(const RankArgs& mine) const {
-  const bool dataMovement = !sched::isReduction(mine.kind) && mine.kind != sched::CollKind::kSendRecv;
-  return config_.pairOwnedLateCalls && dataMovement && nranks_ <= kPairClaimMaxRanks ? Route::kPairOwned
-                                                                                      : Route::kStaged;
+  if (!config_.pairOwnedLateCalls || mine.kind == sched::CollKind::kSendRecv || mine.pushInputs) return Route::kStaged;
+  if (!sched::isReduction(mine.kind)) return nranks_ <= kPairClaimMaxRanks ? Route::kPairOwned : Route::kStaged;
+  // The owner's reduction reads its peers' inputs in place: only where every process can (peer access, peerReduce;
+  // agreed at init, so every rank proposes alike).
+  return nranks_ <= kMaxOwnedReductionRanks && executor_->buildOptions().peerReads ? Route::kPairOwned
+                                                                                    : Route::kStaged;
 }
 
-void ProcessClique::claimAllPairsFirst(uint64_t seq, const std::string& what) {
-  const std::vector<int> owner = claimPairs(
-      rank_, nranks_, seq, /*claimAll=*/true, [](int) { return true; },
-      [&](int p) -> std::atomic<uint64_t>& { return layout_->pairClaim(rank_, p, seq); });
+std::atomic<uint64_t>& ProcessClique::callClaim(uint64_t seq) const {
+  return layout_->pairClaim(0, 0, seq);  // the "pair" (0, 0) is no pair: one word per call
+}
+
+void ProcessClique::claimAllPairsFirst(uint64_t seq, const std::string& what, bool reduction) {
+  std::vector<int> owner;
+  if (reduction) {
+    owner.assign(static_cast<size_t>(nranks_), claimPairWord(callClaim(seq), seq, rank_));
+  } else {
+    owner = claimPairs(
+        rank_, nranks_, seq, /*claimAll=*/true, [](int) { return true; },
+        [&](int p) -> std::atomic<uint64_t>& { return layout_->pairClaim(rank_, p, seq); });
+  }
   for (int p = 0; p < nranks_; ++p) {
     if (owner[static_cast<size_t>(p)] == rank_) continue;
     // Only a peer that also claimed everything first can have beaten this rank to one of its pairs (the others
@@ -55,6 +77,8 @@ void ProcessClique::launchPairOwned(CallTicket& ticket, const OwnPart& own, bool
   auto published = [&](int p) {
     return layout_->entry(p, seq).published.load(std::memory_order_acquire) == seq + 1;
   };
+  // owner[p]: who moves what this rank and peer p exchange.
+  const bool reduction = sched::isReduction(mine.kind);
   std::vector<int> owner;
   if (claimedAll) {
     owner.assign(static_cast<size_t>(n), rank_);
@@ -63,6 +87,15 @@ void ProcessClique::launchPairOwned(CallTicket& ticket, const OwnPart& own, bool
     for (int p = 0; p < n; ++p) {
       if (p != rank_) waitFor([&] { return published(p); }, p, ticket.what);
     }
+  } else if (reduction) {
+    // The call's owner is a rank that finds every peer published (the last to publish does); this rank's program
+    // is the same whichever peer it is.
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // as in claimPairs: this rank's publish before its reads
+    bool all = true;
+    for (int p = 0; p < n && all; ++p) all = p == rank_ || published(p);
+    const bool owns = all && claimPairWord(callClaim(seq), seq, rank_) == rank_;
+    owner.resize(static_cast<size_t>(n));
+    for (int p = 0; p < n; ++p) owner[static_cast<size_t>(p)] = owns ? rank_ : p;
   } else {
     owner = claimPairs(rank_, n, seq, /*claimAll=*/false, published,
                        [&](int p) -> std::atomic<uint64_t>& { return layout_->pairClaim(rank_, p, seq); });
@@ -110,14 +143,19 @@ void ProcessClique::launchPairOwned(CallTicket& ticket, const OwnPart& own, bool
   }
   try {
     assembleCall(pending, n);
-    pending.call.pairOwner.assign(static_cast<size_t>(n) * static_cast<size_t>(n), 0);
-    for (int i = 0; i < n; ++i) {
-      for (int j = 0; j < n; ++j) {
-        // This rank's pairs as claimed; the others' do not change its program: any valid owner will do.
-        int o = std::min(i, j);
-        if (i == rank_) o = owner[static_cast<size_t>(j)];
-        if (j == rank_) o = owner[static_cast<size_t>(i)];
-        pending.call.pairOwner[static_cast<size_t>(i * n + j)] = o;
+    if (reduction) {
+      // Not the owner: any peer as the owner gives this rank the same program.
+      pending.call.callOwner = owner[static_cast<size_t>((rank_ + 1) % n)] == rank_ ? rank_ : (rank_ + 1) % n;
+    } else {
+      pending.call.pairOwner.assign(static_cast<size_t>(n) * static_cast<size_t>(n), 0);
+      for (int i = 0; i < n; ++i) {
+        for (int j = 0; j < n; ++j) {
+          // This rank's pairs as claimed; the others' do not change its program: any valid owner will do.
+          int o = std::min(i, j);
+          if (i == rank_) o = owner[static_cast<size_t>(j)];
+          if (j == rank_) o = owner[static_cast<size_t>(i)];
+          pending.call.pairOwner[static_cast<size_t>(i * n + j)] = o;
+        }
       }
     }
     pending.schedule = schedules_->get(pending.call);
@@ -131,7 +169,8 @@ void ProcessClique::launchPairOwned(CallTicket& ticket, const OwnPart& own, bool
   for (int p = 0; p < n; ++p) owned += p != rank_ && owner[static_cast<size_t>(p)] == rank_ ? 1 : 0;
   CONCCL_TRACE(rank_, device_,
                "call seq " + std::to_string(seq) + " is pair-owned: this rank moves the data of " +
-                   std::to_string(owned) + " of its " + std::to_string(n - 1) + " pairs");
+                   std::to_string(owned) + " of its " + std::to_string(n - 1) + " pairs" +
+                   (reduction ? (owned > 0 ? " (it reduces for every rank)" : " (a peer reduces)") : ""));
   // The peers' arguments are compared as they arrive (the watchdog, or this rank's next call), as for symmetric calls.
   launchEarly(pending, ticket, {});
 }

@@ -1,6 +1,7 @@
 // AllReduce = reduce-scatter phase + all-gather phase, fused: rank r reduces its 1/n share (the first
 // count % n ranks get one extra element) chunk by chunk, and pushes each reduced chunk into every peer's
-// recvbuff as soon as it is ready, so the all-gather overlaps the remaining reduction.
+// recvbuff as soon as it is ready, so the all-gather overlaps the remaining reduction. With a callOwner that rank
+// reduces the whole buffer and copies it to every peer (owner_reduce.cc).
 #include <algorithm>
 #include <utility>
 
@@ -51,6 +52,18 @@ Schedule buildAllReduce(const CollectiveCall& call, const BuildOptions& options)
   const size_t es = typeSize(call.dtype);
   if (n == 1) return localCopySchedule(call, options, call.count * es);
   Schedule s = newSchedule(call, options);
+  if (call.callOwner >= 0) {
+    // The owner reduces everything into its recvbuff and copies the result to every peer's.
+    OwnedBlock all;
+    all.elems = call.count;
+    for (int q = 0; q < n; ++q) {
+      all.inputs.push_back(sendLoc(call, q, 0));
+      if (q != call.callOwner) all.copyTo.push_back(recvLoc(call, q, 0));
+    }
+    all.output = recvLoc(call, call.callOwner, 0);
+    emitOwnerReduce(call, options, {all}, s);
+    return s;
+  }
   const size_t un = static_cast<size_t>(n);
   const size_t base = call.count / un, extra = call.count % un;
   std::vector<ReduceShare> shares(un);

@@ -153,6 +153,26 @@ void emitReducePipeline(const CollectiveCall& call, const BuildOptions& options,
 void emitPullReduce(const CollectiveCall& call, const BuildOptions& options, const std::vector<ReduceShare>& shares,
                     Schedule& schedule);
 
+// CollectiveCall::callOwner (owner_reduce.cc): one block of the reduction, reduced by the owner in Reduce ops over
+// every rank's input read where it lies (rank order, so that Avg divides by nranks and every reducer combines alike).
+struct OwnedBlock {
+  size_t elems = 0;
+  std::vector<Location> inputs;  // per rank q: where q's input to the block starts
+  // Where the reduced block goes in the owner's own memory (its recvbuff), then copied from there to every entry of
+  // copyTo. Empty: the owner has no place for it (the block is another rank's output) and reduces it piece by piece
+  // into its scratch, each piece copied to copyTo's single entry.
+  std::optional<Location> output;
+  std::vector<Location> copyTo;  // other ranks' recvbuffs
+};
+
+// Fills `schedule.programs` for a call with callOwner >= 0 and nranks >= 2: the owner reduces `blocks` in order and
+// moves them into place; every other rank only takes part in the ready and done handshakes (a program that depends on
+// nothing but nranks and its rank). Sets peerReads, scratchBytes and algorithm ("owner-reduces"). Each Reduce has
+// nranks inputs: the CUDA kernel takes at most kMaxReduceInputs (16, exec/cuda/reduce_kernel.h), which the caller
+// keeps to (ProcessClique takes this route up to 8 ranks).
+void emitOwnerReduce(const CollectiveCall& call, const BuildOptions& options, const std::vector<OwnedBlock>& blocks,
+                     Schedule& schedule);
+
 // Sets `slots` to one more than the highest slot used (0 if none).
 void finalizeSlots(Schedule& schedule);
 

@@ -290,6 +290,17 @@ void validateCall(const CollectiveCall& call) {
                  what + "pushInputs is only defined for ReduceScatter");
   CONCCL_REQUIRE(!call.peerScratchOnly || call.kind != CollKind::kSendRecv,
                  what + "peerScratchOnly is not defined for SendRecv (its receives choose: P2POp::viaScratch)");
+  if (call.callOwner != -1) {
+    CONCCL_REQUIRE(call.callOwner >= 0 && call.callOwner < call.nranks,
+                   what + "callOwner " + std::to_string(call.callOwner) + " out of range [0, " + std::to_string(n) +
+                       ") (-1 for none)");
+    CONCCL_REQUIRE(isReduction(call.kind), what + "callOwner is defined for reductions only (AllReduce, ReduceScatter, "
+                                                  "Reduce), not " + collKindName(call.kind));
+    CONCCL_REQUIRE(!call.peerScratchOnly, what + "callOwner and peerScratchOnly exclude each other");
+    CONCCL_REQUIRE(call.pairOwner.empty(), what + "callOwner and pairOwner exclude each other");
+    CONCCL_REQUIRE(!call.pushInputs, what + "callOwner and pushInputs exclude each other (the owner reads the inputs "
+                                            "in place)");
+  }
   if (!call.pairOwner.empty()) {
     CONCCL_REQUIRE(!isReduction(call.kind) && call.kind != CollKind::kSendRecv, what + "pairOwner is defined for data movement only, not " + collKindName(call.kind));
     CONCCL_REQUIRE(!call.peerScratchOnly, what + "pairOwner and peerScratchOnly exclude each other");
@@ -412,6 +423,10 @@ Schedule buildSchedule(const CollectiveCall& call, const BuildOptions& options) 
   }
   // An own block echoed off a peer would add copies the pair's owner does not issue.
   if (!call.pairOwner.empty()) effective.ownBlockViaPeer = false;
+  // The call's owner reads every rank's input where it lies: only where the executor can address peer memory.
+  CONCCL_REQUIRE(call.callOwner < 0 || call.nranks == 1 || options.peerReads,
+                 std::string(collKindName(call.kind)) +
+                     ": callOwner needs BuildOptions::peerReads (the owner reads every rank's input in place)");
   Schedule s;
   switch (call.kind) {
     case CollKind::kAllGather:

@@ -226,11 +226,13 @@ struct CollectiveCall {
   // engines (docs/dev/next-steps.md, "the later rank moves"). Turns BuildOptions::ownBlockViaPeer off.
   std::vector<int> pairOwner;
   // -1, or the rank that does a whole reduction (AllReduce, ReduceScatter, Reduce) for every rank: it reduces every
-  // rank's input (reading its peers' memory) and moves every rank's output into place; every other rank only
-  // signals "ready" to each peer, waits for each peer's "ready" and waits for the owner's "done", a program that
-  // neither depends on which peer owns the call nor grows with the size, so a rank that calls before its peers can
-  // launch it without knowing them (ProcessClique's pair-owned route for reductions: the rank that calls last owns).
-  // Not with peerScratchOnly, pairOwner or pushInputs.
+  // rank's input (reading its peers' memory: needs BuildOptions::peerReads) and moves every rank's output into place;
+  // every other rank only signals "ready" to each peer, waits for each peer's "ready", signals "done" to each peer and
+  // waits for each peer's "done" (the owner's among them), a program that neither depends on which peer owns the call
+  // nor grows with the size, so a rank that calls before its peers can launch it without knowing them
+  // (ProcessClique's pair-owned route for reductions: the rank that calls last owns). Why the non-owners exchange
+  // "done" too: detail::emitOwnerReduce (owner_reduce.cc). Each Reduce has nranks inputs, which the CUDA kernel
+  // bounds (exec/cuda kMaxReduceInputs). Not with peerScratchOnly, pairOwner or pushInputs.
   int callOwner = -1;
 };
 

@@ -201,7 +201,7 @@ TEST_P(MultiProcess, CallsDoNotWaitForLatePeers) {
   for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
 }
 
-// Late data-movement calls on the pair-owned route, the ranks arriving in a new order every call
+// Late calls on the pair-owned route (data movement and reductions), the ranks arriving in a new order every call
 // (conccl_mp_worker.cc, "pair-owned"): every result right.
 TEST_P(MultiProcess, PairOwnedLateCallsMatchTheReference) {
   SKIP_WITHOUT_GPU();

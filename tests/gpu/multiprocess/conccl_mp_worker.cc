@@ -19,7 +19,7 @@
 //                a pipeline of standalone calls, a receive into a window; sendrecv-mismatch: sizes differ.
 //   chunked      concclReduceScatterChunked behind a gated producer and concclAllGatherChunked with a consumer that
 //                snapshots each block on its event (scenario_chunked.h); a chunked and a plain call mixed: refused.
-//   pair-owned   late calls on the pair-owned route: every data-movement collective and AllToAllv, the ranks
+//   pair-owned   late calls on the pair-owned route: every collective and AllToAllv, the ranks
 //                arriving in a random order every call, and a burst of eight calls while the peers are late.
 //   symmetric    a concclMemAlloc'd window per rank: every collective on buffers at the same offsets in it (no
 //                host rendezvous), alternating with the regular path, the hot path and a graph on window buffers.
@@ -343,12 +343,14 @@ void scenarioCollectives(cudaStream_t stream) {
 }
 
 // "pair-owned": late calls on the pair-owned route (core/pair_claims.h; every call routed: CONCCL_STAGED_MAX_BYTES=0,
-// no spin). Every data-movement collective x dtypes x counts x in/out of place x roots, and AllToAllv, each rank
+// no spin). Every collective x dtypes x counts x in/out of place x roots (reductions with sum, max, avg), and
+// AllToAllv, each rank
 // entering each call after its own random delay (0-9 ms), so the ranks arrive in a new order every call and the
 // pairs' owners change call after call; then a burst: the other ranks 100 ms late while rank 0 issues eight AllGathers
 // back to back on distinct buffers (its stream holds eight "ready, wait for done" programs), every result checked.
 void scenarioPairOwned(cudaStream_t stream) {
-  const Coll colls[] = {Coll::kAllGather, Coll::kBroadcast, Coll::kAllToAll, Coll::kGather, Coll::kScatter};
+  const Coll colls[] = {Coll::kAllGather, Coll::kBroadcast, Coll::kAllToAll,    Coll::kGather,
+                        Coll::kScatter,   Coll::kAllReduce, Coll::kReduceScatter, Coll::kReduce};
   const concclDataType_t types[] = {concclFloat32, concclBfloat16, concclInt32};
   const size_t counts[] = {4099, 262144};
   uint64_t seed = 4242;
@@ -362,7 +364,10 @@ void scenarioPairOwned(cudaStream_t stream) {
       for (size_t count : counts) {
         for (int ip = 0; ip < (t::hasInPlace(c) ? 2 : 1); ++ip, ++seed, ++cases) {
           const int root = static_cast<int>(seed % static_cast<uint64_t>(gNranks));
-          const size_t wrong = runCase(c, dt, concclSum, count, ip == 1, root, seed, stream, nullptr, delayFor(seed));
+          concclRedOp_t op = concclSum;
+          if (conccl::sched::isReduction(c) && seed % 3 == 1) op = concclMax;
+          if (conccl::sched::isReduction(c) && seed % 3 == 2 && dt != concclInt32) op = concclAvg;
+          const size_t wrong = runCase(c, dt, op, count, ip == 1, root, seed, stream, nullptr, delayFor(seed));
           CHECK(wrong == 0, std::string("pair-owned ") + collKindName(c) + " dtype " + std::to_string(dt) + " count " +
                                 std::to_string(count) + (ip ? " in-place" : " out-of-place") + " root " +
                                 std::to_string(root) + ": " + std::to_string(wrong) + " wrong elements");
