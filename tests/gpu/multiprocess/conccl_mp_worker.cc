@@ -789,7 +789,11 @@ void scenarioSymmetricFailure(const std::string& scenario, cudaStream_t stream, 
     concclResult_t r =
         concclAllReduce(window, window + kWindowRecvOffset, count, concclFloat32, concclSum, gComm, stream);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    CHECK(r == concclSuccess, std::string("symmetric call: ") + concclGetLastError(gComm));
+    // A rank that calls after a peer's watchdog already found the failure is refused at once, with that failure (one
+    // H200, 2026-12-04: rank 0 called after rank 1 had seen rank 2 exit); otherwise the call returns at once.
+    const std::string message = r == concclSuccess ? std::string() : concclGetLastError(gComm);
+    CHECK(r == concclSuccess || message.find(mustContain) != std::string::npos,
+          std::string("symmetric call: ") + message);
     CHECK(ms < timeoutMs / 2.0, "the symmetric call waited " + std::to_string(ms) + " ms for its missing peer");
   }
   // The error arrives asynchronously (the watchdog), bounded.
