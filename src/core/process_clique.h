@@ -240,6 +240,14 @@ class ProcessClique final : public Clique {
   // waiting; the watchdog compares the peers' arguments as they arrive. A rank that claimed all its pairs waits on the
   // host for peers that have not published (it moves their data too).
   void launchPairOwned(CallTicket& ticket, const OwnPart& own, bool claimedAll);
+  // Its steps. Who moves what this rank exchanges with each peer ([p]: this rank or p): its pair claims, or for a
+  // `reduction` whether it owns the call; every one of its pairs when `claimedAll` (then it waits for every peer).
+  std::vector<int> claimOwners(const CallTicket& ticket, bool reduction, bool claimedAll);
+  // pending.args of the peers: the real arguments (and exports) of those whose data this rank moves, mirrors of its
+  // own for the others. Throws a peer's published error, or memory of a peer this rank cannot map.
+  PeerParts readOwnedPeers(PendingCall& pending, const std::vector<int>& owner);
+  // Validates the call and builds its schedule with this rank's owners (callOwner or pairOwner).
+  void buildOwnedCall(PendingCall& pending, const std::vector<int>& owner, bool reduction);
   // Claims every pair of this rank in call seq before it publishes (memory no peer can map), or the whole call for a
   // `reduction`; throws when a peer with such memory claimed first (neither could move their pair).
   void claimAllPairsFirst(uint64_t seq, const std::string& what, bool reduction);

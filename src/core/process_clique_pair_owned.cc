@@ -60,50 +60,40 @@ void ProcessClique::claimAllPairsFirst(uint64_t seq, const std::string& what, bo
   }
 }
 
-void ProcessClique::launchPairOwned(CallTicket& ticket, const OwnPart& own, bool claimedAll) {
-  PendingCall& pending = *ticket.call;
-  const uint64_t seq = pending.seq;
+std::vector<int> ProcessClique::claimOwners(const CallTicket& ticket, bool reduction, bool claimedAll) {
+  const uint64_t seq = ticket.call->seq;
   const int n = nranks_;
-  const RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
-  // Every rank of this call launches without waiting for the others (the route is agreed): any error now ends the
-  // communicator, or a peer's program would wait for this rank's part forever.
-  auto failWith = [&](const Error& e) {
-    Error withContext = Error(e).addContext(ticket.what + " on rank " + std::to_string(rank_));
-    fail(withContext.code(), withContext.message() + " (a peer had already launched its part)");
-    throw withContext;
-  };
-  if (own.error) failWith(*own.error);
-
   auto published = [&](int p) {
     return layout_->entry(p, seq).published.load(std::memory_order_acquire) == seq + 1;
   };
-  // owner[p]: who moves what this rank and peer p exchange.
-  const bool reduction = sched::isReduction(mine.kind);
-  std::vector<int> owner;
   if (claimedAll) {
-    owner.assign(static_cast<size_t>(n), rank_);
     // This rank moves everything it shares with its peers: it needs every peer's buffers (a host wait, for peers
     // that are later still; documented in docs/multiprocess.md).
     for (int p = 0; p < n; ++p) {
       if (p != rank_) waitFor([&] { return published(p); }, p, ticket.what);
     }
-  } else if (reduction) {
+    return std::vector<int>(static_cast<size_t>(n), rank_);
+  }
+  if (reduction) {
     // The call's owner is a rank that finds every peer published (the last to publish does); this rank's program
     // is the same whichever peer it is.
     std::atomic_thread_fence(std::memory_order_seq_cst);  // as in claimPairs: this rank's publish before its reads
     bool all = true;
     for (int p = 0; p < n && all; ++p) all = p == rank_ || published(p);
     const bool owns = all && claimPairWord(callClaim(seq), seq, rank_) == rank_;
-    owner.resize(static_cast<size_t>(n));
+    std::vector<int> owner(static_cast<size_t>(n));
     for (int p = 0; p < n; ++p) owner[static_cast<size_t>(p)] = owns ? rank_ : p;
-  } else {
-    owner = claimPairs(rank_, n, seq, /*claimAll=*/false, published,
-                       [&](int p) -> std::atomic<uint64_t>& { return layout_->pairClaim(rank_, p, seq); });
+    return owner;
   }
-  HostLaps::lap("pair claims");
+  return claimPairs(rank_, n, seq, /*claimAll=*/false, published,
+                    [&](int p) -> std::atomic<uint64_t>& { return layout_->pairClaim(rank_, p, seq); });
+}
 
+ProcessClique::PeerParts ProcessClique::readOwnedPeers(PendingCall& pending, const std::vector<int>& owner) {
   // The call as this rank can know it: the real arguments of every peer whose pair it owns (they published), its own
   // arguments mirrored for the others (their programs are theirs; this rank's part with them is "ready" and "done").
+  const int n = nranks_;
+  const RankArgs& mine = *pending.args[static_cast<size_t>(rank_)];
   PeerParts peers;
   peers.exports.resize(static_cast<size_t>(2 * n));
   peers.windows.resize(static_cast<size_t>(2 * n));
@@ -115,15 +105,15 @@ void ProcessClique::launchPairOwned(CallTicket& ticket, const OwnPart& own, bool
       pending.args[static_cast<size_t>(p)] = std::move(mirror);
       continue;
     }
-    const MailboxEntry& e = layout_->entry(p, seq);
+    const MailboxEntry& e = layout_->entry(p, pending.seq);
     if (e.errorCode != 0) {
-      failWith(Error(static_cast<concclResult_t>(e.errorCode), "rank " + std::to_string(p) + ": " + e.error));
+      throw Error(static_cast<concclResult_t>(e.errorCode), "rank " + std::to_string(p) + ": " + e.error);
     }
     if (e.unshareable != 0) {
-      failWith(Error(concclInvalidUsage, "rank " + std::to_string(p) +
-                                             " passed memory that CUDA IPC cannot share, which rank " +
-                                             std::to_string(rank_) + " would have to map; use the same kind of memory "
-                                                                     "on every rank"));
+      throw Error(concclInvalidUsage, "rank " + std::to_string(p) +
+                                          " passed memory that CUDA IPC cannot share, which rank " +
+                                          std::to_string(rank_) +
+                                          " would have to map; use the same kind of memory on every rank");
     }
     RankArgs real = argsOf(e, layout_->vectors(e), n);
     if (real.kind == sched::CollKind::kAllToAllv) {
@@ -141,25 +131,49 @@ void ProcessClique::launchPairOwned(CallTicket& ticket, const OwnPart& own, bool
       peers.windows[static_cast<size_t>(2 * p + b)] = WindowRef{e.windowId[b], e.windowOffset[b]};
     }
   }
-  try {
-    assembleCall(pending, n);
-    if (reduction) {
-      // Not the owner: any peer as the owner gives this rank the same program.
-      pending.call.callOwner = owner[static_cast<size_t>((rank_ + 1) % n)] == rank_ ? rank_ : (rank_ + 1) % n;
-    } else {
-      pending.call.pairOwner.assign(static_cast<size_t>(n) * static_cast<size_t>(n), 0);
-      for (int i = 0; i < n; ++i) {
-        for (int j = 0; j < n; ++j) {
-          // This rank's pairs as claimed; the others' do not change its program: any valid owner will do.
-          int o = std::min(i, j);
-          if (i == rank_) o = owner[static_cast<size_t>(j)];
-          if (j == rank_) o = owner[static_cast<size_t>(i)];
-          pending.call.pairOwner[static_cast<size_t>(i * n + j)] = o;
-        }
+  return peers;
+}
+
+void ProcessClique::buildOwnedCall(PendingCall& pending, const std::vector<int>& owner, bool reduction) {
+  const int n = nranks_;
+  assembleCall(pending, n);
+  if (reduction) {
+    // Not the owner: any peer as the owner gives this rank the same program.
+    pending.call.callOwner = owner[static_cast<size_t>((rank_ + 1) % n)] == rank_ ? rank_ : (rank_ + 1) % n;
+  } else {
+    pending.call.pairOwner.assign(static_cast<size_t>(n) * static_cast<size_t>(n), 0);
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < n; ++j) {
+        // This rank's pairs as claimed; the others' do not change its program: any valid owner will do.
+        int o = std::min(i, j);
+        if (i == rank_) o = owner[static_cast<size_t>(j)];
+        if (j == rank_) o = owner[static_cast<size_t>(i)];
+        pending.call.pairOwner[static_cast<size_t>(i * n + j)] = o;
       }
     }
-    pending.schedule = schedules_->get(pending.call);
-    pinCopyEnginePath(pending);
+  }
+  pending.schedule = schedules_->get(pending.call);
+  pinCopyEnginePath(pending);
+}
+
+void ProcessClique::launchPairOwned(CallTicket& ticket, const OwnPart& own, bool claimedAll) {
+  PendingCall& pending = *ticket.call;
+  const int n = nranks_;
+  // Every rank of this call launches without waiting for the others (the route is agreed): any error now ends the
+  // communicator, or a peer's program would wait for this rank's part forever.
+  auto failWith = [&](const Error& e) {
+    Error withContext = Error(e).addContext(ticket.what + " on rank " + std::to_string(rank_));
+    fail(withContext.code(), withContext.message() + " (a peer had already launched its part)");
+    throw withContext;
+  };
+  if (own.error) failWith(*own.error);
+  const bool reduction = sched::isReduction(pending.args[static_cast<size_t>(rank_)]->kind);
+  // owner[p]: who moves what this rank and peer p exchange.
+  const std::vector<int> owner = claimOwners(ticket, reduction, claimedAll);
+  HostLaps::lap("pair claims");
+  try {
+    const PeerParts peers = readOwnedPeers(pending, owner);
+    buildOwnedCall(pending, owner, reduction);
     bindTouchedPeerBuffers(pending, peers);
   } catch (const Error& e) {
     failWith(e);
@@ -168,7 +182,7 @@ void ProcessClique::launchPairOwned(CallTicket& ticket, const OwnPart& own, bool
   int owned = 0;
   for (int p = 0; p < n; ++p) owned += p != rank_ && owner[static_cast<size_t>(p)] == rank_ ? 1 : 0;
   CONCCL_TRACE(rank_, device_,
-               "call seq " + std::to_string(seq) + " is pair-owned: this rank moves the data of " +
+               "call seq " + std::to_string(pending.seq) + " is pair-owned: this rank moves the data of " +
                    std::to_string(owned) + " of its " + std::to_string(n - 1) + " pairs" +
                    (reduction ? (owned > 0 ? " (it reduces for every rank)" : " (a peer reduces)") : ""));
   // The peers' arguments are compared as they arrive (the watchdog, or this rank's next call), as for symmetric calls.
