@@ -222,8 +222,11 @@ class ProcessClique final : public Clique {
   // Whether call `mine` takes an agreed route at all: every collective and AllToAllv that is not staged by size
   // already (Send/Recv groups are matched pair by pair instead, and wait for their partners).
   bool routed(const RankArgs& mine, const OwnPart& own) const;
-  // The AllToAllv arguments of `peer` as far as this rank's staged program needs them (trySymmetric).
-  RankArgs allToAllvMirror(const RankArgs& mine, int peer) const;
+  // The arguments this rank assumes for `peer` before it has called (trySymmetric, the pair-owned route): its own,
+  // without a stream; of an AllToAllv, only the exchange with this rank.
+  RankArgs mirrorOf(const RankArgs& mine, int peer) const;
+  // Drops the peers' mirrors and the assumptions of a call that will not launch symmetrically after all.
+  void forgetMirrors(PendingCall& pending, std::vector<Assumption>& assumed) const;
   // A staged AllToAllv and every pair-owned call take the copy-engine path on every rank (the path would otherwise
   // depend on every rank's sizes, which a rank that launches early does not know).
   void pinCopyEnginePath(PendingCall& pending) const;

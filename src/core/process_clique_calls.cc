@@ -132,10 +132,7 @@ std::optional<ProcessClique::OwnPart> ProcessClique::checkAndPublish(CallTicket&
       own.stagedLate = route == Route::kStaged;
       pairOwned = route == Route::kPairOwned;
       symmetric = false;
-      for (int p = 0; p < nranks_; ++p) {
-        if (p != rank_) pending.args[static_cast<size_t>(p)].reset();
-      }
-      assumed.clear();
+      forgetMirrors(pending, assumed);
       if (own.stagedLate) symmetric = trySymmetric(pending, own, assumed);
     }
   }
@@ -311,10 +308,7 @@ bool ProcessClique::trySymmetric(PendingCall& pending, const OwnPart& own, std::
   const bool allToAllv = mine.kind == sched::CollKind::kAllToAllv;
   if ((windows_.empty() && !staged) || (allToAllv && !staged) || (rootInPlaceBlock && !staged)) return false;
   for (int p = 0; p < n; ++p) {
-    if (p == rank_) continue;
-    RankArgs mirror = allToAllv ? allToAllvMirror(mine, p) : mine;
-    mirror.stream = nullptr;
-    pending.args[static_cast<size_t>(p)] = std::move(mirror);
+    if (p != rank_) pending.args[static_cast<size_t>(p)] = mirrorOf(mine, p);
   }
   bool symmetric = false;
   try {
@@ -333,21 +327,26 @@ bool ProcessClique::trySymmetric(PendingCall& pending, const OwnPart& own, std::
   } catch (const Error&) {
     symmetric = false;  // the regular path builds the same call again and reports the error everywhere
   }
-  if (!symmetric) {
-    for (int p = 0; p < n; ++p) {
-      if (p != rank_) pending.args[static_cast<size_t>(p)].reset();
-    }
-    assumed.clear();
-  }
+  if (!symmetric) forgetMirrors(pending, assumed);
   return symmetric;
 }
 
-RankArgs ProcessClique::allToAllvMirror(const RankArgs& mine, int peer) const {
-  // What this rank knows of the peer's AllToAllv: it sends this rank what this rank receives from it, and receives
-  // what this rank sends it; its exchanges with the other ranks are left empty (they are not in this rank's program).
-  // The staged schedule copies out of scratch into this rank's buffers only, so the peer's displacements do not
-  // matter. Checked against the peer's real counts once it has called (mismatch).
+void ProcessClique::forgetMirrors(PendingCall& pending, std::vector<Assumption>& assumed) const {
+  for (int p = 0; p < nranks_; ++p) {
+    if (p != rank_) pending.args[static_cast<size_t>(p)].reset();
+  }
+  assumed.clear();
+}
+
+RankArgs ProcessClique::mirrorOf(const RankArgs& mine, int peer) const {
+  // What this rank assumes of a peer that has not called: the same call (checked once it has: mismatch). Of an
+  // AllToAllv it knows only the exchange with itself: the peer sends this rank what this rank receives from it, and
+  // receives what this rank sends it; its exchanges with the other ranks are left empty (they are not in this rank's
+  // program). The programs built from it (staged, or pair-owned with the peer as the owner) do not touch the peer's
+  // buffers, so its displacements do not matter.
   RankArgs mirror = mine;
+  mirror.stream = nullptr;
+  if (mine.kind != sched::CollKind::kAllToAllv) return mirror;
   const auto un = static_cast<size_t>(nranks_);
   const auto me = static_cast<size_t>(rank_);
   const auto p = static_cast<size_t>(peer);
@@ -630,7 +629,7 @@ std::string ProcessClique::mismatch(const Unmatched& u, int peer) const {
     return problem + " (" + u.what + ")";
   }
   if (mine.kind == sched::CollKind::kAllToAllv) {
-    // A staged AllToAllv launched from this rank's counts alone (allToAllvMirror): the peer's must fit them.
+    // A staged AllToAllv launched from this rank's counts alone (mirrorOf): the peer's must fit them.
     const auto self = static_cast<size_t>(rank_);
     const auto p = static_cast<size_t>(peer);
     auto count = [](const std::vector<size_t>& v, size_t i) { return i < v.size() ? v[i] : size_t{0}; };

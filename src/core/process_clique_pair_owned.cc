@@ -100,9 +100,7 @@ ProcessClique::PeerParts ProcessClique::readOwnedPeers(PendingCall& pending, con
   for (int p = 0; p < n; ++p) {
     if (p == rank_) continue;
     if (owner[static_cast<size_t>(p)] != rank_) {
-      RankArgs mirror = mine.kind == sched::CollKind::kAllToAllv ? allToAllvMirror(mine, p) : mine;
-      mirror.stream = nullptr;
-      pending.args[static_cast<size_t>(p)] = std::move(mirror);
+      pending.args[static_cast<size_t>(p)] = mirrorOf(mine, p);
       continue;
     }
     const MailboxEntry& e = layout_->entry(p, pending.seq);

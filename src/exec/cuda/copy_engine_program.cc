@@ -11,6 +11,7 @@
 #include "exec/cuda/driver_api.h"
 #include "base/types.h"
 #include "exec/cuda/reduce_kernel.h"
+#include "sched/checker.h"
 
 namespace conccl::exec {
 namespace {
@@ -46,33 +47,25 @@ CopyEngineProgram::CopyEngineProgram(RankState& state, const CopyEngineSetup& se
   s_.pendingWaits.clear();
 }
 
-namespace {
-const char* opKindName(const sched::Op& op) {
-  if (std::holds_alternative<sched::Copy>(op)) return "copy";
-  if (std::holds_alternative<sched::Signal>(op)) return "signal";
-  if (std::holds_alternative<sched::Wait>(op)) return "wait";
-  if (std::holds_alternative<sched::Reduce>(op)) return "reduce";
-  return "ready";
-}
-}  // namespace
-
-void CopyEngineProgram::checkCaptureStillValid(const char* where) const {
-  // Under a caller's capture (not eager): an op that breaks the capture is named here, rather than reported later
-  // as an opaque CUDA_ERROR_STREAM_CAPTURE_INVALIDATED by whichever call comes next.
-  if (setup_.eager) return;
+bool CopyEngineProgram::captureInvalidated() const {
+  // Under a caller's capture (not eager): an op that breaks the capture is named by the caller of this, rather than
+  // reported later as an opaque CUDA_ERROR_STREAM_CAPTURE_INVALIDATED by whichever call comes next.
+  if (setup_.eager) return false;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(setup_.main, &status) != cudaSuccess) {
     (void)cudaGetLastError();
-    return;
+    return false;
   }
-  if (status == cudaStreamCaptureStatusInvalidated) {
-    CONCCL_THROW(concclUnhandledCudaError, std::string("the caller's graph capture was invalidated ") + where);
-  }
+  return status == cudaStreamCaptureStatusInvalidated;
+}
+
+void CopyEngineProgram::throwCaptureInvalidated(const std::string& where) const {
+  CONCCL_THROW(concclUnhandledCudaError, "the caller's graph capture was invalidated " + where);
 }
 
 void CopyEngineProgram::enqueue(const sched::RankProgram& program) {
   if (setup_.chunkEvents != nullptr) chunkRecorded_.assign(setup_.chunkEvents->size(), false);
-  checkCaptureStillValid("before the call's program was enqueued");
+  if (captureInvalidated()) throwCaptureInvalidated("before the call's program was enqueued");
   for (size_t index = 0; index < program.ops.size(); ++index) {
     const sched::Op& op = program.ops[index];
     // Consecutive memory operations on M (Waits, and Signals that run on M) are enqueued together: one
@@ -92,14 +85,13 @@ void CopyEngineProgram::enqueue(const sched::RankProgram& program) {
     } else if (const auto* mark = std::get_if<sched::Ready>(&op)) {
       ready(*mark);
     }
-    if (!setup_.eager) {
-      checkCaptureStillValid(
-          ("at op " + std::to_string(index) + " (" + opKindName(op) + ") of " + std::to_string(program.ops.size()))
-              .c_str());
+    if (captureInvalidated()) {
+      throwCaptureInvalidated("at op " + std::to_string(index) + " of " + std::to_string(program.ops.size()) + " (" +
+                              sched::describeOp(op) + ")");
     }
   }
   finish();
-  checkCaptureStillValid("at the end of the call's program");
+  if (captureInvalidated()) throwCaptureInvalidated("at the end of the call's program");
 }
 
 cudaStream_t CopyEngineProgram::streamFor(int lane) {

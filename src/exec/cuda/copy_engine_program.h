@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "exec/cuda/rank_state.h"
@@ -62,7 +63,9 @@ class CopyEngineProgram {
   // The stream an op of `lane` runs on; forks the lane off M first when M moved since the lane last waited on it.
   cudaStream_t streamFor(int lane);
   CUdeviceptr flagAddress(int rank, int slot) const;
-  void checkCaptureStillValid(const char* where) const;
+  // Whether the caller's capture this program is enqueued into has been invalidated (false when eager).
+  bool captureInvalidated() const;
+  [[noreturn]] void throwCaptureInvalidated(const std::string& where) const;
   void flushBatch();
 
   RankState& s_;

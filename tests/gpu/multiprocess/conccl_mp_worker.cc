@@ -41,6 +41,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -213,28 +214,36 @@ size_t runAllToAllv(uint64_t seed, cudaStream_t stream, int delayMs = 0) {
   return wrong;
 }
 
+// How sweepCollectives runs its cases.
+struct SweepOptions {
+  char* window = nullptr;  // buffers carved out of this window (symmetric calls), else fresh per case
+  std::vector<size_t> counts = {1, 4099, 262144};
+  // How long this rank waits before each call, from the case's seed (0: at once).
+  std::function<int(uint64_t)> delayMs;
+  std::string label;  // prefixes failure messages
+};
+
 // Every collective but AllToAllv x dtypes x counts x in/out of place x ops; returns the number of cases.
-int sweepCollectives(cudaStream_t stream, uint64_t& seed, char* window = nullptr) {
+int sweepCollectives(cudaStream_t stream, uint64_t& seed, const SweepOptions& options = {}) {
   const Coll colls[] = {Coll::kAllGather, Coll::kReduceScatter, Coll::kAllReduce, Coll::kBroadcast,
                         Coll::kReduce,    Coll::kAllToAll,      Coll::kGather,    Coll::kScatter};
   const concclDataType_t types[] = {concclFloat32, concclBfloat16, concclInt32};
-  const size_t counts[] = {1, 4099, 262144};
   int cases = 0;
   for (Coll c : colls) {
     for (concclDataType_t dt : types) {
-      for (size_t count : counts) {
+      for (size_t count : options.counts) {
         for (int ip = 0; ip < (t::hasInPlace(c) ? 2 : 1); ++ip) {
           const int root = static_cast<int>(seed % static_cast<uint64_t>(gNranks));
           // Sum everywhere; max and avg on some cases (avg only for floats).
           concclRedOp_t op = concclSum;
           if (conccl::sched::isReduction(c) && seed % 3 == 1) op = concclMax;
           if (conccl::sched::isReduction(c) && seed % 3 == 2 && dt != concclInt32) op = concclAvg;
-          size_t wrong = runCase(c, dt, op, count, ip == 1, root, seed, stream, window);
+          const int delayMs = options.delayMs ? options.delayMs(seed) : 0;
+          size_t wrong = runCase(c, dt, op, count, ip == 1, root, seed, stream, options.window, delayMs);
           if (wrong != 0) {
-            throw Failure(std::string(window != nullptr ? "symmetric " : "") + collKindName(c) + " dtype " +
-                          std::to_string(dt) + " count " + std::to_string(count) +
-                          (ip ? " in-place" : " out-of-place") + " root " + std::to_string(root) + ": " +
-                          std::to_string(wrong) + " wrong elements");
+            throw Failure(options.label + collKindName(c) + " dtype " + std::to_string(dt) + " count " +
+                          std::to_string(count) + (ip ? " in-place" : " out-of-place") + " root " +
+                          std::to_string(root) + ": " + std::to_string(wrong) + " wrong elements");
           }
           ++seed;
           ++cases;
@@ -343,38 +352,21 @@ void scenarioCollectives(cudaStream_t stream) {
 }
 
 // "pair-owned": late calls on the pair-owned route (core/pair_claims.h; every call routed: CONCCL_STAGED_MAX_BYTES=0,
-// no spin). Every collective x dtypes x counts x in/out of place x roots (reductions with sum, max, avg), and
-// AllToAllv, each rank
-// entering each call after its own random delay (0-9 ms), so the ranks arrive in a new order every call and the
-// pairs' owners change call after call; then a burst: the other ranks 100 ms late while rank 0 issues eight AllGathers
+// no spin). Every collective x dtypes x counts x in/out of place x roots (reductions with sum, max, avg: the sweep),
+// and AllToAllv, each rank entering each call after its own random delay (0-9 ms), so the ranks arrive in a new order
+// every call and the pairs' owners change call after call; then a burst: the other ranks 100 ms late while rank 0 issues eight AllGathers
 // back to back on distinct buffers (its stream holds eight "ready, wait for done" programs), every result checked.
 void scenarioPairOwned(cudaStream_t stream) {
-  const Coll colls[] = {Coll::kAllGather, Coll::kBroadcast, Coll::kAllToAll,    Coll::kGather,
-                        Coll::kScatter,   Coll::kAllReduce, Coll::kReduceScatter, Coll::kReduce};
-  const concclDataType_t types[] = {concclFloat32, concclBfloat16, concclInt32};
-  const size_t counts[] = {4099, 262144};
   uint64_t seed = 4242;
-  int cases = 0;
-  auto delayFor = [&](uint64_t s) {
+  auto delayFor = [](uint64_t s) {
     std::mt19937_64 rng(s * 7919 + static_cast<uint64_t>(gRank));
     return static_cast<int>(rng() % 4) * 3;
   };
-  for (Coll c : colls) {
-    for (concclDataType_t dt : types) {
-      for (size_t count : counts) {
-        for (int ip = 0; ip < (t::hasInPlace(c) ? 2 : 1); ++ip, ++seed, ++cases) {
-          const int root = static_cast<int>(seed % static_cast<uint64_t>(gNranks));
-          concclRedOp_t op = concclSum;
-          if (conccl::sched::isReduction(c) && seed % 3 == 1) op = concclMax;
-          if (conccl::sched::isReduction(c) && seed % 3 == 2 && dt != concclInt32) op = concclAvg;
-          const size_t wrong = runCase(c, dt, op, count, ip == 1, root, seed, stream, nullptr, delayFor(seed));
-          CHECK(wrong == 0, std::string("pair-owned ") + collKindName(c) + " dtype " + std::to_string(dt) + " count " +
-                                std::to_string(count) + (ip ? " in-place" : " out-of-place") + " root " +
-                                std::to_string(root) + ": " + std::to_string(wrong) + " wrong elements");
-        }
-      }
-    }
-  }
+  SweepOptions sweep;
+  sweep.counts = {4099, 262144};
+  sweep.delayMs = delayFor;
+  sweep.label = "pair-owned ";
+  int cases = sweepCollectives(stream, seed, sweep);
   for (int i = 0; i < 6; ++i, ++seed, ++cases) {
     const size_t wrong = runAllToAllv(seed, stream, delayFor(seed));
     CHECK(wrong == 0, "pair-owned AllToAllv: " + std::to_string(wrong) + " wrong elements");
@@ -420,7 +412,10 @@ void scenarioSymmetric(cudaStream_t stream) {
   ok(concclCommWindowRegister(gComm, base, kWindowBytes, &win), "concclCommWindowRegister");
   char* window = static_cast<char*>(base);
   uint64_t seed = 7;
-  int cases = sweepCollectives(stream, seed, window);
+  SweepOptions sweep;
+  sweep.window = window;
+  sweep.label = "symmetric ";
+  int cases = sweepCollectives(stream, seed, sweep);
   // The two paths alternate: the ring's bookkeeping must keep them in order.
   for (int i = 0; i < 6; ++i, ++seed, ++cases) {
     char* where = i % 2 == 0 ? window : nullptr;
