@@ -64,6 +64,12 @@ struct Config {
   // (CONCCL_PAIR_OWNED_LATE_CALLS). Only decides the route this rank proposes; every rank follows the route claimed
   // first, so it need not agree across processes.
   bool pairOwnedLateCalls = true;
+  // Buffers of VMM memory created shareable (cuMemCreate with a POSIX descriptor or fabric handle type: PyTorch's
+  // expandable segments) are exported to the peer processes piece by piece through the process's handle server
+  // (exec/cuda/vmm_export.h), so calls on them move data directly like calls on cudaMalloc memory (CONCCL_VMM_EXPORT=1).
+  // 0 (default, until it has run on a GPU): such calls are staged, an SM copy of every received byte. Need not agree
+  // across processes (a rank that does not export publishes its buffer as unshareable, and the call is staged).
+  bool exportVmm = false;
   // Calls that would wait on the host for their peers (Send/Recv, AllToAllv, and every call after one of them) are
   // finished by the communicator's proxy thread while the caller's stream waits on the GPU (ProcessClique, "Deferred
   // calls"); CONCCL_DEFER_CALLS=1. Off by default: work enqueued after the call returned sits behind whatever the

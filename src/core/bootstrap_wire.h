@@ -11,6 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "base/peer_socket.h"
+
 namespace conccl::wire {
 
 using Clock = std::chrono::steady_clock;
@@ -53,32 +55,7 @@ inline void closeFd(int& fd) {
 }
 
 // Owns a descriptor that is not (yet) stored in a Bootstrap.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { closeFd(fd_); }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) reset(o.release());
-    return *this;
-  }
-  int get() const { return fd_; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1) {
-    closeFd(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
+using Fd = peersock::OwnedFd;
 
 // poll() timeout for the time left until `deadline`, rounded up so that a wait never ends just before it
 // (which would spin).

@@ -66,7 +66,12 @@ struct BufferExport {
   uint64_t allocBytes = 0;  // size of the allocation
   uint64_t offset = 0;      // of the exported pointer from base
   int64_t pid = 0;          // owner process
-  unsigned char handle[64] = {};  // cudaIpcMemHandle_t of the allocation base
+  unsigned char handle[64] = {};  // kCudaIpc: cudaIpcMemHandle_t of the allocation base
+  // How a peer maps it: kCudaIpc opens `handle`; kVmm asks the owner's handle server for the pieces of VMM unit
+  // `allocId` (exec/cuda/vmm_export.h).
+  enum Kind : uint32_t { kCudaIpc = 0, kVmm = 1 };
+  uint32_t kind = kCudaIpc;
+  uint32_t reserved = 0;
 };
 
 // A call launched later by another thread than its caller's (exec/cuda/deferred_launch.h): the caller's stream waits

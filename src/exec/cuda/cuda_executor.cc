@@ -194,6 +194,9 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
     devFlagTable_.push_back(reinterpret_cast<CUdeviceptr>(dev));
     ranks_.push_back(std::move(state));
   }
+  // The peer processes may ask this process's VMM handle server for the buffers it exports (vmm_export.h).
+  VmmHandleServer::instance().allowPeers(otherProcesses());
+  peersAllowed_ = true;
   // Scratch: every rank exports its own, every process maps the others' (once, for the communicator's life).
   RankState& self = *ranks_[static_cast<size_t>(localRank_)];
   {
@@ -311,6 +314,7 @@ CudaExecutor::~CudaExecutor() {
   }
   if (leakedRank_ && claimer_) claimer_->leak();
   if (!processMode_) return;
+  releaseVmmExports();
   if (leakedRank_) {
     // The local rank's work is still queued (it could not drain): it may yet touch the peers' mapped buffers and
     // the registered flag area. Keep both, as releaseRank keeps the rank's own memory.

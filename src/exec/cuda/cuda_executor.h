@@ -25,6 +25,7 @@
 #include "exec/cuda/queue_claim.h"
 #include "exec/cuda/rank_state.h"
 #include "exec/cuda/raii.h"
+#include "exec/cuda/vmm_export.h"
 #include "exec/executor.h"
 #include "sched/schedule.h"
 
@@ -141,6 +142,14 @@ class CudaExecutor final : public Executor {
   std::map<uint64_t, BufferExport> exports_;        // by allocation id
   std::map<CUdeviceptr, uint64_t> exportedAt_;      // allocation base -> id of the allocation last exported there
   std::vector<uint64_t> retiredExports_;            // ids the peers may unmap (handed out once)
+  // VMM buffers exported (Config::exportVmm), by unit id, with the pieces they retain (vmm_export.h).
+  std::map<uint64_t, VmmUnit> vmmUnits_;
+  std::optional<BufferExport> exportVmmLocked(const void* ptr, size_t bytes);
+  void retireVmmUnitLocked(std::map<uint64_t, VmmUnit>::iterator it);
+  void retireStaleExportsLocked();
+  bool peersAllowed_ = false;  // this executor's peers are allowed to ask the VMM handle server
+  std::vector<int64_t> otherProcesses() const;  // the peers' pids, without this process's
+  void releaseVmmExports();                     // at destroy
   std::mutex importMutex_;
   std::map<std::pair<int, uint64_t>, void*> imports_;  // (owner rank, allocation id) -> base in this process
   // The local rank's deferred launches (made at init; released with the rank, after they drained).

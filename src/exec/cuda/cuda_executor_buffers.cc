@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <atomic>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -87,12 +89,14 @@ std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void
   CONCCL_ASSERT(processMode_ && rank == localRank_);
   DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
   const PointerInfo info = checkedPointer(rank, ptr, bytes, what);
-  if (info.base == 0 || info.bufferId == 0 || info.managed || info.memoryType != CU_MEMORYTYPE_DEVICE) {
-    return std::nullopt;
-  }
+  if (info.managed || info.memoryType != CU_MEMORYTYPE_DEVICE) return std::nullopt;
   std::lock_guard<std::mutex> lock(exportMutex_);
-  auto it = exports_.find(info.bufferId);
+  auto it = info.bufferId == 0 ? exports_.end() : exports_.find(info.bufferId);
   if (it == exports_.end()) {
+    // VMM memory (PyTorch's expandable segments) has no CUDA IPC handle; it is shared piece by piece when it was
+    // created shareable. One pointer query tells, before cudaIpcGetMemHandle is tried (and fails) on every call.
+    if (config_.exportVmm && isShareableVmm(ptr)) return exportVmmLocked(ptr, bytes);
+    if (info.base == 0 || info.bufferId == 0) return std::nullopt;
     BufferExport e;
     e.allocId = info.bufferId;
     e.base = static_cast<uint64_t>(info.base);
@@ -101,28 +105,12 @@ std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void
     cudaIpcMemHandle_t handle;
     cudaError_t err = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(info.base));
     if (err != cudaSuccess) {
-      // The VMM API (cuMemCreate: PyTorch's expandable segments) and pools: valid device memory, no IPC handle.
+      // Pools, and VMM memory not created shareable (or with CONCCL_VMM_EXPORT=0): valid device memory, no handle.
       (void)cudaGetLastError();
       return std::nullopt;
     }
     std::memcpy(e.handle, &handle, sizeof(handle));
-    // A new allocation: sweep the cache for allocations that were freed since (their address no longer carries
-    // their id) and hand their ids to the peers to unmap. This is not only tidiness: a peer maps our small
-    // allocations at our own addresses, so a stale mapping of freed memory would make the mapping of a new
-    // allocation at the same place fail (cudaErrorAlreadyMapped). The peers' work on a freed allocation is
-    // complete: it came before the done signal our stream waited for, and cudaFree waited for our stream.
-    // One driver call per cached allocation, on this path only (a new allocation costs milliseconds anyway).
-    for (auto cached = exports_.begin(); cached != exports_.end();) {
-      const PointerInfo now = queryPointer(reinterpret_cast<void*>(cached->second.base));
-      if (now.bufferId == cached->first) {
-        ++cached;
-        continue;
-      }
-      retiredExports_.push_back(cached->first);
-      auto at = exportedAt_.find(static_cast<CUdeviceptr>(cached->second.base));
-      if (at != exportedAt_.end() && at->second == cached->first) exportedAt_.erase(at);
-      cached = exports_.erase(cached);
-    }
+    retireStaleExportsLocked();
     exportedAt_[info.base] = info.bufferId;
     it = exports_.emplace(info.bufferId, e).first;
     // A new allocation, possibly at the address of a freed one that a cached graph still names.
@@ -133,15 +121,127 @@ std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void
   return out;
 }
 
+void CudaExecutor::retireStaleExportsLocked() {
+  // A new export: sweep the cache for allocations that were freed since (their address no longer carries their id;
+  // a VMM unit whose pieces were unmapped) and hand their ids to the peers to unmap. This is not only tidiness: a
+  // peer maps our small allocations at our own addresses, so a stale mapping of freed memory would make the mapping
+  // of a new allocation at the same place fail (cudaErrorAlreadyMapped); and a VMM unit retains its pieces, which
+  // keeps their memory allocated until it is retired. The peers' work on a freed allocation is complete: it came
+  // before the done signal our stream waited for, and the free waited for our stream. One driver call per cached
+  // allocation (three per VMM piece), on this path only (a new export costs milliseconds anyway).
+  for (auto cached = exports_.begin(); cached != exports_.end();) {
+    const PointerInfo now = queryPointer(reinterpret_cast<void*>(cached->second.base));
+    if (now.bufferId == cached->first) {
+      ++cached;
+      continue;
+    }
+    retiredExports_.push_back(cached->first);
+    auto at = exportedAt_.find(static_cast<CUdeviceptr>(cached->second.base));
+    if (at != exportedAt_.end() && at->second == cached->first) exportedAt_.erase(at);
+    cached = exports_.erase(cached);
+  }
+  for (auto unit = vmmUnits_.begin(); unit != vmmUnits_.end();) {
+    auto next = std::next(unit);
+    if (!vmmUnitStillMapped(unit->second)) retireVmmUnitLocked(unit);
+    unit = next;
+  }
+}
+
+std::optional<BufferExport> CudaExecutor::exportVmmLocked(const void* ptr, size_t bytes) {
+  const int device = devices_[static_cast<size_t>(localRank_)];
+  // A unit made for an earlier call that covers this buffer, if its pieces are still the ones mapped there.
+  const VmmUnit* found = nullptr;
+  for (auto unit = vmmUnits_.begin(); unit != vmmUnits_.end() && found == nullptr;) {
+    auto next = std::next(unit);
+    if (vmmUnitCovers(unit->second, ptr, bytes)) {
+      if (vmmUnitStillMapped(unit->second)) {
+        found = &unit->second;
+      } else {
+        retireVmmUnitLocked(unit);
+      }
+    }
+    unit = next;
+  }
+  if (found == nullptr) {
+    std::string why;
+    std::optional<VmmUnit> made = makeVmmUnit(ptr, bytes, device, &why);
+    if (made && !VmmHandleServer::instance().serve(*made, device, &why)) {
+      releaseVmmUnit(*made);
+      made.reset();
+    }
+    if (!made) {
+      // Staged instead: correct, an SM copy per received byte. Said once per process, not per call.
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true)) {
+        CONCCL_WARN(localRank_, device,
+                    "a VMM buffer (" + describePointer(ptr) + ") cannot be shared, so calls on it are staged: " + why);
+      }
+      return std::nullopt;
+    }
+    retireStaleExportsLocked();
+    CONCCL_TRACE(localRank_, device,
+                 "exporting VMM buffer " + describePointer(ptr) + ": " + std::to_string(made->pieces.size()) +
+                     " piece(s), " + std::to_string(made->bytes) + " B");
+    const uint64_t id = made->id;
+    found = &vmmUnits_.emplace(id, std::move(*made)).first->second;
+    mappingGeneration_.fetch_add(1, std::memory_order_release);
+  }
+  BufferExport e;
+  e.kind = BufferExport::kVmm;
+  e.allocId = found->id;
+  e.base = static_cast<uint64_t>(found->base);
+  e.allocBytes = found->bytes;
+  e.pid = static_cast<int64_t>(::getpid());
+  e.offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(found->base);
+  return e;
+}
+
+void CudaExecutor::retireVmmUnitLocked(std::map<uint64_t, VmmUnit>::iterator it) {
+  VmmHandleServer::instance().withdraw(it->first);
+  releaseVmmUnit(it->second);
+  retiredExports_.push_back(it->first);
+  vmmUnits_.erase(it);
+  mappingGeneration_.fetch_add(1, std::memory_order_release);
+}
+
 void CudaExecutor::retireExport(int rank, const void* ptr) {
   CONCCL_ASSERT(processMode_ && rank == localRank_);
   DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
   const PointerInfo info = queryPointer(ptr);
   std::lock_guard<std::mutex> lock(exportMutex_);
+  for (auto unit = vmmUnits_.begin(); unit != vmmUnits_.end();) {
+    auto next = std::next(unit);
+    if (vmmUnitCovers(unit->second, ptr, 1)) retireVmmUnitLocked(unit);
+    unit = next;
+  }
   if (info.bufferId == 0 || exports_.erase(info.bufferId) == 0) return;
   exportedAt_.erase(info.base);
   retiredExports_.push_back(info.bufferId);
   mappingGeneration_.fetch_add(1, std::memory_order_release);
+}
+
+std::vector<int64_t> CudaExecutor::otherProcesses() const {
+  std::vector<int64_t> others;
+  for (int64_t pid : pids_) {
+    if (pid != static_cast<int64_t>(::getpid())) others.push_back(pid);
+  }
+  return others;
+}
+
+void CudaExecutor::releaseVmmExports() {
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  try {
+    for (auto& [id, unit] : vmmUnits_) {
+      VmmHandleServer::instance().withdraw(id);
+      releaseVmmUnit(unit);
+    }
+  } catch (const Error& e) {
+    CONCCL_WARN(localRank_, devices_[static_cast<size_t>(localRank_)],
+                std::string("releasing the exported VMM buffers failed: ") + e.what());
+  }
+  vmmUnits_.clear();
+  if (peersAllowed_) VmmHandleServer::instance().disallowPeers(otherProcesses());
+  peersAllowed_ = false;
 }
 
 std::vector<uint64_t> CudaExecutor::takeRetiredExports(int rank) {

@@ -41,6 +41,16 @@ const DriverApi& driverApi() {
     resolve("cuStreamBatchMemOp", a.streamBatchMemOp);
     resolve("cuMemGetAddressRange", a.memGetAddressRange);
     resolve("cuPointerGetAttributes", a.pointerGetAttributes);
+    resolve("cuMemRetainAllocationHandle", a.memRetainAllocationHandle);
+    resolve("cuMemGetAllocationPropertiesFromHandle", a.memGetAllocationPropertiesFromHandle);
+    resolve("cuMemExportToShareableHandle", a.memExportToShareableHandle);
+    resolve("cuMemRelease", a.memRelease);
+    resolve("cuMemImportFromShareableHandle", a.memImportFromShareableHandle);
+    resolve("cuMemAddressReserve", a.memAddressReserve);
+    resolve("cuMemAddressFree", a.memAddressFree);
+    resolve("cuMemMap", a.memMap);
+    resolve("cuMemUnmap", a.memUnmap);
+    resolve("cuMemSetAccess", a.memSetAccess);
     resolve("cuGetErrorName", a.getErrorName);
     resolve("cuGetErrorString", a.getErrorString);
     api = a;

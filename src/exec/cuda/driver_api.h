@@ -18,6 +18,17 @@ struct DriverApi {
   // Several attributes of a pointer in one call (type, device, allocation range, allocation id): checking and
   // exporting a buffer costs one driver call.
   PFN_cuPointerGetAttributes_v7000 pointerGetAttributes = nullptr;
+  // VMM memory shared with peer processes (vmm_export.h): the owner's side, then the importer's.
+  PFN_cuMemRetainAllocationHandle_v11000 memRetainAllocationHandle = nullptr;
+  PFN_cuMemGetAllocationPropertiesFromHandle_v10020 memGetAllocationPropertiesFromHandle = nullptr;
+  PFN_cuMemExportToShareableHandle_v10020 memExportToShareableHandle = nullptr;
+  PFN_cuMemRelease_v10020 memRelease = nullptr;
+  PFN_cuMemImportFromShareableHandle_v10020 memImportFromShareableHandle = nullptr;
+  PFN_cuMemAddressReserve_v10020 memAddressReserve = nullptr;
+  PFN_cuMemAddressFree_v10020 memAddressFree = nullptr;
+  PFN_cuMemMap_v10020 memMap = nullptr;
+  PFN_cuMemUnmap_v10020 memUnmap = nullptr;
+  PFN_cuMemSetAccess_v10020 memSetAccess = nullptr;
   PFN_cuGetErrorName_v6000 getErrorName = nullptr;
   PFN_cuGetErrorString_v6000 getErrorString = nullptr;
 };

@@ -15,6 +15,10 @@
 #include "exec/cuda/raii.h"
 
 namespace conccl::exec {
+namespace {
+// Bounds one request to a peer's VMM handle server (it answers from its own thread, in milliseconds).
+constexpr auto kVmmImportTimeout = std::chrono::seconds(10);
+}  // namespace
 
 std::string describePointer(const void* p) {
   char buf[32];
@@ -50,10 +54,10 @@ void* IpcImportTable::acquire(const BufferExport& b, int device) {
   }
   for (auto p = pendingCloses_.begin(); p != pendingCloses_.end(); ++p) {
     if (!(p->key == key)) continue;
-    void* base = p->base;  // released but not closed yet: keep the mapping
+    Entry revived{p->base, 1, p->vmm};  // released but not closed yet: keep the mapping
     pendingCloses_.erase(p);
-    entries_[key] = Entry{base, 1};
-    return base;
+    entries_[key] = revived;
+    return revived.base;
   }
   closesDone_.wait(lock, [&] {
     for (const Key& k : closing_) {
@@ -61,6 +65,14 @@ void* IpcImportTable::acquire(const BufferExport& b, int device) {
     }
     return true;
   });
+  if (b.kind == BufferExport::kVmm) {
+    // Its owner's handle server answers on its own thread, whatever the owner's callers are doing; the table's lock
+    // is held meanwhile (a few milliseconds, once per unit), as for cudaIpcOpenMemHandle below.
+    auto vmm = std::make_shared<VmmImport>(importVmmUnit(b.pid, b.allocId, b.allocBytes, device, kVmmImportTimeout));
+    void* base = reinterpret_cast<void*>(vmm->base);
+    entries_[key] = Entry{base, 1, std::move(vmm)};
+    return base;
+  }
   cudaIpcMemHandle_t handle;
   static_assert(sizeof(handle) <= sizeof(b.handle));
   std::memcpy(&handle, b.handle, sizeof(handle));
@@ -83,7 +95,7 @@ void* IpcImportTable::acquire(const BufferExport& b, int device) {
                      std::to_string(b.allocBytes) + " B); " + std::to_string(entries_.size()) +
                      " allocations of other processes mapped here");
   }
-  entries_[key] = Entry{base, 1};
+  entries_[key] = Entry{base, 1, nullptr};
   return base;
 }
 
@@ -97,14 +109,18 @@ namespace {
 // in place (a leak of address space, not of correctness).
 constexpr auto kUngatedWait = std::chrono::seconds(300);
 
-void closeMapping(void* base, int device) {
-  // cudaIpcCloseMemHandle waits for the device holding a driver lock: never while a deferred call's gate is pending
-  // in this process (host_gated_work.h).
+void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, int device) {
+  // cudaIpcCloseMemHandle (and cuMemUnmap) wait for the device holding a driver lock: never while a deferred call's
+  // gate is pending in this process (host_gated_work.h).
   cudaError_t err = cudaSuccess;
   const bool ran = HostGatedWork::instance().runUngated(
       [&] {
         DeviceGuard guard(device);
-        err = cudaIpcCloseMemHandle(base);
+        if (vmm) {
+          unmapVmmImport(*vmm);
+        } else {
+          err = cudaIpcCloseMemHandle(base);
+        }
       },
       std::chrono::duration_cast<std::chrono::milliseconds>(kUngatedWait));
   if (!ran) {
@@ -124,14 +140,15 @@ void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inB
   auto it = entries_.find(Key{pid, allocId, device});
   if (it == entries_.end() || --it->second.refs > 0) return;
   void* base = it->second.base;
+  std::shared_ptr<VmmImport> vmm = std::move(it->second.vmm);
   const Key key = it->first;
   entries_.erase(it);
   if (!inBackground) {
     lock.unlock();
-    closeMapping(base, device);
+    closeMapping(base, vmm, device);
     return;
   }
-  pendingCloses_.push_back(PendingClose{key, base});
+  pendingCloses_.push_back(PendingClose{key, base, std::move(vmm)});
   if (!closerStarted_) {
     // Detached: the table lives until the process ends (instance()), and so does the thread, idle between closes.
     std::thread([this] { closeLoop(); }).detach();
@@ -155,7 +172,7 @@ void IpcImportTable::closeLoop() {
     batch.swap(pendingCloses_);
     for (const PendingClose& p : batch) closing_.push_back(p.key);
     lock.unlock();
-    for (const PendingClose& p : batch) closeMapping(p.base, p.key.device);
+    for (const PendingClose& p : batch) closeMapping(p.base, p.vmm, p.key.device);
     lock.lock();
     closing_.clear();
     closesDone_.notify_all();

@@ -1,5 +1,6 @@
-// Process-wide table of the peer allocations this process has mapped with cudaIpcOpenMemHandle, and what the
-// driver says about a pointer (one cuPointerGetAttributes call): the CUDA executor's view of buffers.
+// Process-wide table of the peer allocations this process has mapped (cudaIpcOpenMemHandle, or a peer's VMM unit
+// through its handle server: vmm_export.h), and what the driver says about a pointer (one cuPointerGetAttributes
+// call): the CUDA executor's view of buffers.
 #pragma once
 
 #include <cuda.h>
@@ -9,10 +10,12 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "exec/cuda/vmm_export.h"
 #include "exec/executor.h"
 
 namespace conccl::exec {
@@ -61,10 +64,12 @@ class IpcImportTable {
   struct Entry {
     void* base;
     int refs;
+    std::shared_ptr<VmmImport> vmm;  // a peer's VMM unit (BufferExport::kVmm); null: a CUDA IPC mapping
   };
   struct PendingClose {
     Key key;
     void* base;
+    std::shared_ptr<VmmImport> vmm;
   };
   void closeLoop();
   std::mutex mutex_;
