@@ -228,9 +228,11 @@ class RelaxedCaptureScope {
 void* cudaAllocate(size_t bytes);
 void cudaRelease(void* ptr);
 
-// Peer allocations this process has mapped with CUDA IPC right now (all communicators): tests check that
-// destroy and abort leave none behind.
+// Peer allocations this process has mapped right now (all communicators): tests check that destroy and abort leave
+// none behind. Of those, peers' VMM buffers (exec/cuda/vmm_export.h): tests check that calls on VMM memory went
+// through them rather than through the staged path.
 size_t ipcImportCount();
+size_t vmmImportCount();
 
 // Eager calls this process ran as a replay of a cached CUDA graph (all communicators; exec/cuda/graph_cache.h):
 // tests check that the cache was used, or not.

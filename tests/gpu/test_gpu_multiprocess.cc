@@ -235,6 +235,17 @@ TEST_P(MultiProcess, MemoryCudaIpcCannotShareWorksAtEverySize) {
   for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
 }
 
+// VMM memory created shareable (a POSIX descriptor handle type, as PyTorch's expandable segments), mapped in 2 MiB
+// pieces that every buffer crosses, with CONCCL_VMM_EXPORT=1: every collective, AllToAllv and Send/Recv move it
+// directly (each rank maps its peers' buffers through their handle servers), right; pieces replaced under two buffers
+// between rounds never leave a peer on the old memory (exec/cuda/vmm_export.h).
+TEST_P(MultiProcess, ShareableVmmMemoryMovesDirectly) {
+  SKIP_WITHOUT_GPU();
+  auto results = runWorkers("vmm-export", GetParam(), 60000, 300);
+  expectAllSucceeded(results);
+  for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
+}
+
 // A peer killed (SIGKILL) while the survivors wait for it on the host (deferred) or on the GPU (staged, launched):
 // every survivor sees the error within 1 s; nothing is left behind. The victim's status is the signal.
 void expectKilledPeerReported(const char* scenario, int nranks) {

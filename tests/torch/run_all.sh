@@ -21,7 +21,8 @@
 #   Order: the NP=2 runs, skew, the NP=2 fault cases, then NP=4 (runs and faults), then the allocator variants.
 #   workloads.py again through the drop-in with PYTORCH_ALLOC_CONF=expandable_segments:True and with the older
 #       PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (--expect-expandable checks it took effect); ordering.py and
-#       pipeline_ddp.py too when ALLOC_SCRIPTS says so
+#       pipeline_ddp.py too when ALLOC_SCRIPTS says so. ALLOCS=expandable-export: expandable segments with
+#       CONCCL_VMM_EXPORT=1 (the segments' pieces exported to the peers instead of staged)
 #
 # Environment: PY (default /opt/torch/.venv/bin/python), NCCL_LIB (the real NCCL's directory; default: torch's
 #   nvidia/nccl/lib), BUDGET_S (default 420), NPS (default "2 4"), ALLOCS (default "expandable expandable-old"),
@@ -127,6 +128,8 @@ set_env() {  # LIB ALLOC
     default) ;;
     expandable) ENVCMD+=(PYTORCH_ALLOC_CONF=expandable_segments:True); ARGS_EXTRA+=(--expect-expandable) ;;
     expandable-old) ENVCMD+=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True); ARGS_EXTRA+=(--expect-expandable) ;;
+    expandable-export)
+      ENVCMD+=(PYTORCH_ALLOC_CONF=expandable_segments:True CONCCL_VMM_EXPORT=1); ARGS_EXTRA+=(--expect-expandable) ;;
   esac
 }
 

@@ -482,6 +482,7 @@ std::unique_ptr<Executor> makeCudaExecutor(const std::vector<int>& devices, cons
 }
 
 size_t ipcImportCount() { return IpcImportTable::instance().size(); }
+size_t vmmImportCount() { return IpcImportTable::instance().vmmCount(); }
 
 int cudaFlagSlots(int nranks, const Config& config) { return sched::maxSlots(nranks, cudaBuildOptions(config)); }
 

@@ -104,6 +104,13 @@ size_t IpcImportTable::size() {
   return entries_.size() + pendingCloses_.size() + closing_.size();
 }
 
+size_t IpcImportTable::vmmCount() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t n = 0;
+  for (const auto& [key, entry] : entries_) n += entry.vmm ? 1 : 0;
+  return n;
+}
+
 namespace {
 // How long a close waits for a moment without pending deferred-call gates before it gives up and leaves the mapping
 // in place (a leak of address space, not of correctness).

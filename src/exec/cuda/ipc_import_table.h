@@ -44,6 +44,8 @@ class IpcImportTable {
   void* acquire(const BufferExport& b, int device);
   // Mappings held, including those whose close is still pending in the background.
   size_t size();
+  // Of those, peers' VMM units (mapped now, not waiting to be closed).
+  size_t vmmCount();
   // Drops one reference; the last one unmaps the allocation. cudaIpcCloseMemHandle waits for the whole device, so
   // a close during a call (a peer retired the allocation) runs on a background thread (`inBackground`): the calling
   // thread must not wait for GPU work it enqueued itself, or that a producer the caller releases only after the call

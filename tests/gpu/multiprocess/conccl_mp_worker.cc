@@ -848,6 +848,12 @@ int main(int argc, char** argv) {
   setenv("CONCCL_DEFER_CALLS", proxyScenario ? "1" : "0", 1);
   setenv("CONCCL_STAGE_LATE_CALLS", blocking || unstaged || proxyScenario ? "0" : "1", 1);
   if (scenario == "collectives-unstaged") scenario = "collectives";
+  if (scenario == "vmm-export") {
+    // VMM buffers exported (vmm_export.h), every call on the direct route: each rank maps its peers' buffers.
+    setenv("CONCCL_VMM_EXPORT", "1", 1);
+    setenv("CONCCL_STAGED_MAX_BYTES", "0", 1);
+    setenv("CONCCL_STAGE_LATE_CALLS", "0", 1);
+  }
   if (scenario == "pair-owned") {
     // Every call routed (none staged by size), and late as soon as a peer has not called yet.
     setenv("CONCCL_STAGED_MAX_BYTES", "0", 1);
@@ -909,7 +915,13 @@ int main(int argc, char** argv) {
     } else if (scenario == "cross-order") {
       conccl::mpworker::scenarioCrossOrder(gComm, gRank, gNranks, stream);
     } else if (scenario == "memory-kinds") {
-      conccl::mpworker::scenarioMemoryKinds(gComm, gRank, gNranks, stream);
+      using conccl::mpworker::BufKind;
+      conccl::mpworker::scenarioMemoryKinds(gComm, gRank, gNranks, stream, {BufKind::kVmm, BufKind::kPool});
+    } else if (scenario == "vmm-export") {
+      conccl::mpworker::scenarioMemoryKinds(gComm, gRank, gNranks, stream, {conccl::mpworker::BufKind::kVmmShareable});
+      // Moved directly: this rank mapped its peers' VMM buffers (a staged call maps none).
+      CHECK(conccl::exec::vmmImportCount() > 0, "calls on shareable VMM memory mapped no peer's VMM buffer");
+      conccl::mpworker::scenarioVmmRemap(gComm, gRank, gNranks, stream);
     } else if (scenario == "deferred-kill" || scenario == "deferred-kill-gpu" || scenario == "deferred-abort" ||
                scenario == "graph-kill") {
       if (scenario == "deferred-abort") {

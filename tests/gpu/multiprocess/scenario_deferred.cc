@@ -344,14 +344,14 @@ namespace {
 
 }  // namespace
 
-void scenarioMemoryKinds(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
-  int device = 0;
-  cudaOk(cudaGetDevice(&device), "cudaGetDevice");
+void scenarioMemoryKinds(concclComm_t comm, int rank, int nranks, cudaStream_t stream,
+                         const std::vector<BufKind>& kinds) {
   const t::Coll colls[] = {t::Coll::kAllReduce, t::Coll::kAllGather, t::Coll::kReduceScatter, t::Coll::kBroadcast,
                            t::Coll::kReduce,    t::Coll::kAllToAll,  t::Coll::kGather,        t::Coll::kScatter};
   uint64_t seed = 8000;
   std::string report;
-  for (int kind = 0; kind < 2; ++kind) {  // 0: VMM (expandable segments), 1: cudaMallocAsync pool
+  for (BufKind kind : kinds) {
+    const bool pool = kind == BufKind::kPool;
     for (size_t bytes : {size_t{16} << 20, size_t{64} << 20}) {
       for (t::Coll c : colls) {
         const size_t count = bytes / 4 / static_cast<size_t>(nranks);
@@ -365,14 +365,14 @@ void scenarioMemoryKinds(concclComm_t comm, int rank, int nranks, cudaStream_t s
         const std::vector<t::Bytes> want = t::reference(c, send, count, concclFloat32, concclSum, 0);
         const t::Bytes& mine = send[static_cast<size_t>(rank)];
         const size_t recvBytes = t::recvElems(c, count, nranks, rank, 0) * 4;
-        std::unique_ptr<VmmBuffer> vs, vr;
+        std::unique_ptr<Buf> vs, vr;
         void* sp = nullptr;
         void* rp = nullptr;
-        if (kind == 0) {
-          vs = std::make_unique<VmmBuffer>(std::max<size_t>(mine.size(), 1), device);
-          vr = std::make_unique<VmmBuffer>(std::max<size_t>(recvBytes, 1), device);
-          sp = vs->p();
-          rp = vr->p();
+        if (!pool) {
+          vs = std::make_unique<Buf>(mine.size(), kind);
+          vr = std::make_unique<Buf>(recvBytes, kind);
+          sp = vs->p;
+          rp = vr->p;
         } else {
           cudaOk(cudaMallocAsync(&sp, std::max<size_t>(mine.size(), 1), stream), "cudaMallocAsync");
           cudaOk(cudaMallocAsync(&rp, std::max<size_t>(recvBytes, 1), stream), "cudaMallocAsync");
@@ -381,7 +381,7 @@ void scenarioMemoryKinds(concclComm_t comm, int rank, int nranks, cudaStream_t s
         ok(t::callCollective(c, sp, rp, count, concclFloat32, concclSum, 0, comm, stream), comm, collKindName(c));
         t::Bytes got(recvBytes);
         if (!got.empty()) cudaOk(cudaMemcpyAsync(got.data(), rp, recvBytes, cudaMemcpyDeviceToHost, stream), "d2h");
-        if (kind == 1) {
+        if (pool) {
           cudaOk(cudaFreeAsync(sp, stream), "cudaFreeAsync");
           cudaOk(cudaFreeAsync(rp, stream), "cudaFreeAsync");
         }
@@ -389,15 +389,15 @@ void scenarioMemoryKinds(concclComm_t comm, int rank, int nranks, cudaStream_t s
         const size_t wrong = t::countWrong(got, want[static_cast<size_t>(rank)], concclFloat32, sched::isReduction(c),
                                            nranks);
         if (wrong != 0) {
-          throw std::runtime_error(std::string(kind == 0 ? "VMM" : "pool") + " memory, " + collKindName(c) + " of " +
+          throw std::runtime_error(std::string(bufKindName(kind)) + " memory, " + collKindName(c) + " of " +
                                    std::to_string(bytes >> 20) + " MiB: " + std::to_string(wrong) + " wrong elements");
         }
       }
-      report += std::string(" ") + (kind == 0 ? "VMM" : "pool") + " " + std::to_string(bytes >> 20) + " MiB OK;";
+      report += std::string(" ") + bufKindName(kind) + " " + std::to_string(bytes >> 20) + " MiB OK;";
     }
   }
   // AllToAllv (uneven) and a Send/Recv ring above the staging limit, on both kinds: through the receivers' scratch.
-  for (BufKind kind : {BufKind::kVmm, BufKind::kPool}) {
+  for (BufKind kind : kinds) {
     auto a2av = prepareAllToAllv((size_t{12} << 20) / 4 / static_cast<size_t>(nranks), rank, nranks, stream, kind);
     auto ring = prepareRing((size_t{12} << 20) / 4, rank, stream, kind);
     syncBounded(stream, "inputs", 120);
@@ -408,6 +408,50 @@ void scenarioMemoryKinds(concclComm_t comm, int rank, int nranks, cudaStream_t s
     report += std::string(" ") + bufKindName(kind) + " AllToAllv + Send/Recv 12 MiB OK;";
   }
   std::fprintf(stderr, "rank %d: every collective on memory CUDA IPC cannot share:%s\n", rank, report.c_str());
+}
+
+void scenarioVmmRemap(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  int device = 0;
+  cudaOk(cudaGetDevice(&device), "cudaGetDevice");
+  // 8 MiB in 2 MiB pieces, starting 1 MiB into the first: an in-place AllReduce and an AllGather into it, three
+  // rounds, piece 2 replaced by new memory between rounds (every rank's). A peer still holding the old piece would
+  // read stale inputs or write where this rank no longer looks.
+  const size_t count = (size_t{8} << 20) / 4;
+  VmmBuffer reduced(count * 4, device, /*shareableHandles=*/true);
+  VmmBuffer gathered(count * 4, device, /*shareableHandles=*/true);
+  const size_t block = count / static_cast<size_t>(nranks);
+  Buf mineIn(block * 4);
+  for (int round = 0; round < 3; ++round) {
+    for (t::Coll c : {t::Coll::kAllReduce, t::Coll::kAllGather}) {
+      const bool ar = c == t::Coll::kAllReduce;
+      const size_t n = ar ? count : block;
+      std::vector<t::Bytes> send(static_cast<size_t>(nranks));
+      for (int r = 0; r < nranks; ++r) {
+        std::mt19937_64 rng(static_cast<uint64_t>(9000 + 10 * round + (ar ? 0 : 5)) * 1000003 + static_cast<uint64_t>(r));
+        send[static_cast<size_t>(r)] = t::randomData(t::sendElems(c, n, nranks, r, 0), concclFloat32, rng);
+      }
+      const std::vector<t::Bytes> want = t::reference(c, send, n, concclFloat32, concclSum, 0);
+      const t::Bytes& mine = send[static_cast<size_t>(rank)];
+      void* in = ar ? reduced.p() : mineIn.p;
+      void* out = ar ? reduced.p() : gathered.p();
+      cudaOk(cudaMemcpyAsync(in, mine.data(), mine.size(), cudaMemcpyHostToDevice, stream), "h2d");
+      ok(t::callCollective(c, in, out, n, concclFloat32, concclSum, 0, comm, stream), comm, collKindName(c));
+      t::Bytes got(want[static_cast<size_t>(rank)].size());
+      cudaOk(cudaMemcpyAsync(got.data(), out, got.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+      syncBounded(stream, collKindName(c), 120);
+      const size_t wrong = t::countWrong(got, want[static_cast<size_t>(rank)], concclFloat32, ar, nranks);
+      if (wrong != 0) {
+        throw std::runtime_error(std::string("VMM remap, round ") + std::to_string(round) + ", " + collKindName(c) +
+                                 ": " + std::to_string(wrong) + " wrong elements");
+      }
+    }
+    // Every rank's calls of this round are complete before any rank replaces its memory.
+    ok(concclAllReduce(mineIn.p, mineIn.p, 1, concclFloat32, concclSum, comm, stream), comm, "barrier");
+    syncBounded(stream, "barrier", 120);
+    reduced.remapPiece(2);
+    gathered.remapPiece(2);
+  }
+  std::fprintf(stderr, "rank %d: VMM pieces replaced under two buffers between 3 rounds: every result right\n", rank);
 }
 
 namespace {

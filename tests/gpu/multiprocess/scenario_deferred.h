@@ -6,6 +6,10 @@
 #include <conccl/conccl.h>
 #include <cuda_runtime_api.h>
 
+#include <vector>
+
+#include "gpu/multiprocess/worker_util.h"
+
 namespace conccl::mpworker {
 
 // "late-skew" (the defaults: late calls staged) and "deferred-skew" (CONCCL_DEFER_CALLS=1): the peers of rank 0 sleep
@@ -21,9 +25,16 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
 // orders. Valid under NCCL; must finish, with every result right.
 void scenarioCrossOrder(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
 
-// "memory-kinds": every collective at 16 MiB and 64 MiB per buffer on VMM memory (cuMemCreate, as PyTorch's
-// expandable segments) and cudaMallocAsync pool memory, results checked.
-void scenarioMemoryKinds(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
+// "memory-kinds": every collective at 16 MiB and 64 MiB per buffer, AllToAllv and a Send/Recv ring at 12 MiB, on each
+// kind of memory in `kinds` (worker_util.h: VMM memory as PyTorch's expandable segments map it, cudaMallocAsync pool
+// memory), results checked.
+void scenarioMemoryKinds(concclComm_t comm, int rank, int nranks, cudaStream_t stream,
+                         const std::vector<BufKind>& kinds);
+
+// "vmm-export" (after memory-kinds on shareable VMM memory): a piece of two VMM buffers replaced by new memory at the
+// same address between rounds of an in-place AllReduce and an AllGather; every result right (the exported units
+// are retired and made again, never used stale).
+void scenarioVmmRemap(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
 
 // "deferred-kill" / "deferred-kill-gpu": the last rank kills itself (SIGKILL) while the others wait for it: on the host
 // (a deferred 64 MiB call) or on the GPU (a staged 1 MiB call already launched). Every other rank must see

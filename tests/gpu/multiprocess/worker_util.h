@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace conccl::mpworker {
 
@@ -35,53 +36,99 @@ inline void syncBounded(cudaStream_t s, const char* what, int seconds = 60) {
   cudaOk(e, what);
 }
 
-// VMM memory as PyTorch's expandable segments map it: cuMemCreate + cuMemMap + cuMemSetAccess, no IPC handle type.
+// VMM memory as PyTorch's expandable segments map it: cuMemCreate + cuMemMap + cuMemSetAccess. By default one piece
+// with no shareable handle type (CUDA IPC cannot share it; conccl stages calls on it). `shareable`: the pieces are
+// created with a POSIX descriptor handle type, as PyTorch creates them when the device has no fabric handles, and
+// the buffer is mapped one granule (2 MiB) at a time and starts half a granule into its first piece, so that it
+// crosses pieces the way a tensor in an expandable segment does.
 struct VmmBuffer {
-  CUdeviceptr ptr = 0;
-  size_t bytes = 0;
-  CUmemGenericAllocationHandle handle = 0;
-  VmmBuffer(size_t want, int device) {
+  CUdeviceptr reserved = 0;  // the whole reservation
+  size_t reservedBytes = 0;
+  size_t lead = 0;           // where the buffer starts in it
+  size_t granularity = 0;
+  int device = 0;
+  bool shareable = false;
+  std::vector<CUmemGenericAllocationHandle> pieces;
+  VmmBuffer(size_t want, int dev, bool shareableHandles = false) : device(dev), shareable(shareableHandles) {
+    const CUmemAllocationProp prop = props();
+    if (cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS) {
+      throw std::runtime_error("cuMemGetAllocationGranularity failed");
+    }
+    lead = shareable ? granularity / 2 : 0;
+    reservedBytes = (lead + want + granularity - 1) / granularity * granularity;
+    if (cuMemAddressReserve(&reserved, reservedBytes, 0, 0, 0) != CUDA_SUCCESS) {
+      throw std::runtime_error("cuMemAddressReserve");
+    }
+    const size_t pieceBytes = shareable ? granularity : reservedBytes;
+    for (size_t at = 0; at < reservedBytes; at += pieceBytes) pieces.push_back(mapPiece(at, pieceBytes));
+  }
+  ~VmmBuffer() {
+    const size_t pieceBytes = shareable ? granularity : reservedBytes;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      cuMemUnmap(reserved + i * pieceBytes, pieceBytes);
+      cuMemRelease(pieces[i]);
+    }
+    cuMemAddressFree(reserved, reservedBytes);
+  }
+  VmmBuffer(const VmmBuffer&) = delete;
+  VmmBuffer& operator=(const VmmBuffer&) = delete;
+  void* p() const { return reinterpret_cast<void*>(reserved + lead); }
+  // Replaces piece `i` with new memory at the same address (what PyTorch's allocator does after empty_cache): its
+  // contents are gone; anything that kept the old piece must not be used for this address any more.
+  void remapPiece(size_t i) {
+    const size_t pieceBytes = shareable ? granularity : reservedBytes;
+    if (cuMemUnmap(reserved + i * pieceBytes, pieceBytes) != CUDA_SUCCESS) throw std::runtime_error("cuMemUnmap");
+    cuMemRelease(pieces[i]);
+    pieces[i] = mapPiece(i * pieceBytes, pieceBytes);
+  }
+
+ private:
+  CUmemAllocationProp props() const {
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = device;
-    size_t granularity = 0;
-    if (cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS) {
-      throw std::runtime_error("cuMemGetAllocationGranularity failed");
-    }
-    bytes = (want + granularity - 1) / granularity * granularity;
-    if (cuMemCreate(&handle, bytes, &prop, 0) != CUDA_SUCCESS) throw std::runtime_error("cuMemCreate failed");
-    if (cuMemAddressReserve(&ptr, bytes, 0, 0, 0) != CUDA_SUCCESS) throw std::runtime_error("cuMemAddressReserve");
-    if (cuMemMap(ptr, bytes, 0, handle, 0) != CUDA_SUCCESS) throw std::runtime_error("cuMemMap failed");
+    if (shareable) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    return prop;
+  }
+  CUmemGenericAllocationHandle mapPiece(size_t offset, size_t bytes) {
+    const CUmemAllocationProp prop = props();
+    CUmemGenericAllocationHandle h = 0;
+    if (cuMemCreate(&h, bytes, &prop, 0) != CUDA_SUCCESS) throw std::runtime_error("cuMemCreate failed");
+    if (cuMemMap(reserved + offset, bytes, 0, h, 0) != CUDA_SUCCESS) throw std::runtime_error("cuMemMap failed");
     CUmemAccessDesc access{};
     access.location = prop.location;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if (cuMemSetAccess(ptr, bytes, &access, 1) != CUDA_SUCCESS) throw std::runtime_error("cuMemSetAccess failed");
+    if (cuMemSetAccess(reserved + offset, bytes, &access, 1) != CUDA_SUCCESS) {
+      throw std::runtime_error("cuMemSetAccess failed");
+    }
+    return h;
   }
-  ~VmmBuffer() {
-    cuMemUnmap(ptr, bytes);
-    cuMemAddressFree(ptr, bytes);
-    cuMemRelease(handle);
-  }
-  VmmBuffer(const VmmBuffer&) = delete;
-  VmmBuffer& operator=(const VmmBuffer&) = delete;
-  void* p() const { return reinterpret_cast<void*>(ptr); }
 };
 
-// Where a Buf's memory comes from: cudaMalloc (CUDA IPC can share it), or the two kinds it cannot: the VMM API
-// (PyTorch's expandable segments) and a cudaMallocAsync pool.
-enum class BufKind { kMalloc, kVmm, kPool };
-inline const char* bufKindName(BufKind k) { return k == BufKind::kMalloc ? "cudaMalloc" : k == BufKind::kVmm ? "VMM" : "pool"; }
+// Where a Buf's memory comes from: cudaMalloc (CUDA IPC can share it), or the kinds it cannot: the VMM API (PyTorch's
+// expandable segments; kVmmShareable: created with a POSIX descriptor handle type and crossing pieces, which conccl
+// exports itself with CONCCL_VMM_EXPORT=1) and a cudaMallocAsync pool.
+enum class BufKind { kMalloc, kVmm, kVmmShareable, kPool };
+inline const char* bufKindName(BufKind k) {
+  switch (k) {
+    case BufKind::kMalloc: return "cudaMalloc";
+    case BufKind::kVmm: return "VMM";
+    case BufKind::kVmmShareable: return "shareable VMM";
+    case BufKind::kPool: return "pool";
+  }
+  return "?";
+}
 
 struct Buf {
   void* p = nullptr;
   std::unique_ptr<VmmBuffer> vmm;
   explicit Buf(size_t bytes, BufKind kind = BufKind::kMalloc) {
     bytes = bytes == 0 ? 1 : bytes;
-    if (kind == BufKind::kVmm) {
+    if (kind == BufKind::kVmm || kind == BufKind::kVmmShareable) {
       int device = 0;
       cudaOk(cudaGetDevice(&device), "cudaGetDevice");
-      vmm = std::make_unique<VmmBuffer>(bytes, device);
+      vmm = std::make_unique<VmmBuffer>(bytes, device, kind == BufKind::kVmmShareable);
       p = vmm->p();
     } else if (kind == BufKind::kPool) {
       cudaOk(cudaMallocAsync(&p, bytes, cudaStreamLegacy), "cudaMallocAsync");
