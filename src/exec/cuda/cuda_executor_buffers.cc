@@ -128,7 +128,7 @@ void CudaExecutor::retireStaleExportsLocked() {
   // of a new allocation at the same place fail (cudaErrorAlreadyMapped); and a VMM unit retains its pieces, which
   // keeps their memory allocated until it is retired. The peers' work on a freed allocation is complete: it came
   // before the done signal our stream waited for, and the free waited for our stream. One driver call per cached
-  // allocation (three per VMM piece), on this path only (a new export costs milliseconds anyway).
+  // allocation (two per VMM piece), on this path only (a new export costs milliseconds anyway).
   for (auto cached = exports_.begin(); cached != exports_.end();) {
     const PointerInfo now = queryPointer(reinterpret_cast<void*>(cached->second.base));
     if (now.bufferId == cached->first) {

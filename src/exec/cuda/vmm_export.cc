@@ -138,12 +138,14 @@ std::optional<VmmUnit> makeVmmUnit(const void* ptr, size_t bytes, int device, st
 }
 
 bool vmmUnitStillMapped(const VmmUnit& u) {
+  // The unit's own reference keeps each piece's handle alive, so no other allocation can have its value: the same
+  // handle at the same address is the same memory (its extent cannot change under a handle that is not unmapped).
   const DriverApi& api = driverApi();
   for (const VmmPiece& p : u.pieces) {
-    VmmPiece now;
-    if (!pieceAt(p.va, &now)) return false;
-    api.memRelease(now.handle);  // the unit's own reference keeps the handle alive: comparing values is enough
-    if (now.handle != p.handle || now.va != p.va || now.bytes != p.bytes) return false;
+    CUmemGenericAllocationHandle now = 0;
+    if (api.memRetainAllocationHandle(&now, reinterpret_cast<void*>(p.va)) != CUDA_SUCCESS) return false;
+    api.memRelease(now);
+    if (now != p.handle) return false;
   }
   return true;
 }

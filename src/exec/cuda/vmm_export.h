@@ -59,7 +59,7 @@ bool isShareableVmm(const void* ptr);
 // shareable with one handle type. nullopt (with `why`) when some piece is not mapped, not shareable, or of another
 // device; the caller then stages the call.
 std::optional<VmmUnit> makeVmmUnit(const void* ptr, size_t bytes, int device, std::string* why);
-// Whether every piece of `u` is still mapped where it was (same handle at the same address, same extent).
+// Whether every piece of `u` is still mapped where it was (the same handle at its address: two driver calls a piece).
 bool vmmUnitStillMapped(const VmmUnit& u);
 // Whether `u` covers [ptr, ptr + bytes).
 inline bool vmmUnitCovers(const VmmUnit& u, const void* ptr, size_t bytes) {
