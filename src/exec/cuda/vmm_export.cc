@@ -130,6 +130,20 @@ std::optional<VmmUnit> makeVmmUnit(const void* ptr, size_t bytes, int device, st
   } else {
     return fail("its allocations were not created shareable (no POSIX descriptor or fabric handle type in common)");
   }
+  // One export of each piece now, on the caller's thread, so that a handle the driver will not export (a fabric
+  // handle without an IMEX channel, say) stages the call instead of failing the peers' imports later.
+  for (const VmmPiece& p : u.pieces) {
+    CUresult r;
+    if (u.handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+      int fd = -1;
+      r = api.memExportToShareableHandle(&fd, p.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+      if (r == CUDA_SUCCESS) ::close(fd);
+    } else {
+      CUmemFabricHandle fabric{};
+      r = api.memExportToShareableHandle(&fabric, p.handle, CU_MEM_HANDLE_TYPE_FABRIC, 0);
+    }
+    if (r != CUDA_SUCCESS) return fail("the driver does not export its handles (" + cuText(r) + ")");
+  }
   u.base = u.pieces.front().va;
   u.bytes = u.pieces.back().va + u.pieces.back().bytes - u.base;
   static std::atomic<uint64_t> nextId{1};
