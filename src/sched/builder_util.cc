@@ -126,7 +126,8 @@ void emitIssued(const std::vector<std::vector<Transfer>>& issued, const BuildOpt
   for (int r = 0; r < n; ++r) {
     for (const Transfer& t : issued[static_cast<size_t>(r)]) {
       CONCCL_ASSERT(t.src.rank == r || t.dst.rank == r);
-      CONCCL_ASSERT(!t.then || t.src.rank == r);
+      // An own block routed on (`then`) returns to the rank it came from; the pair's owner may issue it (pair-owned).
+      CONCCL_ASSERT(!t.then || t.then->rank == t.src.rank);
       const int other = otherRank(t, r);
       if (t.bytes > 0 && other != r) touches[static_cast<size_t>(r)][static_cast<size_t>(other)] = true;
     }
@@ -205,17 +206,36 @@ void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const st
                    const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone) {
   const int n = schedule.nranks;
   CONCCL_ASSERT(pairOwner.size() == static_cast<size_t>(n) * static_cast<size_t>(n));
+  std::vector<std::vector<Transfer>> routed = transfers;
+  for (int r = 0; r < n; ++r) {
+    for (const Transfer& t : routed[static_cast<size_t>(r)]) CONCCL_ASSERT(t.src.rank == r && !t.then && t.lane < 0);
+  }
+  if (options.ownBlockViaPeer) {
+    for (int r = 0; r < n; ++r) {
+      std::vector<Transfer>& mine = routed[static_cast<size_t>(r)];
+      std::vector<bool> echoed(mine.size(), false);
+      for (size_t k = 0; k < mine.size(); ++k) {
+        const Transfer local = mine[k];
+        if (local.dst.rank == r && local.bytes > 0) echoed[k] = echoOwnBlock(mine, local, r, n);
+      }
+      size_t kept = 0;
+      for (size_t k = 0; k < mine.size(); ++k) {
+        if (!echoed[k]) mine[kept++] = mine[k];
+      }
+      mine.resize(kept);
+    }
+  }
   std::vector<std::vector<Transfer>> issued(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
-    for (const Transfer& t : transfers[static_cast<size_t>(r)]) {
-      CONCCL_ASSERT(t.src.rank == r && !t.then && t.lane < 0);
+    for (const Transfer& t : routed[static_cast<size_t>(r)]) {
       const int q = t.dst.rank;
       const int issuer = q == r ? r : pairOwner[static_cast<size_t>(r) * static_cast<size_t>(n) + static_cast<size_t>(q)];
       issued[static_cast<size_t>(issuer)].push_back(t);
     }
   }
-  // A rank that owns none of its pairs issues only its local copies (its own block): one copy each on M, so that its
-  // program stays a handful of CUDA calls whatever the size (it has no remote copies to overlap them with).
+  // A rank that owns none of its pairs issues only its local copies (its own block, where it was not echoed): one copy
+  // each on M, so that its program stays a handful of CUDA calls whatever the size (it has no remote copies to
+  // overlap them with).
   for (std::vector<Transfer>& mine : issued) {
     const bool localOnly = std::all_of(mine.begin(), mine.end(), [](const Transfer& t) {
       return t.bytes == 0 || t.src.rank == t.dst.rank;

@@ -78,6 +78,9 @@ struct Transfer {
 // schedule.scratchBytes when it bounces. No-op for nranks < 2.
 void routeOwnBlocksThroughPeers(std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options,
                                 Schedule& schedule);
+// The echo route alone, for one local transfer of rank `me`: when `mine` holds a push of the same bytes to a peer
+// (the nearest after `me`), that push gets `then = local.dst` and true is returned (the caller drops `local`).
+bool echoOwnBlock(std::vector<Transfer>& mine, const Transfer& local, int me, int n);
 
 // Fills `schedule.programs` with direct push programs: transfers[r] are the copies rank r issues (all with
 // src.rank == r). Handles the ready/done handshakes, lane assignment and splitting of large copies;
@@ -90,7 +93,11 @@ void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const Build
 // CollectiveCall::pairOwner: the same transfers, each copy between two ranks issued by the pair's owner, pushing or
 // pulling, and no handshake between a pair's ranks but the owner's wait for the other's "ready" and the other's wait
 // for the owner's "done". A rank that owns none of its pairs therefore only signals and waits. Transfers must not
-// carry `then` or a fixed lane (BuildOptions::ownBlockViaPeer is off for such calls).
+// carry `then` or a fixed lane. With BuildOptions::ownBlockViaPeer a rank's own block that it also pushes to a peer
+// (AllGather, an out-of-place Broadcast root) is echoed back from that peer by the pair's owner, whichever rank it is:
+// a pull back on copy engines instead of a same-device copy, and no handshake the pair does not have already. Other
+// own blocks (AllToAll(v), Gather and Scatter roots) stay local copies: a bounce through a peer's scratch would make a
+// rank's handshakes depend on a peer's arguments it may not know yet.
 void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const std::vector<int>& pairOwner,
                    const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone = {});
 

@@ -44,6 +44,13 @@ int findEcho(const std::vector<Transfer>& mine, const Transfer& local, int me, i
 
 }  // namespace
 
+bool echoOwnBlock(std::vector<Transfer>& mine, const Transfer& local, int me, int n) {
+  const int echo = findEcho(mine, local, me, n);
+  if (echo < 0) return false;
+  mine[static_cast<size_t>(echo)].then = local.dst;
+  return true;
+}
+
 void routeOwnBlocksThroughPeers(std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options,
                                 Schedule& schedule) {
   const int n = schedule.nranks;
@@ -60,11 +67,7 @@ void routeOwnBlocksThroughPeers(std::vector<std::vector<Transfer>>& transfers, c
     for (const Transfer& t : mine) {
       const bool local = t.dst.rank == me && t.bytes > 0;
       if (!local) continue;
-      const int echo = findEcho(mine, t, me, n);
-      if (echo >= 0) {
-        mine[static_cast<size_t>(echo)].then = t.dst;
-        continue;
-      }
+      if (echoOwnBlock(mine, t, me, n)) continue;
       CONCCL_REQUIRE(region >= kAlign, "a scratch budget of " + std::to_string(options.scratchBudget) +
                                            " bytes is too small to route a rank's own block through a peer (" +
                                            std::to_string(n) + " ranks x " + std::to_string(lanes) + " lanes)");

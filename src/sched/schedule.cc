@@ -421,8 +421,6 @@ Schedule buildSchedule(const CollectiveCall& call, const BuildOptions& options) 
     effective.peerReads = false;
     effective.ownBlockViaPeer = false;
   }
-  // An own block echoed off a peer would add copies the pair's owner does not issue.
-  if (!call.pairOwner.empty()) effective.ownBlockViaPeer = false;
   // The call's owner reads every rank's input where it lies: only where the executor can address peer memory.
   CONCCL_REQUIRE(call.callOwner < 0 || call.nranks == 1 || options.peerReads,
                  std::string(collKindName(call.kind)) +

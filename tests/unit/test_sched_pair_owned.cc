@@ -81,10 +81,15 @@ TEST(PairOwned, EveryMovementCollectiveWithRandomOwnersIsProven) {
           if (inPlace && kind == CollKind::kAllToAll) continue;  // not supported in place
           const int root = static_cast<int>(rng() % static_cast<unsigned>(n));
           const CollectiveCall call = movementCall(kind, n, count, inPlace, root);
-          const BuildOptions options = count > 4099 ? tinyOptions(2, 1 + n % 3) : BuildOptions{};
-          expectPairOwnedValid(call, laterOwns(arrivalOrder(n, rng)), randomPairOwners(n, rng), options);
-          expectPairOwnedValid(call, randomPairOwners(n, rng), laterOwns(arrivalOrder(n, rng)), options);
-          if (::testing::Test::HasFailure()) return;
+          for (bool viaPeer : {false, true}) {
+            BuildOptions options = count > 4099 ? tinyOptions(2, 1 + n % 3) : BuildOptions{};
+            options.ownBlockViaPeer = viaPeer;
+            SCOPED_TRACE(std::string(collKindName(kind)) + " n=" + std::to_string(n) + " count=" +
+                         std::to_string(count) + (inPlace ? " in place" : "") + (viaPeer ? " own blocks via peers" : ""));
+            expectPairOwnedValid(call, laterOwns(arrivalOrder(n, rng)), randomPairOwners(n, rng), options);
+            expectPairOwnedValid(call, randomPairOwners(n, rng), laterOwns(arrivalOrder(n, rng)), options);
+            if (::testing::Test::HasFailure()) return;
+          }
         }
       }
     }
@@ -96,8 +101,12 @@ TEST(PairOwned, AllToAllvWithRandomCountsAndOwnersIsProven) {
   for (int n = 2; n <= 6; ++n) {
     for (unsigned seed = 0; seed < 4; ++seed) {
       const CollectiveCall call = makeAllToAllv(n, 100 * static_cast<unsigned>(n) + seed);
-      expectPairOwnedValid(call, laterOwns(arrivalOrder(n, rng)), randomPairOwners(n, rng), tinyOptions(1, 2));
-      if (::testing::Test::HasFailure()) return;
+      for (bool viaPeer : {false, true}) {
+        BuildOptions options = tinyOptions(1, 2);
+        options.ownBlockViaPeer = viaPeer;
+        expectPairOwnedValid(call, laterOwns(arrivalOrder(n, rng)), randomPairOwners(n, rng), options);
+        if (::testing::Test::HasFailure()) return;
+      }
     }
   }
 }
@@ -130,6 +139,32 @@ TEST(PairOwned, TheFirstRankOnlySignalsAndWaitsAndTheLastMovesItsPairs) {
   }
 }
 
+// With own blocks through peers (ranks on distinct GPUs), an AllGather's or an out-of-place Broadcast root's own block
+// is pulled back from the next rank by that pair's owner: the first rank to call issues no copy at all (no same-device
+// copy, which runs on SMs), whoever owns the pair moves it, and the other collectives keep their local copy.
+TEST(PairOwned, OwnBlocksEchoedByThePairsOwnerLeaveTheFirstRankNoCopy) {
+  std::mt19937 rng(11);
+  for (CollKind kind : kMovement) {
+    for (int n = 2; n <= 5; ++n) {
+      const std::vector<int> arrival = arrivalOrder(n, rng);
+      const int first = arrival.front();
+      // The first rank is the root: its own block is the one a Broadcast, Gather or Scatter has.
+      CollectiveCall call = movementCall(kind, n, size_t{1} << 16, false, first);
+      call.pairOwner = laterOwns(arrival);
+      BuildOptions options;
+      options.ownBlockViaPeer = true;
+      SCOPED_TRACE(std::string(collKindName(kind)) + " n=" + std::to_string(n) + " first " + std::to_string(first));
+      expectValid(call, options, /*pair=*/true);
+      const Schedule s = buildSchedule(call, options);
+      size_t firstCopies = 0;
+      for (const Op& op : s.programs[static_cast<size_t>(first)].ops) firstCopies += std::holds_alternative<Copy>(op);
+      // Proven above (expectValid): the block still arrives, moved by the pair's owner, the next rank.
+      const bool echoed = kind == CollKind::kAllGather || kind == CollKind::kBroadcast;
+      EXPECT_EQ(firstCopies == 0, echoed) << firstCopies << " copies issued by the first rank";
+    }
+  }
+}
+
 // A rank that owns none of its pairs can launch before its peers call: its program must be the same whatever the
 // peers' buffers (in place or not) and, for AllToAllv, whatever the counts of pairs it is not part of.
 TEST(PairOwned, ARankThatOwnsNothingNeedsOnlyItsOwnArguments) {
@@ -144,8 +179,12 @@ TEST(PairOwned, ARankThatOwnsNothingNeedsOnlyItsOwnArguments) {
         for (int r = 1; r < n; ++r) b.inPlace[static_cast<size_t>(r)] = r % 2 == 1;  // the peers' choices differ
       }
       a.pairOwner = b.pairOwner = owner;
-      EXPECT_EQ(buildSchedule(a, BuildOptions{}).programs[0], buildSchedule(b, BuildOptions{}).programs[0])
-          << collKindName(kind) << " n=" << n;
+      for (bool viaPeer : {false, true}) {
+        BuildOptions options;
+        options.ownBlockViaPeer = viaPeer;
+        EXPECT_EQ(buildSchedule(a, options).programs[0], buildSchedule(b, options).programs[0])
+            << collKindName(kind) << " n=" << n << (viaPeer ? " own blocks via peers" : "");
+      }
     }
     CollectiveCall v = makeAllToAllv(n, 11 + static_cast<unsigned>(n));
     CollectiveCall w = v;
