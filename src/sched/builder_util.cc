@@ -203,27 +203,37 @@ void emitDirect(const std::vector<std::vector<Transfer>>& given, const BuildOpti
 }
 
 void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const std::vector<int>& pairOwner,
-                   const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone) {
+                   const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone,
+                   bool bounceOwnBlocks) {
   const int n = schedule.nranks;
   CONCCL_ASSERT(pairOwner.size() == static_cast<size_t>(n) * static_cast<size_t>(n));
   std::vector<std::vector<Transfer>> routed = transfers;
   for (int r = 0; r < n; ++r) {
     for (const Transfer& t : routed[static_cast<size_t>(r)]) CONCCL_ASSERT(t.src.rank == r && !t.then && t.lane < 0);
   }
-  if (options.ownBlockViaPeer) {
+  if (options.ownBlockViaPeer && n >= 2) {
+    size_t scratchEnd = schedule.scratchBytes;
     for (int r = 0; r < n; ++r) {
       std::vector<Transfer>& mine = routed[static_cast<size_t>(r)];
-      std::vector<bool> echoed(mine.size(), false);
+      std::vector<bool> moved(mine.size(), false);
+      std::vector<Transfer> bounces;
       for (size_t k = 0; k < mine.size(); ++k) {
         const Transfer local = mine[k];
-        if (local.dst.rank == r && local.bytes > 0) echoed[k] = echoOwnBlock(mine, local, r, n);
+        if (local.dst.rank != r || local.bytes == 0) continue;
+        moved[k] = echoOwnBlock(mine, local, r, n);
+        if (!moved[k] && bounceOwnBlocks) {
+          appendBounce(local, r, {(r + 1) % n}, options, n, bounces, &scratchEnd);
+          moved[k] = true;
+        }
       }
       size_t kept = 0;
       for (size_t k = 0; k < mine.size(); ++k) {
-        if (!echoed[k]) mine[kept++] = mine[k];
+        if (!moved[k]) mine[kept++] = mine[k];
       }
       mine.resize(kept);
+      mine.insert(mine.end(), bounces.begin(), bounces.end());
     }
+    schedule.scratchBytes = scratchEnd;
   }
   std::vector<std::vector<Transfer>> issued(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {

@@ -81,6 +81,11 @@ void routeOwnBlocksThroughPeers(std::vector<std::vector<Transfer>>& transfers, c
 // The echo route alone, for one local transfer of rank `me`: when `mine` holds a push of the same bytes to a peer
 // (the nearest after `me`), that push gets `then = local.dst` and true is returned (the caller drops `local`).
 bool echoOwnBlock(std::vector<Transfer>& mine, const Transfer& local, int me, int n);
+// The bounce route for one local transfer of rank `me`: pieces into region (me, lane) of the scratch of the ranks in
+// `via` (taken in turn, then the lanes), each with `then = ` its part of local.dst and a fixed lane (a region is reused
+// only behind the previous piece on its lane). Raises *scratchEnd to the end of the regions used.
+void appendBounce(const Transfer& local, int me, const std::vector<int>& via, const BuildOptions& options, int n,
+                  std::vector<Transfer>& out, size_t* scratchEnd);
 
 // Fills `schedule.programs` with direct push programs: transfers[r] are the copies rank r issues (all with
 // src.rank == r). Handles the ready/done handshakes, lane assignment and splitting of large copies;
@@ -95,11 +100,14 @@ void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const Build
 // for the owner's "done". A rank that owns none of its pairs therefore only signals and waits. Transfers must not
 // carry `then` or a fixed lane. With BuildOptions::ownBlockViaPeer a rank's own block that it also pushes to a peer
 // (AllGather, an out-of-place Broadcast root) is echoed back from that peer by the pair's owner, whichever rank it is:
-// a pull back on copy engines instead of a same-device copy, and no handshake the pair does not have already. Other
-// own blocks (AllToAll(v), Gather and Scatter roots) stay local copies: a bounce through a peer's scratch would make a
-// rank's handshakes depend on a peer's arguments it may not know yet.
+// a pull back on copy engines instead of a same-device copy, and no handshake the pair does not have already. With
+// `bounceOwnBlocks` the other own blocks (AllToAll, Gather and Scatter roots) go through the next rank's scratch,
+// both hops issued by that pair's owner: only where every rank's own block has the size all ranks know (not AllToAllv,
+// whose earlier ranks cannot know a later peer's counts) and the pair moves data anyway (so the bounce adds no
+// handshake); otherwise they stay local copies.
 void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const std::vector<int>& pairOwner,
-                   const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone = {});
+                   const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone = {},
+                   bool bounceOwnBlocks = false);
 
 // CollectiveCall::peerScratchOnly (staged_exchange.cc): the same transfers, but every one between ranks goes through
 // the receiver's scratch in pipelined chunks and the receiver copies it into place on M, so no rank touches a peer's

@@ -51,45 +51,57 @@ bool echoOwnBlock(std::vector<Transfer>& mine, const Transfer& local, int me, in
   return true;
 }
 
+size_t bounceRegionBytes(const BuildOptions& options, int n) {
+  const auto regions = static_cast<size_t>(n) * static_cast<size_t>(options.lanes);
+  const size_t region = options.scratchBudget / regions / kAlign * kAlign;
+  CONCCL_REQUIRE(region >= kAlign, "a scratch budget of " + std::to_string(options.scratchBudget) +
+                                       " bytes is too small to route a rank's own block through a peer (" +
+                                       std::to_string(n) + " ranks x " + std::to_string(options.lanes) + " lanes)");
+  return region;
+}
+
+void appendBounce(const Transfer& local, int me, const std::vector<int>& via, const BuildOptions& options, int n,
+                  std::vector<Transfer>& out, size_t* scratchEnd) {
+  CONCCL_ASSERT(!via.empty() && local.src.rank == me && local.dst.rank == me);
+  const int lanes = options.lanes;
+  const size_t region = bounceRegionBytes(options, n);
+  const size_t minPiece = std::max(options.minChunkBytes, kAlign);
+  // Enough pieces to use every peer and lane, none larger than a region, none below minPiece unless the block is
+  // smaller.
+  const size_t wanted = std::min(via.size() * static_cast<size_t>(lanes), std::max<size_t>(1, local.bytes / minPiece));
+  const size_t pieceBytes = std::min(region, roundUp(ceilDiv(local.bytes, wanted), kAlign));
+  size_t i = 0;
+  for (size_t off = 0; off < local.bytes; off += pieceBytes, ++i) {
+    const int peer = via[i % via.size()];
+    const int lane = static_cast<int>((i / via.size()) % static_cast<size_t>(lanes));
+    const size_t at = (static_cast<size_t>(me) * static_cast<size_t>(lanes) + static_cast<size_t>(lane)) * region;
+    Transfer piece;
+    piece.src = plus(local.src, off);
+    piece.dst = Location{peer, kScratch, at};
+    piece.bytes = std::min(pieceBytes, local.bytes - off);
+    piece.then = plus(local.dst, off);
+    piece.lane = lane;
+    out.push_back(piece);
+    *scratchEnd = std::max(*scratchEnd, at + region);
+  }
+}
+
 void routeOwnBlocksThroughPeers(std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options,
                                 Schedule& schedule) {
   const int n = schedule.nranks;
   if (n < 2) return;
-  const int lanes = options.lanes;
-  const auto regions = static_cast<size_t>(n) * static_cast<size_t>(lanes);
-  const size_t region = options.scratchBudget / regions / kAlign * kAlign;
-  const size_t minPiece = std::max(options.minChunkBytes, kAlign);
   size_t scratchEnd = schedule.scratchBytes;
   for (int me = 0; me < n; ++me) {
     std::vector<Transfer>& mine = transfers[static_cast<size_t>(me)];
     std::vector<Transfer> routed;
     std::vector<Transfer> bounces;
+    std::vector<int> everyPeer;
+    for (int k = 1; k < n; ++k) everyPeer.push_back((me + k) % n);
     for (const Transfer& t : mine) {
       const bool local = t.dst.rank == me && t.bytes > 0;
       if (!local) continue;
       if (echoOwnBlock(mine, t, me, n)) continue;
-      CONCCL_REQUIRE(region >= kAlign, "a scratch budget of " + std::to_string(options.scratchBudget) +
-                                           " bytes is too small to route a rank's own block through a peer (" +
-                                           std::to_string(n) + " ranks x " + std::to_string(lanes) + " lanes)");
-      // Enough pieces to use every peer and lane, none larger than a region, none below minPiece unless the
-      // block is smaller.
-      const size_t wanted = std::min(static_cast<size_t>(n - 1) * static_cast<size_t>(lanes),
-                                     std::max<size_t>(1, t.bytes / minPiece));
-      const size_t pieceBytes = std::min(region, roundUp(ceilDiv(t.bytes, wanted), kAlign));
-      size_t i = 0;
-      for (size_t off = 0; off < t.bytes; off += pieceBytes, ++i) {
-        const int peer = (me + 1 + static_cast<int>(i % static_cast<size_t>(n - 1))) % n;
-        const int lane = static_cast<int>((i / static_cast<size_t>(n - 1)) % static_cast<size_t>(lanes));
-        const size_t at = (static_cast<size_t>(me) * static_cast<size_t>(lanes) + static_cast<size_t>(lane)) * region;
-        Transfer piece;
-        piece.src = plus(t.src, off);
-        piece.dst = Location{peer, kScratch, at};
-        piece.bytes = std::min(pieceBytes, t.bytes - off);
-        piece.then = plus(t.dst, off);
-        piece.lane = lane;
-        bounces.push_back(piece);
-        scratchEnd = std::max(scratchEnd, at + region);
-      }
+      appendBounce(t, me, everyPeer, options, n, bounces, &scratchEnd);
     }
     for (const Transfer& t : mine) {
       if (!(t.dst.rank == me && t.bytes > 0)) routed.push_back(t);

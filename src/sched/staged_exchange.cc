@@ -166,7 +166,9 @@ void emitMovement(const CollectiveCall& call, const std::vector<std::vector<Tran
   if (call.peerScratchOnly) {
     emitStaged(transfers, options, schedule, afterDone, sizeIndependentChunks);
   } else if (!call.pairOwner.empty()) {
-    emitPairOwned(transfers, call.pairOwner, options, schedule, afterDone);
+    // Every rank's own block has a size every rank knows, and the pair with the next rank moves data, except in
+    // AllToAllv (counts per pair; a pair may move nothing).
+    emitPairOwned(transfers, call.pairOwner, options, schedule, afterDone, call.kind != CollKind::kAllToAllv);
   } else {
     emitDirect(transfers, options, schedule, afterDone);
   }

@@ -139,29 +139,48 @@ TEST(PairOwned, TheFirstRankOnlySignalsAndWaitsAndTheLastMovesItsPairs) {
   }
 }
 
-// With own blocks through peers (ranks on distinct GPUs), an AllGather's or an out-of-place Broadcast root's own block
-// is pulled back from the next rank by that pair's owner: the first rank to call issues no copy at all (no same-device
-// copy, which runs on SMs), whoever owns the pair moves it, and the other collectives keep their local copy.
-TEST(PairOwned, OwnBlocksEchoedByThePairsOwnerLeaveTheFirstRankNoCopy) {
+// With own blocks through peers (ranks on distinct GPUs), a rank's own block leaves its GPU and comes back on copy
+// engines, moved by the owner of its pair with the next rank: echoed back from that rank where it receives the same
+// bytes (AllGather, a Broadcast root), else bounced through its scratch (AllToAll, Gather and Scatter roots). The
+// first rank to call then issues no copy at all (no same-device copy, which runs on SMs). AllToAllv keeps its local
+// copy: an earlier rank cannot know the size of a later peer's own block.
+TEST(PairOwned, OwnBlocksMovedByThePairsOwnerLeaveTheFirstRankNoCopy) {
   std::mt19937 rng(11);
   for (CollKind kind : kMovement) {
     for (int n = 2; n <= 5; ++n) {
       const std::vector<int> arrival = arrivalOrder(n, rng);
       const int first = arrival.front();
       // The first rank is the root: its own block is the one a Broadcast, Gather or Scatter has.
-      CollectiveCall call = movementCall(kind, n, size_t{1} << 16, false, first);
-      call.pairOwner = laterOwns(arrival);
-      BuildOptions options;
-      options.ownBlockViaPeer = true;
-      SCOPED_TRACE(std::string(collKindName(kind)) + " n=" + std::to_string(n) + " first " + std::to_string(first));
-      expectValid(call, options, /*pair=*/true);
-      const Schedule s = buildSchedule(call, options);
-      size_t firstCopies = 0;
-      for (const Op& op : s.programs[static_cast<size_t>(first)].ops) firstCopies += std::holds_alternative<Copy>(op);
-      // Proven above (expectValid): the block still arrives, moved by the pair's owner, the next rank.
-      const bool echoed = kind == CollKind::kAllGather || kind == CollKind::kBroadcast;
-      EXPECT_EQ(firstCopies == 0, echoed) << firstCopies << " copies issued by the first rank";
+      for (size_t count : {size_t{1000}, size_t{1} << 16}) {
+        CollectiveCall call = movementCall(kind, n, count, false, first);
+        call.pairOwner = laterOwns(arrival);
+        BuildOptions options = count > 1000 ? tinyOptions(2, 2) : BuildOptions{};
+        options.ownBlockViaPeer = true;
+        SCOPED_TRACE(std::string(collKindName(kind)) + " n=" + std::to_string(n) + " count=" + std::to_string(count) +
+                     " first " + std::to_string(first));
+        expectValid(call, options, /*pair=*/true);
+        const Schedule built = buildSchedule(call, options);
+        size_t firstCopies = 0;
+        for (const Op& op : built.programs[static_cast<size_t>(first)].ops) firstCopies += std::holds_alternative<Copy>(op);
+        EXPECT_EQ(firstCopies, 0u) << "copies issued by the first rank";
+      }
     }
+  }
+  for (int n = 2; n <= 4; ++n) {
+    CollectiveCall v = makeAllToAllv(n, 5 + static_cast<unsigned>(n));
+    std::vector<int> arrival(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) arrival[static_cast<size_t>(i)] = i;
+    v.pairOwner = laterOwns(arrival);
+    BuildOptions options = tinyOptions(1, 2);
+    options.ownBlockViaPeer = true;
+    expectValid(v, options, /*pair=*/true);
+    size_t local = 0, other = 0;
+    const Schedule built = buildSchedule(v, options);
+    for (const Op& op : built.programs[0].ops) {
+      if (const auto* c = std::get_if<Copy>(&op)) (c->src.rank == 0 && c->dst.rank == 0 ? local : other) += 1;
+    }
+    EXPECT_EQ(other, 0u) << "AllToAllv n=" << n;
+    EXPECT_EQ(local > 0, v.sendCounts[0][0] > 0) << "AllToAllv n=" << n << ": rank 0's own block is a local copy";
   }
 }
 
