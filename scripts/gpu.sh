@@ -62,6 +62,7 @@ tp-bench|1+ GPUs|2-5 min|TP_ARGS, TP_CHECK_TOKENS (2048)|conccl-tp-bench: --chec
 fused|1+ GPUs|2-7 min|FUSED_BENCH_ARGS|the fused ops from PyTorch: the C interface test, \
 examples/torch/fused_ops.py, PyTorch's own fused ops vs serial NCCL (2+ GPUs)
 torch|1+ GPUs|see run_all.sh||tests/torch/run_all.sh, the PyTorch suite, when it exists
+vmm|1+ GPUs|4-9 min|VMM_NPS (2 4)|VMM memory shared across processes (CONCCL_VMM_EXPORT=1): the multi-process scenarios (shareable pieces that buffers cross, pieces replaced between rounds; and memory CUDA IPC cannot share, staged), then PyTorch's workloads through the drop-in with expandable segments exported
 capture|1+ GPUs|3-8 min|CAPTURE_ROUNDS (8)|CUDA graph capture beside conccl: what CUDA allows beside a global capture (test_gpu_capture_mode, test_gpu_capture_ipc); the unstaged reference scenario (3-4 processes) CAPTURE_ROUNDS times, stopping at the first failure; a peer killed during a graph replay; PyTorch's graph workloads through the drop-in
 repro|1+ GPUs|1-2 min||developer: the fixed hazards reproduced with the fix off (the tests' *Repro.DISABLED_* \
 cases: no queue claim, no call order): each test must FAIL
@@ -791,6 +792,23 @@ phase_torch() {
   if [ ! -f tests/torch/run_all.sh ]; then skip run_all "tests/torch/run_all.sh does not exist (yet)"; return; fi
   step run_all 540 env PY="$PY" NCCL_LIB="$NCCL_LIB" BUDGET_S=500 bash tests/torch/run_all.sh \
     "$lib/libconccl_nccl.so" "$pdir/run_all"
+}
+
+# ==================================================================================================================
+# vmm: VMM memory (PyTorch's expandable segments) exported piece by piece to the peer processes
+# (src/exec/cuda/vmm_export.h; CONCCL_VMM_EXPORT, off by default until this phase has passed).
+phase_vmm() {
+  if need "$bin/test_gpu_multiprocess" vmm-mp; then
+    step vmm-mp 240 "$bin/test_gpu_multiprocess" --gtest_brief=1 \
+      --gtest_filter='*ShareableVmmMemoryMovesDirectly*:*MemoryCudaIpcCannotShare*'
+  fi
+  if [ -f tests/torch/run_all.sh ]; then
+    step torch-vmm 300 env PY="$PY" NCCL_LIB="$NCCL_LIB" BUDGET_S=270 NO_NCCL=1 CASES=workloads \
+      NPS="${VMM_NPS:-2 4}" ALLOCS=expandable-export CONCCL_DEBUG=INFO bash tests/torch/run_all.sh \
+      "$lib/libconccl_nccl.so" "$pdir/torch-vmm"
+    [ "$dry" = 1 ] || grep -rh "cannot be shared, so calls on it are staged" "$pdir/torch-vmm" 2>/dev/null | head -3 \
+      | sed 's/^/vmm: staged instead: /' >>"$notes"
+  fi
 }
 
 # ==================================================================================================================
