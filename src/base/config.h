@@ -67,8 +67,9 @@ struct Config {
   // Buffers of VMM memory created shareable (cuMemCreate with a POSIX descriptor or fabric handle type: PyTorch's
   // expandable segments) are exported to the peer processes piece by piece through the process's handle server
   // (exec/cuda/vmm_export.h), so calls on them move data directly like calls on cudaMalloc memory (CONCCL_VMM_EXPORT=1).
-  // 0 (default, until it has run on a GPU): such calls are staged, an SM copy of every received byte. Need not agree
-  // across processes (a rank that does not export publishes its buffer as unshareable, and the call is staged).
+  // 0 (default, until it has run on a GPU): such calls are staged, an SM copy of every received byte. Used only when
+  // every process of the communicator asks for it and the init check (one granule exported by each process and mapped
+  // by every other: exec::probeVmmExport) passes; otherwise staged, said once at WARN.
   bool exportVmm = false;
   // Calls that would wait on the host for their peers (Send/Recv, AllToAllv, and every call after one of them) are
   // finished by the communicator's proxy thread while the caller's stream waits on the GPU (ProcessClique, "Deferred

@@ -208,30 +208,44 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
   // (see launch), so all use the smallest one (0 when any process cannot use the kernel).
   // So does the reduction shape: schedules are built in every process and must agree, so peer reads are used only
   // when every process can use them.
-  std::string mine(sizeof(BufferExport) + 3 * sizeof(uint64_t), '\0');
+  // So does the VMM export (every process must ask for it: its init probe below takes two all-gathers).
+  std::string mine(sizeof(BufferExport) + 4 * sizeof(uint64_t), '\0');
   if (self.scratch) {
     BufferExport e = exportBuffer(localRank_, self.scratch.get(), self.scratch.bytes(), "scratch");
     std::memcpy(mine.data(), &e, sizeof(e));
   }
   // engine = copy routes own blocks through peers (every process must agree, as on the other choices).
-  const uint64_t localChoice[3] = {smallBytes_, allPeers && config.peerReduce ? 1u : 0u,
-                                   config.engine == concclEngineCopy && allPeers && n >= 2 ? 1u : 0u};
+  const uint64_t localChoice[4] = {smallBytes_, allPeers && config.peerReduce ? 1u : 0u,
+                                   config.engine == concclEngineCopy && allPeers && n >= 2 ? 1u : 0u,
+                                   config.exportVmm ? 1u : 0u};
   std::memcpy(mine.data() + sizeof(BufferExport), localChoice, sizeof(localChoice));
   std::vector<std::string> all = topo.allGather(mine);
   CONCCL_ASSERT(static_cast<int>(all.size()) == n);
   options_.peerReads = true;
   options_.ownBlockViaPeer = true;
+  bool everyExportsVmm = true;
   for (int r = 0; r < n; ++r) {
     CONCCL_ASSERT(all[static_cast<size_t>(r)].size() == mine.size());
-    uint64_t choice[3] = {0, 0, 0};
+    uint64_t choice[4] = {0, 0, 0, 0};
     std::memcpy(choice, all[static_cast<size_t>(r)].data() + sizeof(BufferExport), sizeof(choice));
     smallBytes_ = std::min<size_t>(smallBytes_, choice[0]);
     options_.peerReads = options_.peerReads && choice[1] != 0;
     options_.ownBlockViaPeer = options_.ownBlockViaPeer && choice[2] != 0;
+    everyExportsVmm = everyExportsVmm && choice[3] != 0;
     if (r == localRank_) continue;
     BufferExport e;
     std::memcpy(&e, all[static_cast<size_t>(r)].data(), sizeof(e));
     if (e.allocId != 0) ranks_[static_cast<size_t>(r)]->scratchAddress = importBuffer(r, e);
+  }
+  if (everyExportsVmm) {
+    // Checked once here, on every process together, so that memory a peer cannot map is staged from the first call
+    // instead of failing it.
+    std::string why;
+    exportVmm_ = probeVmmExport(localRank_, pids_, device, topo.allGather, &why);
+    if (!exportVmm_) {
+      CONCCL_WARN(localRank_, device, "CONCCL_VMM_EXPORT=1, but VMM memory cannot be shared between this "
+                                      "communicator's processes, so calls on it are staged: " + why);
+    }
   }
   watchForIpcCloses();
 }

@@ -142,7 +142,9 @@ class CudaExecutor final : public Executor {
   std::map<uint64_t, BufferExport> exports_;        // by allocation id
   std::map<CUdeviceptr, uint64_t> exportedAt_;      // allocation base -> id of the allocation last exported there
   std::vector<uint64_t> retiredExports_;            // ids the peers may unmap (handed out once)
-  // VMM buffers exported (Config::exportVmm), by unit id, with the pieces they retain (vmm_export.h).
+  // VMM buffers exported (Config::exportVmm, asked by every process and checked at init: probeVmmExport), by unit
+  // id, with the pieces they retain (vmm_export.h).
+  bool exportVmm_ = false;
   std::map<uint64_t, VmmUnit> vmmUnits_;
   std::optional<BufferExport> exportVmmLocked(const void* ptr, size_t bytes);
   void retireVmmUnitLocked(std::map<uint64_t, VmmUnit>::iterator it);

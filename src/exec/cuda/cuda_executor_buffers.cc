@@ -95,7 +95,7 @@ std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void
   if (it == exports_.end()) {
     // VMM memory (PyTorch's expandable segments) has no CUDA IPC handle; it is shared piece by piece when it was
     // created shareable. One pointer query tells, before cudaIpcGetMemHandle is tried (and fails) on every call.
-    if (config_.exportVmm && isShareableVmm(ptr)) return exportVmmLocked(ptr, bytes);
+    if (exportVmm_ && isShareableVmm(ptr)) return exportVmmLocked(ptr, bytes);
     if (info.base == 0 || info.bufferId == 0) return std::nullopt;
     BufferExport e;
     e.allocId = info.bufferId;

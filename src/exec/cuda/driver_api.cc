@@ -51,6 +51,8 @@ const DriverApi& driverApi() {
     resolve("cuMemMap", a.memMap);
     resolve("cuMemUnmap", a.memUnmap);
     resolve("cuMemSetAccess", a.memSetAccess);
+    resolve("cuMemCreate", a.memCreate);
+    resolve("cuMemGetAllocationGranularity", a.memGetAllocationGranularity);
     resolve("cuGetErrorName", a.getErrorName);
     resolve("cuGetErrorString", a.getErrorString);
     api = a;

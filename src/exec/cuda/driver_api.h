@@ -29,6 +29,9 @@ struct DriverApi {
   PFN_cuMemMap_v10020 memMap = nullptr;
   PFN_cuMemUnmap_v10020 memUnmap = nullptr;
   PFN_cuMemSetAccess_v10020 memSetAccess = nullptr;
+  // The init probe's own VMM allocation (vmm_probe.cc).
+  PFN_cuMemCreate_v10020 memCreate = nullptr;
+  PFN_cuMemGetAllocationGranularity_v10020 memGetAllocationGranularity = nullptr;
   PFN_cuGetErrorName_v6000 getErrorName = nullptr;
   PFN_cuGetErrorString_v6000 getErrorString = nullptr;
 };

@@ -25,6 +25,7 @@
 #include <map>
 #include <mutex>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -118,5 +119,14 @@ struct VmmImport {
 VmmImport importVmmUnit(int64_t pid, uint64_t unitId, size_t bytes, int device, std::chrono::milliseconds timeout);
 // Unmaps and releases an import (waits for the device like any unmap: never on a caller's thread during a call).
 void unmapVmmImport(const VmmImport& m);
+
+// The check a communicator makes at init, when every process asked for the export (Config::exportVmm): each process
+// exports one granule of VMM memory created with a POSIX descriptor handle type, maps every peer's, and the processes
+// agree (two all-gathers over `allGather`, which every process must call) whether the export works both ways between
+// all of them. False, with the first failure in `why`, turns the export off for the communicator on every process
+// (calls on VMM memory are then staged): a failure found here cannot fail a call later. `pids[localRank]` is this
+// process.
+bool probeVmmExport(int localRank, const std::vector<int64_t>& pids, int device,
+                    const std::function<std::vector<std::string>(const std::string&)>& allGather, std::string* why);
 
 }  // namespace conccl::exec
