@@ -6,8 +6,8 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <iterator>
 #include <mutex>
