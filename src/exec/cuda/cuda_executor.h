@@ -146,7 +146,9 @@ class CudaExecutor final : public Executor {
   // id, with the pieces they retain (vmm_export.h).
   bool exportVmm_ = false;
   std::map<uint64_t, VmmUnit> vmmUnits_;
-  std::optional<BufferExport> exportVmmLocked(const void* ptr, size_t bytes);
+  const VmmUnit* cachedVmmUnitLocked(const void* ptr, size_t bytes);
+  std::optional<BufferExport> exportVmmLocked(const void* ptr, size_t bytes);  // a new unit (nullopt: staged)
+  static BufferExport vmmExportOf(const VmmUnit& unit, const void* ptr);
   void retireVmmUnitLocked(std::map<uint64_t, VmmUnit>::iterator it);
   void retireStaleExportsLocked();
   bool peersAllowed_ = false;  // this executor's peers are allowed to ask the VMM handle server

@@ -94,8 +94,12 @@ std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void
   auto it = info.bufferId == 0 ? exports_.end() : exports_.find(info.bufferId);
   if (it == exports_.end()) {
     // VMM memory (PyTorch's expandable segments) has no CUDA IPC handle; it is shared piece by piece when it was
-    // created shareable. One pointer query tells, before cudaIpcGetMemHandle is tried (and fails) on every call.
-    if (exportVmm_ && isShareableVmm(ptr)) return exportVmmLocked(ptr, bytes);
+    // created shareable: a unit made for an earlier call, or (one pointer query tells, before cudaIpcGetMemHandle is
+    // tried and fails on every call) a new one.
+    if (exportVmm_) {
+      if (const VmmUnit* unit = cachedVmmUnitLocked(ptr, bytes)) return vmmExportOf(*unit, ptr);
+      if (isShareableVmm(ptr)) return exportVmmLocked(ptr, bytes);
+    }
     if (info.base == 0 || info.bufferId == 0) return std::nullopt;
     BufferExport e;
     e.allocId = info.bufferId;
@@ -147,52 +151,55 @@ void CudaExecutor::retireStaleExportsLocked() {
   }
 }
 
-std::optional<BufferExport> CudaExecutor::exportVmmLocked(const void* ptr, size_t bytes) {
-  const int device = devices_[static_cast<size_t>(localRank_)];
-  // A unit made for an earlier call that covers this buffer, if its pieces are still the ones mapped there.
-  const VmmUnit* found = nullptr;
-  for (auto unit = vmmUnits_.begin(); unit != vmmUnits_.end() && found == nullptr;) {
+const VmmUnit* CudaExecutor::cachedVmmUnitLocked(const void* ptr, size_t bytes) {
+  // A unit made for an earlier call that covers this buffer, if its pieces are still the ones mapped there; a unit
+  // whose pieces were replaced is retired on the way.
+  for (auto unit = vmmUnits_.begin(); unit != vmmUnits_.end();) {
     auto next = std::next(unit);
     if (vmmUnitCovers(unit->second, ptr, bytes)) {
-      if (vmmUnitStillMapped(unit->second)) {
-        found = &unit->second;
-      } else {
-        retireVmmUnitLocked(unit);
-      }
+      if (vmmUnitStillMapped(unit->second)) return &unit->second;
+      retireVmmUnitLocked(unit);
     }
     unit = next;
   }
-  if (found == nullptr) {
-    std::string why;
-    std::optional<VmmUnit> made = makeVmmUnit(ptr, bytes, device, &why);
-    if (made && !VmmHandleServer::instance().serve(*made, device, &why)) {
-      releaseVmmUnit(*made);
-      made.reset();
-    }
-    if (!made) {
-      // Staged instead: correct, an SM copy per received byte. Said once per process, not per call.
-      static std::atomic<bool> said{false};
-      if (!said.exchange(true)) {
-        CONCCL_WARN(localRank_, device,
-                    "a VMM buffer (" + describePointer(ptr) + ") cannot be shared, so calls on it are staged: " + why);
-      }
-      return std::nullopt;
-    }
-    retireStaleExportsLocked();
-    CONCCL_TRACE(localRank_, device,
-                 "exporting VMM buffer " + describePointer(ptr) + ": " + std::to_string(made->pieces.size()) +
-                     " piece(s), " + std::to_string(made->bytes) + " B");
-    const uint64_t id = made->id;
-    found = &vmmUnits_.emplace(id, std::move(*made)).first->second;
-    mappingGeneration_.fetch_add(1, std::memory_order_release);
+  return nullptr;
+}
+
+std::optional<BufferExport> CudaExecutor::exportVmmLocked(const void* ptr, size_t bytes) {
+  const int device = devices_[static_cast<size_t>(localRank_)];
+  std::string why;
+  std::optional<VmmUnit> made = makeVmmUnit(ptr, bytes, device, &why);
+  if (made && !VmmHandleServer::instance().serve(*made, device, &why)) {
+    releaseVmmUnit(*made);
+    made.reset();
   }
+  if (!made) {
+    // Staged instead: correct, an SM copy per received byte. Said once per process, not per call.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      CONCCL_WARN(localRank_, device,
+                  "a VMM buffer (" + describePointer(ptr) + ") cannot be shared, so calls on it are staged: " + why);
+    }
+    return std::nullopt;
+  }
+  retireStaleExportsLocked();
+  CONCCL_TRACE(localRank_, device,
+               "exporting VMM buffer " + describePointer(ptr) + ": " + std::to_string(made->pieces.size()) +
+                   " piece(s), " + std::to_string(made->bytes) + " B");
+  const uint64_t id = made->id;
+  const VmmUnit& unit = vmmUnits_.emplace(id, std::move(*made)).first->second;
+  mappingGeneration_.fetch_add(1, std::memory_order_release);
+  return vmmExportOf(unit, ptr);
+}
+
+BufferExport CudaExecutor::vmmExportOf(const VmmUnit& unit, const void* ptr) {
   BufferExport e;
   e.kind = BufferExport::kVmm;
-  e.allocId = found->id;
-  e.base = static_cast<uint64_t>(found->base);
-  e.allocBytes = found->bytes;
+  e.allocId = unit.id;
+  e.base = static_cast<uint64_t>(unit.base);
+  e.allocBytes = unit.bytes;
   e.pid = static_cast<int64_t>(::getpid());
-  e.offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(found->base);
+  e.offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(unit.base);
   return e;
 }
 
