@@ -232,6 +232,70 @@ TEST(PairOwned, ARankThatOwnsNothingNeedsOnlyItsOwnArguments) {
   }
 }
 
+// What ProcessClique::launchPairOwned builds on each rank: the call as that rank knows it, with the real arguments of
+// the peers whose pairs it owns (an AllToAllv peer's only as far as its exchange with this rank), its own arguments
+// mirrored for the others, and the true owner only of its own pairs (the others any valid owner). Each rank's program
+// from that view must be its program in the whole call, or the ranks' handshakes would not meet. With own blocks
+// through peers too, since who moves a rank's own block is decided by its pair with the next rank.
+TEST(PairOwned, EveryRanksProgramFollowsFromWhatItKnows) {
+  std::mt19937 rng(404);
+  for (bool viaPeer : {false, true}) {
+    BuildOptions options = tinyOptions(2, 2);
+    options.ownBlockViaPeer = viaPeer;
+    for (int n = 2; n <= 5; ++n) {
+      for (CollKind kind : {CollKind::kAllGather, CollKind::kBroadcast, CollKind::kAllToAll, CollKind::kGather,
+                            CollKind::kScatter, CollKind::kAllToAllv}) {
+        for (int round = 0; round < 3; ++round) {
+          const std::vector<int> arrival = arrivalOrder(n, rng);
+          const std::vector<int> owner = laterOwns(arrival);
+          const int root = static_cast<int>(rng() % static_cast<unsigned>(n));
+          CollectiveCall full = kind == CollKind::kAllToAllv
+                                    ? makeAllToAllv(n, 1000 + static_cast<unsigned>(round))
+                                    : movementCall(kind, n, 70000, false, root);
+          if (kind != CollKind::kAllToAll && kind != CollKind::kAllToAllv) {
+            for (int r = 0; r < n; ++r) full.inPlace[static_cast<size_t>(r)] = rng() % 2 == 0;
+          }
+          full.pairOwner = owner;
+          const Schedule whole = buildSchedule(full, options);
+          for (int k = 0; k < n; ++k) {
+            CollectiveCall view = full;
+            const auto uk = static_cast<size_t>(k);
+            for (int p = 0; p < n; ++p) {
+              const auto up = static_cast<size_t>(p);
+              if (p == k) continue;
+              const bool real = owner[uk * static_cast<size_t>(n) + up] == k;
+              if (kind == CollKind::kAllToAllv) {
+                // Only the exchange with k is known: what ProcessClique keeps of a real peer, and what it mirrors.
+                const size_t send = real ? full.sendCounts[up][uk] : full.recvCounts[uk][up];
+                const size_t recv = real ? full.recvCounts[up][uk] : full.sendCounts[uk][up];
+                view.sendCounts[up].assign(static_cast<size_t>(n), 0);
+                view.recvCounts[up].assign(static_cast<size_t>(n), 0);
+                if (!real) {  // a mirror's displacements are zero: no program built from it touches its buffers
+                  view.sendDispls[up].assign(static_cast<size_t>(n), 0);
+                  view.recvDispls[up].assign(static_cast<size_t>(n), 0);
+                }
+                view.sendCounts[up][uk] = send;
+                view.recvCounts[up][uk] = recv;
+              } else if (!real) {
+                view.inPlace[up] = full.inPlace[uk];  // mirrored
+              }
+            }
+            for (int i = 0; i < n; ++i) {
+              for (int j = 0; j < n; ++j) {
+                if (i != j && i != k && j != k) view.pairOwner[static_cast<size_t>(i * n + j)] = std::min(i, j);
+              }
+            }
+            SCOPED_TRACE(std::string(collKindName(kind)) + " n=" + std::to_string(n) + " rank " + std::to_string(k) +
+                         " owners " + ownersStr(owner) + (viaPeer ? " own blocks via peers" : ""));
+            EXPECT_EQ(buildSchedule(view, options).programs[uk], whole.programs[uk]);
+            if (::testing::Test::HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(PairOwned, InvalidOwnershipsAndKindsAreRefused) {
   CollectiveCall call = movementCall(CollKind::kAllGather, 3, 100, false, 0);
   call.pairOwner = {-1, 0, 0, 0, -1, 2, 0, 2, -1};
