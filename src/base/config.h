@@ -59,8 +59,9 @@ struct Config {
   // (AllGather, Broadcast, AllToAll, AllToAllv, Gather, Scatter): each pair's data is moved, both directions, by the
   // later of its two ranks on its copy engines (sched::CollectiveCall::pairOwner); reductions (AllReduce,
   // ReduceScatter, Reduce; up to 8 ranks): the rank that calls last reduces for every rank (CollectiveCall::callOwner).
-  // A rank whose peers are late only signals "ready", waits and ends with a "done" (ProcessClique, "Late peers"): no
-  // staging copy, no SMs, a program whose length does not grow with the size. 0 = such calls are staged
+  // A rank whose peers are late only signals "ready", waits and ends with a "done" (ProcessClique, "Late peers"), plus
+  // its own block's copy where the collective has one (moved through a peer with engine=copy): no staging copy, a
+  // program whose length does not grow with the size. 0 = such calls are staged
   // (CONCCL_PAIR_OWNED_LATE_CALLS). Only decides the route this rank proposes; every rank follows the route claimed
   // first, so it need not agree across processes.
   bool pairOwnedLateCalls = true;
