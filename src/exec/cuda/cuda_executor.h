@@ -146,6 +146,8 @@ class CudaExecutor final : public Executor {
   // id, with the pieces they retain (vmm_export.h).
   bool exportVmm_ = false;
   std::map<uint64_t, VmmUnit> vmmUnits_;
+  static constexpr size_t kMaxVmmUnits = 256;
+  uint64_t vmmClock_ = 0;  // VmmUnit::lastUse
   const VmmUnit* cachedVmmUnitLocked(const void* ptr, size_t bytes);
   std::optional<BufferExport> exportVmmLocked(const void* ptr, size_t bytes);  // a new unit (nullopt: staged)
   static BufferExport vmmExportOf(const VmmUnit& unit, const void* ptr);

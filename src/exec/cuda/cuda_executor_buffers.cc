@@ -157,7 +157,10 @@ const VmmUnit* CudaExecutor::cachedVmmUnitLocked(const void* ptr, size_t bytes) 
   for (auto unit = vmmUnits_.begin(); unit != vmmUnits_.end();) {
     auto next = std::next(unit);
     if (vmmUnitCovers(unit->second, ptr, bytes)) {
-      if (vmmUnitStillMapped(unit->second)) return &unit->second;
+      if (vmmUnitStillMapped(unit->second, ptr, bytes)) {
+        unit->second.lastUse = ++vmmClock_;
+        return &unit->second;
+      }
       retireVmmUnitLocked(unit);
     }
     unit = next;
@@ -183,9 +186,19 @@ std::optional<BufferExport> CudaExecutor::exportVmmLocked(const void* ptr, size_
     return std::nullopt;
   }
   retireStaleExportsLocked();
+  // Bounded: buffers at ever new places of a segment would otherwise add units without end (each retaining its
+  // pieces, each swept on every new export). The least recently used goes; its peers unmap it.
+  if (vmmUnits_.size() >= kMaxVmmUnits) {
+    auto oldest = vmmUnits_.begin();
+    for (auto u = vmmUnits_.begin(); u != vmmUnits_.end(); ++u) {
+      if (u->second.lastUse < oldest->second.lastUse) oldest = u;
+    }
+    retireVmmUnitLocked(oldest);
+  }
   CONCCL_TRACE(localRank_, device,
                "exporting VMM buffer " + describePointer(ptr) + ": " + std::to_string(made->pieces.size()) +
                    " piece(s), " + std::to_string(made->bytes) + " B");
+  made->lastUse = ++vmmClock_;
   const uint64_t id = made->id;
   const VmmUnit& unit = vmmUnits_.emplace(id, std::move(*made)).first->second;
   mappingGeneration_.fetch_add(1, std::memory_order_release);

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -44,6 +45,7 @@ struct VmmPiece {
 // The pieces covering one exported buffer, contiguous from `base`.
 struct VmmUnit {
   uint64_t id = 0;  // the BufferExport's allocId (kVmmUnitIdBit set: never a driver buffer id)
+  uint64_t lastUse = 0;  // the owner's cache clock at the last call that used it (least recently used goes first)
   CUdeviceptr base = 0;
   size_t bytes = 0;
   CUmemAllocationHandleType handleType = CU_MEM_HANDLE_TYPE_NONE;
@@ -60,8 +62,9 @@ bool isShareableVmm(const void* ptr);
 // shareable with one handle type. nullopt (with `why`) when some piece is not mapped, not shareable, or of another
 // device; the caller then stages the call.
 std::optional<VmmUnit> makeVmmUnit(const void* ptr, size_t bytes, int device, std::string* why);
-// Whether every piece of `u` is still mapped where it was (the same handle at its address: two driver calls a piece).
-bool vmmUnitStillMapped(const VmmUnit& u);
+// Whether the pieces of `u` that overlap [ptr, ptr + bytes) (every piece: the default) are still mapped where they
+// were (the same handle at the piece's address: two driver calls a piece). A call checks only the pieces it uses.
+bool vmmUnitStillMapped(const VmmUnit& u, const void* ptr = nullptr, size_t bytes = SIZE_MAX);
 // Whether `u` covers [ptr, ptr + bytes).
 inline bool vmmUnitCovers(const VmmUnit& u, const void* ptr, size_t bytes) {
   const auto p = reinterpret_cast<uintptr_t>(ptr);

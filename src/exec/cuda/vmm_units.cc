@@ -112,11 +112,14 @@ std::optional<VmmUnit> makeVmmUnit(const void* ptr, size_t bytes, int device, st
   return u;
 }
 
-bool vmmUnitStillMapped(const VmmUnit& u) {
+bool vmmUnitStillMapped(const VmmUnit& u, const void* ptr, size_t bytes) {
   // The unit's own reference keeps each piece's handle alive, so no other allocation can have its value: the same
   // handle at the same address is the same memory (its extent cannot change under a handle that is not unmapped).
   const DriverApi& api = driverApi();
+  const auto from = reinterpret_cast<CUdeviceptr>(ptr);
+  const CUdeviceptr to = bytes > UINT64_MAX - from ? UINT64_MAX : from + bytes;
   for (const VmmPiece& p : u.pieces) {
+    if (p.va + p.bytes <= from || p.va >= to) continue;  // not used by this call
     CUmemGenericAllocationHandle now = 0;
     if (api.memRetainAllocationHandle(&now, reinterpret_cast<void*>(p.va)) != CUDA_SUCCESS) return false;
     api.memRelease(now);
