@@ -115,10 +115,11 @@ ProcessClique::PeerParts ProcessClique::readOwnedPeers(PendingCall& pending, con
     }
     RankArgs real = argsOf(e, layout_->vectors(e), n);
     if (real.kind == sched::CollKind::kAllToAllv) {
-      // Only its exchange with this rank: its other pairs are its own or another rank's business, and with the
-      // mirrors of the peers that have not called they would not agree (assembleCall checks every pair).
+      // Only its exchange with this rank and its own block (which this rank moves when it owns the peer's pair with
+      // its next rank and own blocks go through peers): its other pairs are its own or another rank's business, and
+      // with the mirrors of the peers that have not called they would not agree (assembleCall checks every pair).
       for (int q = 0; q < n; ++q) {
-        if (q == rank_ || static_cast<size_t>(q) >= real.sendCounts.size()) continue;
+        if (q == rank_ || q == p || static_cast<size_t>(q) >= real.sendCounts.size()) continue;
         real.sendCounts[static_cast<size_t>(q)] = 0;
         real.recvCounts[static_cast<size_t>(q)] = 0;
       }

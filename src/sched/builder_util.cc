@@ -7,6 +7,7 @@
 #include "sched/builder_util.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 
 #include "base/error.h"
@@ -26,6 +27,9 @@ class DoneTracker {
     auto& v = used_[static_cast<size_t>(peer)];
     if (std::find(v.begin(), v.end(), lane) == v.end()) v.push_back(lane);
   }
+  // A peer this rank's program is paired with whether or not it copies anything into it (a structural edge): it gets
+  // a "done" all the same, from M when no copy was made.
+  void noteTouch(int peer) { touched_.insert(peer); }
 
   // Appends the done signals of rank `me` to every peer it copied into.
   void emit(int nranks, int depth, int me, std::vector<Op>& ops) const {
@@ -48,7 +52,7 @@ class DoneTracker {
     for (int o = 1; o < nranks; ++o) {
       const int q = (me + o) % nranks;
       const auto& v = used_[static_cast<size_t>(q)];
-      if (v.empty()) continue;
+      if (v.empty() && touched_.count(q) == 0) continue;
       ops.push_back(Signal{q, doneSlot(nranks, me), v.size() == 1 ? v[0] : kMainStream});
     }
   }
@@ -56,6 +60,7 @@ class DoneTracker {
  private:
   int lanes_;
   std::vector<std::vector<int>> used_;
+  std::set<int> touched_;
 };
 
 }  // namespace
@@ -117,7 +122,7 @@ int otherRank(const Transfer& t, int issuer) { return t.src.rank != issuer ? t.s
 // the other's "ready" before the first of them and signals "done" after the last; the other waits for that "done"
 // before its program ends. Local copies need no handshake.
 void emitIssued(const std::vector<std::vector<Transfer>>& issued, const BuildOptions& options, Schedule& schedule,
-                const AfterDoneHook& afterDone) {
+                const AfterDoneHook& afterDone, const std::vector<std::pair<int, int>>& forcedEdges = {}) {
   const int n = schedule.nranks;
   const int lanes = options.lanes;
   const size_t minPiece = std::max(options.minChunkBytes, kAlign);
@@ -132,10 +137,18 @@ void emitIssued(const std::vector<std::vector<Transfer>>& issued, const BuildOpt
       if (t.bytes > 0 && other != r) touches[static_cast<size_t>(r)][static_cast<size_t>(other)] = true;
     }
   }
+  // (issuer, other): the issuer waits for the other's "ready" and sends it "done" whatever it copies.
+  for (const auto& [issuer, other] : forcedEdges) {
+    CONCCL_ASSERT(issuer != other);
+    touches[static_cast<size_t>(issuer)][static_cast<size_t>(other)] = true;
+  }
   for (int me = 0; me < n; ++me) {
     std::vector<Op>& ops = schedule.programs[static_cast<size_t>(me)].ops;
     const auto& mine = issued[static_cast<size_t>(me)];
     DoneTracker done(n, lanes);
+    for (const auto& [issuer, other] : forcedEdges) {
+      if (issuer == me) done.noteTouch(other);
+    }
     int numTargets = 0;
     for (int q = 0; q < n; ++q) numTargets += touches[static_cast<size_t>(me)][static_cast<size_t>(q)] ? 1 : 0;
     // With fewer targets than lanes a single copy is split so that every lane (copy engine) has work.
@@ -204,7 +217,7 @@ void emitDirect(const std::vector<std::vector<Transfer>>& given, const BuildOpti
 
 void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const std::vector<int>& pairOwner,
                    const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone,
-                   bool bounceOwnBlocks) {
+                   OwnBlockBounce bounce) {
   const int n = schedule.nranks;
   CONCCL_ASSERT(pairOwner.size() == static_cast<size_t>(n) * static_cast<size_t>(n));
   std::vector<std::vector<Transfer>> routed = transfers;
@@ -221,7 +234,7 @@ void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const st
         const Transfer local = mine[k];
         if (local.dst.rank != r || local.bytes == 0) continue;
         moved[k] = echoOwnBlock(mine, local, r, n);
-        if (!moved[k] && bounceOwnBlocks) {
+        if (!moved[k] && bounce != OwnBlockBounce::kNone) {
           appendBounce(local, r, {(r + 1) % n}, options, n, bounces, &scratchEnd);
           moved[k] = true;
         }
@@ -254,7 +267,17 @@ void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const st
       for (Transfer& t : mine) t.mainStream = true;
     }
   }
-  emitIssued(issued, options, schedule, afterDone);
+  // A structural edge per pair (r, r + 1), from its owner, so that whether it bounces r's block (known to the owner
+  // and to r) never changes what the pair's other rank waits for.
+  std::vector<std::pair<int, int>> forced;
+  if (options.ownBlockViaPeer && n >= 2 && bounce == OwnBlockBounce::kWithStructuralEdges) {
+    for (int r = 0; r < n; ++r) {
+      const int next = (r + 1) % n;
+      const int o = pairOwner[static_cast<size_t>(r) * static_cast<size_t>(n) + static_cast<size_t>(next)];
+      forced.emplace_back(o, o == r ? next : r);
+    }
+  }
+  emitIssued(issued, options, schedule, afterDone, forced);
   schedule.algorithm = "pair-owned";
 }
 

@@ -100,14 +100,17 @@ void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const Build
 // for the owner's "done". A rank that owns none of its pairs therefore only signals and waits. Transfers must not
 // carry `then` or a fixed lane. With BuildOptions::ownBlockViaPeer a rank's own block that it also pushes to a peer
 // (AllGather, an out-of-place Broadcast root) is echoed back from that peer by the pair's owner, whichever rank it is:
-// a pull back on copy engines instead of a same-device copy, and no handshake the pair does not have already. With
-// `bounceOwnBlocks` the other own blocks (AllToAll, Gather and Scatter roots) go through the next rank's scratch,
-// both hops issued by that pair's owner: only where every rank's own block has the size all ranks know (not AllToAllv,
-// whose earlier ranks cannot know a later peer's counts) and the pair moves data anyway (so the bounce adds no
-// handshake); otherwise they stay local copies.
+// a pull back on copy engines instead of a same-device copy, and no handshake the pair does not have already. The
+// other own blocks (AllToAll, Gather and Scatter roots, AllToAllv) go through the next rank's scratch, both hops
+// issued by that pair's owner, as `bounce` says: kNone keeps them local copies; kWhereThePairMoves where the pair with
+// the next rank moves data anyway and every rank knows every own block's size (AllToAll, Gather, Scatter: the bounce
+// adds no handshake); kWithStructuralEdges adds a ready/done edge from the owner of every pair (r, r + 1) whatever it
+// moves (AllToAllv, whose earlier ranks cannot know a later peer's counts: the edge keeps their programs independent
+// of them).
+enum class OwnBlockBounce { kNone, kWhereThePairMoves, kWithStructuralEdges };
 void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const std::vector<int>& pairOwner,
                    const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone = {},
-                   bool bounceOwnBlocks = false);
+                   OwnBlockBounce bounce = OwnBlockBounce::kNone);
 
 // CollectiveCall::peerScratchOnly (staged_exchange.cc): the same transfers, but every one between ranks goes through
 // the receiver's scratch in pipelined chunks and the receiver copies it into place on M, so no rank touches a peer's

@@ -223,8 +223,8 @@ struct CollectiveCall {
   // diagonal is unused. Data movement only (AllGather, Broadcast, AllToAll, AllToAllv, Gather, Scatter), not with
   // peerScratchOnly. The program of a rank that owns none of its pairs is signals and waits only, and follows from its
   // own arguments: a rank that calls before its peers can leave all the moving to the later ones, on their copy
-  // engines (docs/dev/next-steps.md, "the later rank moves"). BuildOptions::ownBlockViaPeer echoes own blocks only
-  // (detail::emitPairOwned).
+  // engines (docs/dev/next-steps.md, "the later rank moves"). With BuildOptions::ownBlockViaPeer a rank's own block
+  // is moved by the owner of its pair with the next rank (detail::emitPairOwned).
   std::vector<int> pairOwner;
   // -1, or the rank that does a whole reduction (AllReduce, ReduceScatter, Reduce) for every rank: it reduces every
   // rank's input (reading its peers' memory: needs BuildOptions::peerReads) and moves every rank's output into place;

@@ -167,8 +167,10 @@ void emitMovement(const CollectiveCall& call, const std::vector<std::vector<Tran
     emitStaged(transfers, options, schedule, afterDone, sizeIndependentChunks);
   } else if (!call.pairOwner.empty()) {
     // Every rank's own block has a size every rank knows, and the pair with the next rank moves data, except in
-    // AllToAllv (counts per pair; a pair may move nothing).
-    emitPairOwned(transfers, call.pairOwner, options, schedule, afterDone, call.kind != CollKind::kAllToAllv);
+    // AllToAllv (counts per pair; a pair may move nothing): there the pairs (r, r + 1) get an edge of their own.
+    emitPairOwned(transfers, call.pairOwner, options, schedule, afterDone,
+                  call.kind == CollKind::kAllToAllv ? OwnBlockBounce::kWithStructuralEdges
+                                                    : OwnBlockBounce::kWhereThePairMoves);
   } else {
     emitDirect(transfers, options, schedule, afterDone);
   }
