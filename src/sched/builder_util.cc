@@ -224,29 +224,10 @@ void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const st
   for (int r = 0; r < n; ++r) {
     for (const Transfer& t : routed[static_cast<size_t>(r)]) CONCCL_ASSERT(t.src.rank == r && !t.then && t.lane < 0);
   }
-  if (options.ownBlockViaPeer && n >= 2) {
-    size_t scratchEnd = schedule.scratchBytes;
-    for (int r = 0; r < n; ++r) {
-      std::vector<Transfer>& mine = routed[static_cast<size_t>(r)];
-      std::vector<bool> moved(mine.size(), false);
-      std::vector<Transfer> bounces;
-      for (size_t k = 0; k < mine.size(); ++k) {
-        const Transfer local = mine[k];
-        if (local.dst.rank != r || local.bytes == 0) continue;
-        moved[k] = echoOwnBlock(mine, local, r, n);
-        if (!moved[k] && bounce != OwnBlockBounce::kNone) {
-          appendBounce(local, r, {(r + 1) % n}, options, n, bounces, &scratchEnd);
-          moved[k] = true;
-        }
-      }
-      size_t kept = 0;
-      for (size_t k = 0; k < mine.size(); ++k) {
-        if (!moved[k]) mine[kept++] = mine[k];
-      }
-      mine.resize(kept);
-      mine.insert(mine.end(), bounces.begin(), bounces.end());
-    }
-    schedule.scratchBytes = scratchEnd;
+  if (options.ownBlockViaPeer) {
+    routeOwnBlocks(routed, options, schedule, [&](int r) {
+      return bounce == OwnBlockBounce::kNone ? std::vector<int>{} : std::vector<int>{(r + 1) % n};
+    });
   }
   std::vector<std::vector<Transfer>> issued(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {

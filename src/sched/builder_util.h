@@ -78,14 +78,12 @@ struct Transfer {
 // schedule.scratchBytes when it bounces. No-op for nranks < 2.
 void routeOwnBlocksThroughPeers(std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options,
                                 Schedule& schedule);
-// The echo route alone, for one local transfer of rank `me`: when `mine` holds a push of the same bytes to a peer
-// (the nearest after `me`), that push gets `then = local.dst` and true is returned (the caller drops `local`).
-bool echoOwnBlock(std::vector<Transfer>& mine, const Transfer& local, int me, int n);
-// The bounce route for one local transfer of rank `me`: pieces into region (me, lane) of the scratch of the ranks in
-// `via` (taken in turn, then the lanes), each with `then = ` its part of local.dst and a fixed lane (a region is reused
-// only behind the previous piece on its lane). Raises *scratchEnd to the end of the regions used.
-void appendBounce(const Transfer& local, int me, const std::vector<int>& via, const BuildOptions& options, int n,
-                  std::vector<Transfer>& out, size_t* scratchEnd);
+// Both routes with the peers to bounce through chosen per rank: each rank's local transfers are echoed where it
+// pushes the same bytes to a peer, else bounced through the scratch of the ranks bounceVia(me) names (taken in turn,
+// then the lanes; a region (sender, lane) is reused only behind the previous piece on its lane), else (an empty list)
+// kept local. routeOwnBlocksThroughPeers bounces through every peer.
+void routeOwnBlocks(std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule,
+                    const std::function<std::vector<int>(int me)>& bounceVia);
 
 // Fills `schedule.programs` with direct push programs: transfers[r] are the copies rank r issues (all with
 // src.rank == r). Handles the ready/done handshakes, lane assignment and splitting of large copies;

@@ -17,6 +17,7 @@
 // Either route writes (echo: already did) into the peer's memory, so the ready / done handshakes of emitDirect
 // keep the peer's program running while its memory is used.
 #include <algorithm>
+#include <functional>
 #include <string>
 
 #include "base/error.h"
@@ -42,8 +43,8 @@ int findEcho(const std::vector<Transfer>& mine, const Transfer& local, int me, i
   return best;
 }
 
-}  // namespace
-
+// The echo route for one local transfer of rank `me`: when `mine` holds a push of the same bytes to a peer (the
+// nearest after `me`), that push gets `then = local.dst` and true is returned (the caller drops `local`).
 bool echoOwnBlock(std::vector<Transfer>& mine, const Transfer& local, int me, int n) {
   const int echo = findEcho(mine, local, me, n);
   if (echo < 0) return false;
@@ -60,6 +61,9 @@ size_t bounceRegionBytes(const BuildOptions& options, int n) {
   return region;
 }
 
+// The bounce route for one local transfer of rank `me`: pieces into region (me, lane) of the scratch of the ranks in
+// `via` (taken in turn, then the lanes), each with `then = ` its part of local.dst and a fixed lane (a region is reused
+// only behind the previous piece on its lane). Raises *scratchEnd to the end of the regions used.
 void appendBounce(const Transfer& local, int me, const std::vector<int>& via, const BuildOptions& options, int n,
                   std::vector<Transfer>& out, size_t* scratchEnd) {
   CONCCL_ASSERT(!via.empty() && local.src.rank == me && local.dst.rank == me);
@@ -86,30 +90,45 @@ void appendBounce(const Transfer& local, int me, const std::vector<int>& via, co
   }
 }
 
-void routeOwnBlocksThroughPeers(std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options,
-                                Schedule& schedule) {
+}  // namespace
+
+void routeOwnBlocks(std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule,
+                    const std::function<std::vector<int>(int me)>& bounceVia) {
   const int n = schedule.nranks;
   if (n < 2) return;
   size_t scratchEnd = schedule.scratchBytes;
   for (int me = 0; me < n; ++me) {
     std::vector<Transfer>& mine = transfers[static_cast<size_t>(me)];
-    std::vector<Transfer> routed;
+    const std::vector<int> via = bounceVia(me);
+    std::vector<bool> moved(mine.size(), false);
     std::vector<Transfer> bounces;
-    std::vector<int> everyPeer;
-    for (int k = 1; k < n; ++k) everyPeer.push_back((me + k) % n);
-    for (const Transfer& t : mine) {
-      const bool local = t.dst.rank == me && t.bytes > 0;
-      if (!local) continue;
-      if (echoOwnBlock(mine, t, me, n)) continue;
-      appendBounce(t, me, everyPeer, options, n, bounces, &scratchEnd);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const Transfer local = mine[k];
+      if (local.dst.rank != me || local.bytes == 0) continue;
+      moved[k] = echoOwnBlock(mine, local, me, n);
+      if (!moved[k] && !via.empty()) {
+        appendBounce(local, me, via, options, n, bounces, &scratchEnd);
+        moved[k] = true;
+      }
     }
-    for (const Transfer& t : mine) {
-      if (!(t.dst.rank == me && t.bytes > 0)) routed.push_back(t);
+    size_t kept = 0;
+    for (size_t k = 0; k < mine.size(); ++k) {
+      if (!moved[k]) mine[kept++] = mine[k];
     }
-    routed.insert(routed.end(), bounces.begin(), bounces.end());
-    mine = std::move(routed);
+    mine.resize(kept);
+    mine.insert(mine.end(), bounces.begin(), bounces.end());
   }
   schedule.scratchBytes = scratchEnd;
+}
+
+void routeOwnBlocksThroughPeers(std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options,
+                                Schedule& schedule) {
+  const int n = schedule.nranks;
+  routeOwnBlocks(transfers, options, schedule, [n](int me) {
+    std::vector<int> everyPeer;
+    for (int k = 1; k < n; ++k) everyPeer.push_back((me + k) % n);
+    return everyPeer;
+  });
 }
 
 }  // namespace conccl::sched::detail

@@ -137,14 +137,9 @@ std::vector<std::string> VmmHandleServer::reply(uint64_t unitId, std::vector<std
     VmmWirePiece w;
     w.offset = p.va - base;
     w.bytes = p.bytes;
-    CUresult r;
-    if (s.handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
-      int exported = -1;
-      r = driverApi().memExportToShareableHandle(&exported, p.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-      if (r == CUDA_SUCCESS) fds->back().emplace_back(exported);
-    } else {
-      r = driverApi().memExportToShareableHandle(&w.fabric, p.handle, CU_MEM_HANDLE_TYPE_FABRIC, 0);
-    }
+    int exported = -1;
+    const CUresult r = exportPiece(p.handle, s.handleType, &exported, &w.fabric);
+    if (exported >= 0) fds->back().emplace_back(exported);
     if (r != CUDA_SUCCESS) {
       CONCCL_WARN(-1, s.device, "VMM handle server: cuMemExportToShareableHandle failed: " + cuText(r));
       h.status = kNotExported;

@@ -33,14 +33,15 @@ struct ReceivedUnit {
   std::vector<peersock::OwnedFd> fds;
 };
 
+// Throws plain Error(concclSystemError) with the reason; askOwner says what was being done.
 ReceivedUnit askOwnerOnce(int64_t pid, uint64_t unitId, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   peersock::OwnedFd c = peersock::connectAbstract(VmmHandleServer::socketName(pid), deadline);
   // The kernel's word that the owner listens there, not a process that took its name first.
   const peersock::PeerCred cred = peersock::peerCredOf(c.get());
   if (cred.pid != pid || cred.uid != static_cast<uint32_t>(::getuid())) {
-    importFailed(pid, unitId, "the socket " + VmmHandleServer::socketName(pid) + " is held by pid " +
-                                  std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")");
+    CONCCL_THROW(concclSystemError, "the socket " + VmmHandleServer::socketName(pid) + " is held by pid " +
+                                        std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")");
   }
   VmmRequest req;
   req.unitId = unitId;
@@ -48,18 +49,18 @@ ReceivedUnit askOwnerOnce(int64_t pid, uint64_t unitId, std::chrono::millisecond
   ReceivedUnit got;
   std::vector<peersock::OwnedFd> none;
   const std::string head = peersock::recvMessage(c.get(), sizeof(VmmReplyHeader), 0, &none, deadline);
-  if (head.size() != sizeof(got.header)) importFailed(pid, unitId, "a reply of the wrong size");
+  if (head.size() != sizeof(got.header)) CONCCL_THROW(concclSystemError, "a reply of the wrong size");
   std::memcpy(&got.header, head.data(), sizeof(got.header));
-  if (got.header.magic != kVmmWireMagic) importFailed(pid, unitId, "a reply with the wrong magic");
-  if (got.header.status == kUnknownUnit) importFailed(pid, unitId, "the owner no longer exports it");
-  if (got.header.status != kServed) importFailed(pid, unitId, "the owner could not export its handles");
+  if (got.header.magic != kVmmWireMagic) CONCCL_THROW(concclSystemError, "a reply with the wrong magic");
+  if (got.header.status == kUnknownUnit) CONCCL_THROW(concclSystemError, "the owner no longer exports it");
+  if (got.header.status != kServed) CONCCL_THROW(concclSystemError, "the owner could not export its handles");
   const bool posix = got.header.handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   while (got.pieces.size() < got.header.pieces) {
     const size_t batch = std::min<size_t>(peersock::kMaxFdsPerMessage, got.header.pieces - got.pieces.size());
     const std::string body =
         peersock::recvMessage(c.get(), batch * sizeof(VmmWirePiece), posix ? batch : 0, &got.fds, deadline);
     if (body.size() != batch * sizeof(VmmWirePiece) || (posix && got.fds.size() != got.pieces.size() + batch)) {
-      importFailed(pid, unitId, "a reply with the wrong number of pieces or descriptors");
+      CONCCL_THROW(concclSystemError, "a reply with the wrong number of pieces or descriptors");
     }
     for (size_t i = 0; i < batch; ++i) {
       VmmWirePiece w;
@@ -74,8 +75,7 @@ ReceivedUnit askOwner(int64_t pid, uint64_t unitId, std::chrono::milliseconds ti
   try {
     return askOwnerOnce(pid, unitId, timeout);
   } catch (const Error& e) {
-    if (std::string(e.what()).find("mapping VMM buffer") != std::string::npos) throw;
-    importFailed(pid, unitId, e.what());  // the socket's own failure, with what was being done
+    importFailed(pid, unitId, e.message());
   }
 }
 

@@ -20,6 +20,14 @@ std::string vmmwire::cuText(CUresult r) {
   return name;
 }
 
+CUresult vmmwire::exportPiece(CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type, int* fd,
+                              CUmemFabricHandle* fabric) {
+  if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    return driverApi().memExportToShareableHandle(fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  }
+  return driverApi().memExportToShareableHandle(fabric, handle, CU_MEM_HANDLE_TYPE_FABRIC, 0);
+}
+
 namespace {
 
 constexpr unsigned kShareableTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC;
@@ -94,15 +102,10 @@ std::optional<VmmUnit> makeVmmUnit(const void* ptr, size_t bytes, int device, st
   // One export of each piece now, on the caller's thread, so that a handle the driver will not export (a fabric
   // handle without an IMEX channel, say) stages the call instead of failing the peers' imports later.
   for (const VmmPiece& p : u.pieces) {
-    CUresult r;
-    if (u.handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
-      int fd = -1;
-      r = api.memExportToShareableHandle(&fd, p.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-      if (r == CUDA_SUCCESS) ::close(fd);
-    } else {
-      CUmemFabricHandle fabric{};
-      r = api.memExportToShareableHandle(&fabric, p.handle, CU_MEM_HANDLE_TYPE_FABRIC, 0);
-    }
+    int fd = -1;
+    CUmemFabricHandle fabric{};
+    const CUresult r = vmmwire::exportPiece(p.handle, u.handleType, &fd, &fabric);
+    if (fd >= 0) ::close(fd);
     if (r != CUDA_SUCCESS) return fail("the driver does not export its handles (" + cuText(r) + ")");
   }
   u.base = u.pieces.front().va;

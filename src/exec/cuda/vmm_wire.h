@@ -41,6 +41,11 @@ struct VmmWirePiece {
 // The driver's name of a result, for messages.
 std::string cuText(CUresult r);
 
+// One piece's allocation handle exported as `type`: a new descriptor in *fd (POSIX; the caller closes it) or the
+// fabric handle in *fabric. The owner's trial export when a unit is made and the server's answer both use it.
+CUresult exportPiece(CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type, int* fd,
+                     CUmemFabricHandle* fabric);
+
 template <typename T>
 std::string asBytes(const T& v) {
   return std::string(reinterpret_cast<const char*>(&v), sizeof(v));
