@@ -46,6 +46,7 @@
 #include "core/clique.h"
 #include "core/early_launch.h"
 #include "core/gpu_watchdog.h"
+#include "core/route_spin.h"
 #include "core/shared_segment.h"
 
 namespace conccl {
@@ -256,12 +257,12 @@ class ProcessClique final : public Clique {
   void claimAllPairsFirst(uint64_t seq, const std::string& what, bool reduction);
   // The word that decides the owner of a late reduction (sched::CollectiveCall::callOwner), as pair claims do.
   std::atomic<uint64_t>& callClaim(uint64_t seq) const;
-  // After publishing a routed call that is not symmetric: direct if every peer publishes within
-  // Config::rendezvousSpinUs (or a peer claimed it), else `late` (lateRouteFor), or the route a peer claimed first.
-  // No spin when a peer is two or more calls behind (peerTwoCallsBehind).
+  // After publishing a routed call that is not symmetric: direct if every peer publishes within the spin (or a peer
+  // claimed it), else `late` (lateRouteFor), or the route a peer claimed first.
   Route decideRoute(uint64_t seq, Route late);
-  // Whether some peer has not yet published call seq - 1 either: it is at least two calls behind this rank.
-  bool peerTwoCallsBehind(uint64_t seq) const;
+  // The spin for call seq: Config::rendezvousSpinUs, or none when a peer is two or more calls behind or was late for
+  // the previous call (core/route_spin.h, read from the entries of call seq - 1).
+  RouteSpin routeSpinOf(uint64_t seq) const;
   // Whether a call with these arguments goes through the peers' scratch (sched::CollectiveCall::peerScratchOnly): up
   // to Config::stagedMaxBytes in its largest buffer, every collective but AllToAllv. A function of arguments every rank
   // agrees on and of the configuration checked at init, so every process decides alike.

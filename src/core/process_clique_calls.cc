@@ -189,13 +189,12 @@ ProcessClique::Route ProcessClique::claimRoute(uint64_t seq, Route choice) {
 }
 
 ProcessClique::Route ProcessClique::decideRoute(uint64_t seq, Route late) {
-  // A peer that has not even published the previous call is busy elsewhere (its program is at least two calls
-  // behind: a pipeline stage, a rank whose CPU runs behind), so waiting the spin for it would be host time spent for
-  // nothing: decide at once. The spin is kept for peers one call behind, which in a lock-step job arrive within
-  // microseconds and then give the direct route (copy engines, no staging copy). Measured before this rule (one H200,
-  // 2026-12-03, peers 2 s late): the spin was 50 of a 64 MiB AllReduce's 109-117 us of host time at the C API.
-  const int spinUs = peerTwoCallsBehind(seq) ? 0 : config_.rendezvousSpinUs;
-  const auto until = Clock::now() + std::chrono::microseconds(spinUs);
+  // The spin is kept for peers that were on time for the previous call: in a lock-step job they arrive within
+  // microseconds and then give the direct route (copy engines, no staging copy). A peer two or more calls behind, or
+  // one that was late for the previous call, is not waited for (core/route_spin.h). Measured before these rules (one
+  // H200, 2026-12-03, peers 2 s late): the spin was 50 of a 64 MiB AllReduce's 109-117 us of host time at the C API.
+  const RouteSpin spin = routeSpinOf(seq);
+  const auto until = Clock::now() + std::chrono::microseconds(spin.spinUs);
   for (;;) {
     if (const Route r = routeOf(seq); r != Route::kUndecided) return r;
     if (peersPublished(seq)) return claimRoute(seq, Route::kDirect);
@@ -204,22 +203,42 @@ ProcessClique::Route ProcessClique::decideRoute(uint64_t seq, Route late) {
   }
   const Route r = claimRoute(seq, late);
   if (r == late) {
+    std::string why;
+    switch (spin.why) {
+      case RouteSpin::Why::kSpin:
+        why = "a peer had not called within " + std::to_string(spin.spinUs) + " us";
+        break;
+      case RouteSpin::Why::kPeerTwoCallsBehind:
+        why = "rank " + std::to_string(spin.peer) + " is two or more calls behind (no spin)";
+        break;
+      case RouteSpin::Why::kPeerLateLastCall:
+        why = "rank " + std::to_string(spin.peer) + " was " + std::to_string(spin.lateByNs / 1000) +
+              " us late for the previous call and has not called yet (no spin)";
+        break;
+    }
     CONCCL_TRACE(rank_, device_,
-                 "call seq " + std::to_string(seq) + (r == Route::kStaged ? " is staged: " : " is pair-owned: ") +
-                     (spinUs == 0 ? std::string("a peer is two or more calls behind (no spin)")
-                                  : "a peer had not called within " + std::to_string(spinUs) + " us"));
+                 "call seq " + std::to_string(seq) + (r == Route::kStaged ? " is staged: " : " is pair-owned: ") + why);
   }
   return r;
 }
 
-bool ProcessClique::peerTwoCallsBehind(uint64_t seq) const {
-  if (seq == 0) return false;
-  // The slot of seq - 1 holds seq - 1 + 1 once the peer published that call, or a larger value if the peer is so far
-  // ahead that it reused the slot: anything smaller means the peer has not reached seq - 1.
-  for (int p = 0; p < nranks_; ++p) {
-    if (p != rank_ && layout_->entry(p, seq - 1).published.load(std::memory_order_acquire) < seq) return true;
+RouteSpin ProcessClique::routeSpinOf(uint64_t seq) const {
+  std::optional<uint64_t> mineAtNs;
+  if (seq > 0) {
+    // This rank's own entry for seq - 1 (its slot is next written by this rank, for call seq - 1 + kRingEntries).
+    const MailboxEntry& e = layout_->entry(rank_, seq - 1);
+    if (e.published.load(std::memory_order_acquire) == seq) mineAtNs = e.publishedAtNs.load(std::memory_order_relaxed);
   }
-  return false;
+  return routeSpinFor(seq, rank_, nranks_, config_.rendezvousSpinUs, mineAtNs, [&](int p) {
+    const MailboxEntry& e = layout_->entry(p, seq - 1);
+    PreviousEntry prev;
+    prev.published = e.published.load(std::memory_order_acquire);
+    prev.publishedAtNs = e.publishedAtNs.load(std::memory_order_relaxed);
+    // A peer far ahead may be rewriting the slot for a later call: then the time is not call seq - 1's (only the
+    // route's spin depends on it).
+    if (e.published.load(std::memory_order_acquire) != prev.published) prev.published = seq + 1;
+    return prev;
+  });
 }
 
 void ProcessClique::finishRegular(CallTicket& ticket, const OwnPart& own) {
@@ -410,7 +429,7 @@ void ProcessClique::publish(const PendingCall& pending, const OwnPart& own, bool
       }
     }
   }
-  out.published.store(seq + 1, std::memory_order_release);
+  markPublished(out, seq);
 }
 
 void ProcessClique::launchEarly(PendingCall& pending, const CallTicket& ticket, std::vector<Assumption> assumed) {

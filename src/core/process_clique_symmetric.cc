@@ -187,7 +187,7 @@ std::vector<exec::BufferExport> ProcessClique::windowRendezvous(uint64_t seq, in
   out.windowOffset[0] = out.windowOffset[1] = 0;
   out.launchedEarly = 0;
   out.retiredCount = 0;  // retired allocations go out with the next collective
-  out.published.store(seq + 1, std::memory_order_release);
+  markPublished(out, seq);
 
   waitForPeersOf(seq, what);
   std::vector<exec::BufferExport> exports(static_cast<size_t>(nranks_));

@@ -59,6 +59,9 @@ struct alignas(64) RankShared {
 
 struct MailboxEntry {
   std::atomic<uint64_t> published;  // seq + 1 once the entry is complete
+  // When it was published (steady clock, ns; one clock for every process of a host): how late a peer was for the
+  // previous call decides whether the next one spins for it (core/route_spin.h).
+  std::atomic<uint64_t> publishedAtNs;
   int32_t kind, dtype, op, root;
   uint64_t count;
   uint32_t inPlace;
@@ -99,6 +102,17 @@ inline constexpr int32_t kWindowRegisterKind = 1000;
 inline constexpr int32_t kWindowDeregisterKind = 1001;
 
 inline size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+inline uint64_t steadyNowNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+}
+
+// Marks entry `e` complete for call seq (after every other field is written).
+inline void markPublished(MailboxEntry& e, uint64_t seq) {
+  e.publishedAtNs.store(steadyNowNs(), std::memory_order_relaxed);
+  e.published.store(seq + 1, std::memory_order_release);
+}
 
 inline const char* apiNameOf(sched::CollKind kind) {
   using K = sched::CollKind;

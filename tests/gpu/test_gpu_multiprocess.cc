@@ -191,9 +191,9 @@ TEST_P(MultiProcess, StagedCallsDoNotWaitForPeers) {
   for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
 }
 
-// Late peers (the defaults: staged at once; core/process_clique.h; scenario_deferred.h): with the peers 2 s late, rank
-// 0's host time per call stays within CONCCL_TEST_MAX_HOST_US (default 20 us) at 1 MiB, 64 MiB and 1 GiB, for every
-// collective, AllToAllv and Send/Recv, and every result is right.
+// Late peers (the defaults: the late route at once; core/process_clique.h; scenario_deferred.h): with the peers 2 s
+// late, rank 0's host time per call stays within CONCCL_TEST_MAX_HOST_US (default 20 us) at 1 MiB, 64 MiB and 1 GiB,
+// in bursts and one call a round, for every collective, AllToAllv and Send/Recv, and every result is right.
 TEST_P(MultiProcess, CallsDoNotWaitForLatePeers) {
   SKIP_WITHOUT_GPU();
   auto results = runWorkers("late-skew", GetParam(), 60000, 300);

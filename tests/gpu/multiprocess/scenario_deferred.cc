@@ -189,6 +189,22 @@ std::vector<double> skewedRound(int rank, int calls, int delayMs, Issue&& issue)
   return us;
 }
 
+// Rounds of one call each, as a framework issues one call per step: peers sleep before each call, every rank waits
+// for its stream after it, so rank 0 calls at once and its peers `delayMs` later, every call. Returns rank 0's host
+// times (us).
+template <typename Issue>
+std::vector<double> oneCallRounds(int rank, int calls, int delayMs, cudaStream_t stream, Issue&& issue) {
+  std::vector<double> us;
+  for (int i = 0; i < calls; ++i) {
+    if (rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+    const auto t0 = Clock::now();
+    issue(i);
+    us.push_back(usSince(t0));
+    syncBounded(stream, "a round of one call", 120);
+  }
+  return us;
+}
+
 }  // namespace
 
 void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
@@ -223,6 +239,25 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
       if (host[i] != want) throw std::runtime_error("skewed AllReduce: element " + std::to_string(i) + " is wrong");
     }
     record("AllReduce " + std::to_string(bytes >> 20) + " MiB", us);
+  }
+  // One AllReduce of 64 MiB per round (the calls above came in bursts of nine): the peer is one call behind each time,
+  // and late for the call before, so no call waits for it (core/route_spin.h).
+  {
+    const size_t bytes = size_t{64} << 20, count = bytes / 4;
+    Buf in(bytes), out(bytes);
+    std::vector<float> host(count, static_cast<float>(rank + 1));
+    cudaOk(cudaMemcpyAsync(in.p, host.data(), bytes, cudaMemcpyHostToDevice, stream), "h2d");
+    syncBounded(stream, "inputs", 120);
+    const auto us = oneCallRounds(rank, 5, kDelayMs, stream, [&](int) {
+      ok(concclAllReduce(in.p, out.p, count, concclFloat32, concclSum, comm, stream), comm, "AllReduce (one a round)");
+    });
+    cudaOk(cudaMemcpyAsync(host.data(), out.p, bytes, cudaMemcpyDeviceToHost, stream), "d2h");
+    syncBounded(stream, "AllReduce (one a round)", 240);
+    const float want = static_cast<float>(nranks * (nranks + 1) / 2);
+    for (size_t i = 0; i < count; i += 1 + i % 61) {
+      if (host[i] != want) throw std::runtime_error("AllReduce one a round: element " + std::to_string(i) + " is wrong");
+    }
+    record("AllReduce 64 MiB, one call a round", us);
   }
   // Every other collective at 64 MiB in the largest buffer, then AllToAllv (uneven) and a Send/Recv ring of 1 MiB.
   const t::Coll colls[] = {t::Coll::kAllGather, t::Coll::kReduceScatter, t::Coll::kBroadcast, t::Coll::kReduce,
