@@ -222,43 +222,34 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
     if (rank == 0 && p50 > limitUs) tooSlow = true;
   };
   uint64_t seed = 9000;
-  // AllReduce at 1 MiB, 64 MiB, 1 GiB: nine calls each, on one buffer pair (the result of the last is checked).
-  for (size_t bytes : {size_t{1} << 20, size_t{64} << 20, size_t{1} << 30}) {
+  // AllReduce on one buffer pair, `calls` calls in one burst or one call a round; the result of the last is checked.
+  auto allReduceRounds = [&](size_t bytes, int calls, bool oneARound, const std::string& what) {
     const size_t count = bytes / 4;
     Buf in(bytes), out(bytes);
     std::vector<float> host(count, static_cast<float>(rank + 1));
     cudaOk(cudaMemcpyAsync(in.p, host.data(), bytes, cudaMemcpyHostToDevice, stream), "h2d");
     syncBounded(stream, "inputs", 120);
-    const auto us = skewedRound(rank, 9, kDelayMs, [&](int) {
-      ok(concclAllReduce(in.p, out.p, count, concclFloat32, concclSum, comm, stream), comm, "AllReduce (skewed)");
-    });
+    auto issue = [&](int) {
+      ok(concclAllReduce(in.p, out.p, count, concclFloat32, concclSum, comm, stream), comm, what.c_str());
+    };
+    const auto us = oneARound ? oneCallRounds(rank, calls, kDelayMs, stream, issue)
+                              : skewedRound(rank, calls, kDelayMs, issue);
     cudaOk(cudaMemcpyAsync(host.data(), out.p, bytes, cudaMemcpyDeviceToHost, stream), "d2h");
-    syncBounded(stream, "AllReduce (skewed)", 240);
+    syncBounded(stream, what.c_str(), 240);
     const float want = static_cast<float>(nranks * (nranks + 1) / 2);
     for (size_t i = 0; i < count; i += 1 + i % 61) {
-      if (host[i] != want) throw std::runtime_error("skewed AllReduce: element " + std::to_string(i) + " is wrong");
+      if (host[i] != want) throw std::runtime_error(what + ": element " + std::to_string(i) + " is wrong");
     }
-    record("AllReduce " + std::to_string(bytes >> 20) + " MiB", us);
+    record(what, us);
+  };
+  // AllReduce at 1 MiB, 64 MiB, 1 GiB: nine calls each in a burst (the peer is two or more calls behind from the
+  // second call on).
+  for (size_t bytes : {size_t{1} << 20, size_t{64} << 20, size_t{1} << 30}) {
+    allReduceRounds(bytes, 9, false, "AllReduce " + std::to_string(bytes >> 20) + " MiB");
   }
-  // One AllReduce of 64 MiB per round (the calls above came in bursts of nine): the peer is one call behind each time,
-  // and late for the call before, so no call waits for it (core/route_spin.h).
-  {
-    const size_t bytes = size_t{64} << 20, count = bytes / 4;
-    Buf in(bytes), out(bytes);
-    std::vector<float> host(count, static_cast<float>(rank + 1));
-    cudaOk(cudaMemcpyAsync(in.p, host.data(), bytes, cudaMemcpyHostToDevice, stream), "h2d");
-    syncBounded(stream, "inputs", 120);
-    const auto us = oneCallRounds(rank, 5, kDelayMs, stream, [&](int) {
-      ok(concclAllReduce(in.p, out.p, count, concclFloat32, concclSum, comm, stream), comm, "AllReduce (one a round)");
-    });
-    cudaOk(cudaMemcpyAsync(host.data(), out.p, bytes, cudaMemcpyDeviceToHost, stream), "d2h");
-    syncBounded(stream, "AllReduce (one a round)", 240);
-    const float want = static_cast<float>(nranks * (nranks + 1) / 2);
-    for (size_t i = 0; i < count; i += 1 + i % 61) {
-      if (host[i] != want) throw std::runtime_error("AllReduce one a round: element " + std::to_string(i) + " is wrong");
-    }
-    record("AllReduce 64 MiB, one call a round", us);
-  }
+  // One AllReduce of 64 MiB per round: the peer is one call behind each time, and late for the call before, so no
+  // call waits for it (core/route_spin.h).
+  allReduceRounds(size_t{64} << 20, 5, true, "AllReduce 64 MiB, one call a round");
   // Every other collective at 64 MiB in the largest buffer, then AllToAllv (uneven) and a Send/Recv ring of 1 MiB.
   const t::Coll colls[] = {t::Coll::kAllGather, t::Coll::kReduceScatter, t::Coll::kBroadcast, t::Coll::kReduce,
                            t::Coll::kAllToAll,  t::Coll::kGather,        t::Coll::kScatter};
