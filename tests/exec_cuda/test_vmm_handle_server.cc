@@ -1,7 +1,7 @@
 // exec/cuda/vmm_export.h, the parts that run before any driver call: who the VMM handle server answers (the
 // kernel's pid of the connection must be a peer of some communicator here), and who an importer trusts (the kernel's
 // pid of the listener must be the owner's). A refused or failed request leaves the server serving. The GPU half
-// (export, import, map) runs in test_gpu_multiprocess (VmmBuffersMoveDirectly).
+// (export, import, map) runs in test_gpu_multiprocess (ShareableVmmMemoryMovesDirectly).
 #include <gtest/gtest.h>
 #include <unistd.h>
 

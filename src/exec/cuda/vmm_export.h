@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "base/peer_socket.h"
+#include "exec/cuda/vmm_wire.h"
 
 namespace conccl::exec {
 
@@ -67,8 +68,10 @@ std::optional<VmmUnit> makeVmmUnit(const void* ptr, size_t bytes, int device, st
 bool vmmUnitStillMapped(const VmmUnit& u, const void* ptr = nullptr, size_t bytes = SIZE_MAX);
 // Whether `u` covers [ptr, ptr + bytes).
 inline bool vmmUnitCovers(const VmmUnit& u, const void* ptr, size_t bytes) {
-  const auto p = reinterpret_cast<uintptr_t>(ptr);
-  return p >= u.base && bytes <= u.base + u.bytes - p;
+  const auto p = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(ptr));
+  // Offsets, not end addresses: a pointer past the unit's end must not wrap into "covered".
+  if (p < u.base || p - u.base > u.bytes) return false;
+  return bytes <= u.bytes - (p - u.base);
 }
 // Releases the retained handles (the unit must no longer be served: VmmHandleServer::withdraw first).
 void releaseVmmUnit(VmmUnit& u);
@@ -96,9 +99,11 @@ class VmmHandleServer {
   VmmHandleServer() = default;
   void loop(int listenFd);
   void answer(int fd);
-  // The reply to one request, and the descriptors to send with it (exported under mutex_, so that a unit being
-  // withdrawn cannot release a handle meanwhile).
-  std::vector<std::string> reply(uint64_t unitId, std::vector<std::vector<peersock::OwnedFd>>* fds);
+  // Pieces [first, first + kMaxFdsPerMessage) of unit `unitId` as one message of the reply (*batch) and their
+  // descriptors, exported under mutex_ (a unit being withdrawn cannot release a handle meanwhile); *pieces: the
+  // unit's piece count (set when first == 0, checked after). The header says whether the unit is still served.
+  vmmwire::VmmReplyHeader exportBatch(uint64_t unitId, size_t first, size_t* pieces, std::string* batch,
+                                      std::vector<peersock::OwnedFd>* fds);
   std::mutex mutex_;
   std::map<uint64_t, Served> units_;
   std::map<int64_t, int> allowed_;  // pid -> communicators of this process that have it as a peer

@@ -4,6 +4,8 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -39,8 +41,13 @@ bool VmmHandleServer::serve(const VmmUnit& u, int device, std::string* why) {
       *why = std::string("the handle server cannot listen (") + e.what() + ")";
       return false;
     }
-    const int fd = listener.release();
-    std::thread([this, fd] { loop(fd); }).detach();
+    try {
+      std::thread([this, fd = listener.get()] { loop(fd); }).detach();
+    } catch (const std::system_error& e) {
+      *why = std::string("the handle server's thread cannot start (") + e.what() + ")";
+      return false;  // the listener closes with `listener`
+    }
+    (void)listener.release();  // the thread's now
     listeningPid_ = me;
   }
   units_[u.id] = Served{device, u.handleType, u.bytes, u.pieces};
@@ -69,10 +76,22 @@ void VmmHandleServer::loop(int listenFd) {
   // Its driver calls (exports) belong to no capture: relaxed, so that they never disturb one on another thread.
   relaxCaptureModeOfThisThread();
   peersock::OwnedFd listener(listenFd);
+  bool acceptFailedBefore = false;
   for (;;) {
     pollfd p{listener.get(), POLLIN, 0};
     if (::poll(&p, 1, -1) <= 0) continue;
-    peersock::OwnedFd c = peersock::acceptPending(listener.get());
+    peersock::OwnedFd c;
+    try {
+      c = peersock::acceptPending(listener.get());
+    } catch (const std::exception& e) {
+      // Out of descriptors or memory (a process with many open files): the thread must not end the process. The
+      // connection stays pending (the listener stays readable), so wait before trying again; the asker's own
+      // deadline bounds its wait.
+      if (!acceptFailedBefore) CONCCL_WARN(-1, -1, std::string("VMM handle server: accept failed: ") + e.what());
+      acceptFailedBefore = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
     if (c.get() < 0) continue;
     try {
       answer(c.get());
@@ -100,56 +119,64 @@ void VmmHandleServer::answer(int fd) {
   if (raw.size() != sizeof(req)) CONCCL_THROW(concclSystemError, "a request of the wrong size");
   std::memcpy(&req, raw.data(), sizeof(req));
   if (req.magic != kVmmWireMagic) CONCCL_THROW(concclSystemError, "a request with the wrong magic");
-  std::vector<std::vector<peersock::OwnedFd>> fds;
-  const std::vector<std::string> messages = reply(req.unitId, &fds);
-  for (size_t m = 0; m < messages.size(); ++m) {
+  // The header, then the pieces a batch at a time, each batch's descriptors closed once sent: a unit of hundreds of
+  // pieces never holds more than one batch of descriptors open on either side (the importer imports each batch as
+  // it comes). The first batch is exported before the header, so an export the driver refuses is answered as such.
+  size_t pieces = 0;
+  std::vector<peersock::OwnedFd> fds;
+  std::string batch;
+  const VmmReplyHeader h = exportBatch(req.unitId, 0, &pieces, &batch, &fds);
+  peersock::sendMessage(fd, asBytes(h), {}, deadline);
+  if (h.status != kServed) return;
+  for (size_t first = 0;;) {
     std::vector<int> attached;
-    for (const peersock::OwnedFd& f : fds[m]) attached.push_back(f.get());
-    peersock::sendMessage(fd, messages[m], attached, deadline);
+    for (const peersock::OwnedFd& f : fds) attached.push_back(f.get());
+    peersock::sendMessage(fd, batch, attached, deadline);
+    fds.clear();
+    first += peersock::kMaxFdsPerMessage;
+    if (first >= pieces) return;
+    // Withdrawn or refused meanwhile: the connection closes short and the importer fails its call.
+    if (exportBatch(req.unitId, first, &pieces, &batch, &fds).status != kServed) return;
   }
 }
 
-std::vector<std::string> VmmHandleServer::reply(uint64_t unitId, std::vector<std::vector<peersock::OwnedFd>>* fds) {
+VmmReplyHeader VmmHandleServer::exportBatch(uint64_t unitId, size_t first, size_t* pieces, std::string* batch,
+                                            std::vector<peersock::OwnedFd>* fds) {
   std::lock_guard<std::mutex> lock(mutex_);
   VmmReplyHeader h;
+  batch->clear();
+  fds->clear();
   auto it = units_.find(unitId);
-  if (it == units_.end()) {
+  if (it == units_.end() || (first > 0 && it->second.pieces.size() != *pieces)) {
     h.status = kUnknownUnit;
-    fds->clear();
-    fds->emplace_back();
-    return {asBytes(h)};
+    return h;
   }
   const Served& s = it->second;
   h.handleType = static_cast<uint32_t>(s.handleType);
   h.pieces = static_cast<uint32_t>(s.pieces.size());
   h.bytes = s.bytes;
-  std::vector<std::string> messages{asBytes(h)};
-  fds->clear();
-  fds->emplace_back();
+  *pieces = s.pieces.size();
   DeviceGuard guard(s.device);
   const CUdeviceptr base = s.pieces.front().va;
-  for (size_t i = 0; i < s.pieces.size(); ++i) {
-    if (i % peersock::kMaxFdsPerMessage == 0) {
-      messages.emplace_back();
-      fds->emplace_back();
-    }
+  const size_t end = std::min(s.pieces.size(), first + peersock::kMaxFdsPerMessage);
+  for (size_t i = first; i < end; ++i) {
     const VmmPiece& p = s.pieces[i];
     VmmWirePiece w;
     w.offset = p.va - base;
     w.bytes = p.bytes;
     int exported = -1;
     const CUresult r = exportPiece(p.handle, s.handleType, &exported, &w.fabric);
-    if (exported >= 0) fds->back().emplace_back(exported);
+    if (exported >= 0) fds->emplace_back(exported);
     if (r != CUDA_SUCCESS) {
       CONCCL_WARN(-1, s.device, "VMM handle server: cuMemExportToShareableHandle failed: " + cuText(r));
       h.status = kNotExported;
+      batch->clear();
       fds->clear();
-      fds->emplace_back();
-      return {asBytes(h)};
+      return h;
     }
-    messages.back() += asBytes(w);
+    *batch += asBytes(w);
   }
-  return messages;
+  return h;
 }
 
 }  // namespace conccl::exec

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <optional>
 
 #include "base/error.h"
 #include "base/logging.h"
@@ -26,15 +28,15 @@ namespace {
                                       " (CONCCL_VMM_EXPORT=0 stages calls on VMM memory instead)");
 }
 
-// The pieces of the unit as the owner's server sent them (descriptors owned here until imported).
-struct ReceivedUnit {
-  VmmReplyHeader header;
-  std::vector<VmmWirePiece> pieces;
-  std::vector<peersock::OwnedFd> fds;
-};
+// A piece as it arrives: its extent, the handle type, and its descriptor (POSIX; -1 for fabric, whose handle is in
+// the piece).
+using TakePiece = std::function<void(const VmmWirePiece&, CUmemAllocationHandleType, peersock::OwnedFd)>;
 
-// Throws plain Error(concclSystemError) with the reason; askOwner says what was being done.
-ReceivedUnit askOwnerOnce(int64_t pid, uint64_t unitId, std::chrono::milliseconds timeout) {
+// Asks the owner's server for the unit and hands each piece to `take` as its batch arrives (so that at most one batch
+// of descriptors is open here at a time). Throws plain Error(concclSystemError) with the reason; importVmmUnit says
+// what was being done.
+void receivePieces(int64_t pid, uint64_t unitId, size_t bytes, std::chrono::milliseconds timeout,
+                   const TakePiece& take) {
   const auto deadline = Clock::now() + timeout;
   peersock::OwnedFd c = peersock::connectAbstract(VmmHandleServer::socketName(pid), deadline);
   // The kernel's word that the owner listens there, not a process that took its name first.
@@ -46,89 +48,102 @@ ReceivedUnit askOwnerOnce(int64_t pid, uint64_t unitId, std::chrono::millisecond
   VmmRequest req;
   req.unitId = unitId;
   peersock::sendMessage(c.get(), asBytes(req), {}, deadline);
-  ReceivedUnit got;
+  VmmReplyHeader header;
   std::vector<peersock::OwnedFd> none;
   const std::string head = peersock::recvMessage(c.get(), sizeof(VmmReplyHeader), 0, &none, deadline);
-  if (head.size() != sizeof(got.header)) CONCCL_THROW(concclSystemError, "a reply of the wrong size");
-  std::memcpy(&got.header, head.data(), sizeof(got.header));
-  if (got.header.magic != kVmmWireMagic) CONCCL_THROW(concclSystemError, "a reply with the wrong magic");
-  if (got.header.status == kUnknownUnit) CONCCL_THROW(concclSystemError, "the owner no longer exports it");
-  if (got.header.status != kServed) CONCCL_THROW(concclSystemError, "the owner could not export its handles");
-  const bool posix = got.header.handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  while (got.pieces.size() < got.header.pieces) {
-    const size_t batch = std::min<size_t>(peersock::kMaxFdsPerMessage, got.header.pieces - got.pieces.size());
+  if (head.size() != sizeof(header)) CONCCL_THROW(concclSystemError, "a reply of the wrong size");
+  std::memcpy(&header, head.data(), sizeof(header));
+  if (header.magic != kVmmWireMagic) CONCCL_THROW(concclSystemError, "a reply with the wrong magic");
+  if (header.status == kUnknownUnit) CONCCL_THROW(concclSystemError, "the owner no longer exports it");
+  if (header.status != kServed) CONCCL_THROW(concclSystemError, "the owner could not export its handles");
+  if (header.bytes != bytes) CONCCL_THROW(concclSystemError, "the owner describes it with another size");
+  const auto type = static_cast<CUmemAllocationHandleType>(header.handleType);
+  const bool posix = type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  for (size_t received = 0; received < header.pieces;) {
+    const size_t batch = std::min<size_t>(peersock::kMaxFdsPerMessage, header.pieces - received);
+    std::vector<peersock::OwnedFd> fds;
     const std::string body =
-        peersock::recvMessage(c.get(), batch * sizeof(VmmWirePiece), posix ? batch : 0, &got.fds, deadline);
-    if (body.size() != batch * sizeof(VmmWirePiece) || (posix && got.fds.size() != got.pieces.size() + batch)) {
+        peersock::recvMessage(c.get(), batch * sizeof(VmmWirePiece), posix ? batch : 0, &fds, deadline);
+    if (body.size() != batch * sizeof(VmmWirePiece) || (posix && fds.size() != batch)) {
       CONCCL_THROW(concclSystemError, "a reply with the wrong number of pieces or descriptors");
     }
     for (size_t i = 0; i < batch; ++i) {
       VmmWirePiece w;
       std::memcpy(&w, body.data() + i * sizeof(w), sizeof(w));
-      got.pieces.push_back(w);
+      take(w, type, posix ? std::move(fds[i]) : peersock::OwnedFd());
     }
-  }
-  return got;
-}
-
-ReceivedUnit askOwner(int64_t pid, uint64_t unitId, std::chrono::milliseconds timeout) {
-  try {
-    return askOwnerOnce(pid, unitId, timeout);
-  } catch (const Error& e) {
-    importFailed(pid, unitId, e.message());
+    received += batch;
   }
 }
 
-}  // namespace
+// Imports one piece (closing its descriptor: the imported handle holds the memory now) at the end of `m`.
+void importPiece(VmmImport& m, const VmmWirePiece& w, CUmemAllocationHandleType type, peersock::OwnedFd fd) {
+  const size_t end = m.pieces.empty() ? 0 : m.pieces.back().offset + m.pieces.back().bytes;
+  if (w.offset != end || w.bytes == 0 || w.bytes > m.bytes - w.offset) {
+    CONCCL_THROW(concclSystemError, "its pieces do not tile it");
+  }
+  VmmImport::Piece p{w.offset, w.bytes, 0, false};
+  CUresult r;
+  if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    void* osHandle = reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get()));
+    r = driverApi().memImportFromShareableHandle(&p.handle, osHandle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  } else {
+    CUmemFabricHandle fabric = w.fabric;
+    r = driverApi().memImportFromShareableHandle(&p.handle, &fabric, CU_MEM_HANDLE_TYPE_FABRIC);
+  }
+  if (r != CUDA_SUCCESS) CONCCL_THROW(concclSystemError, "cuMemImportFromShareableHandle: " + cuText(r));
+  m.pieces.push_back(p);
+}
 
-VmmImport importVmmUnit(int64_t pid, uint64_t unitId, size_t bytes, int device, std::chrono::milliseconds timeout) {
-  ReceivedUnit got = askOwner(pid, unitId, timeout);
-  if (got.header.bytes != bytes) importFailed(pid, unitId, "the owner describes it with another size");
+// Reserves a range for the imported pieces of `m`, maps them in order and opens it to `device`.
+void mapImported(VmmImport& m, int device) {
   const DriverApi& api = driverApi();
-  DeviceGuard guard(device);
-  VmmImport m;
-  m.bytes = bytes;
-  auto undo = [&](const std::string& why) {
-    unmapVmmImport(m);
-    importFailed(pid, unitId, why);
-  };
-  size_t expectOffset = 0;
-  for (size_t i = 0; i < got.pieces.size(); ++i) {
-    const VmmWirePiece& w = got.pieces[i];
-    if (w.offset != expectOffset || w.bytes == 0 || w.bytes > bytes - w.offset) undo("its pieces do not tile it");
-    expectOffset += w.bytes;
-    VmmImport::Piece p{w.offset, w.bytes, 0, false};
-    CUresult r;
-    if (got.header.handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
-      void* osHandle = reinterpret_cast<void*>(static_cast<uintptr_t>(got.fds[i].get()));
-      r = api.memImportFromShareableHandle(&p.handle, osHandle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-      got.fds[i].reset();  // the imported handle holds the memory now
-    } else {
-      r = api.memImportFromShareableHandle(&p.handle, &got.pieces[i].fabric, CU_MEM_HANDLE_TYPE_FABRIC);
-    }
-    if (r != CUDA_SUCCESS) undo("cuMemImportFromShareableHandle: " + cuText(r));
-    m.pieces.push_back(p);
-  }
-  if (expectOffset != bytes) undo("its pieces do not tile it");
+  const size_t end = m.pieces.empty() ? 0 : m.pieces.back().offset + m.pieces.back().bytes;
+  if (end != m.bytes) CONCCL_THROW(concclSystemError, "its pieces do not tile it");
   CUdeviceptr base = 0;
-  CUresult r = api.memAddressReserve(&base, bytes, 0, 0, 0);
-  if (r != CUDA_SUCCESS) undo("cuMemAddressReserve of " + std::to_string(bytes) + " bytes: " + cuText(r));
+  CUresult r = api.memAddressReserve(&base, m.bytes, 0, 0, 0);
+  if (r != CUDA_SUCCESS) {
+    CONCCL_THROW(concclSystemError, "cuMemAddressReserve of " + std::to_string(m.bytes) + " bytes: " + cuText(r));
+  }
   m.base = base;
   for (VmmImport::Piece& p : m.pieces) {
     r = api.memMap(m.base + p.offset, p.bytes, 0, p.handle, 0);
-    if (r != CUDA_SUCCESS) undo("cuMemMap: " + cuText(r));
+    if (r != CUDA_SUCCESS) CONCCL_THROW(concclSystemError, "cuMemMap: " + cuText(r));
     p.mapped = true;
   }
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  r = api.memSetAccess(m.base, bytes, &access, 1);
-  if (r != CUDA_SUCCESS) undo("cuMemSetAccess for device " + std::to_string(device) + ": " + cuText(r));
+  r = api.memSetAccess(m.base, m.bytes, &access, 1);
+  if (r != CUDA_SUCCESS) {
+    CONCCL_THROW(concclSystemError, "cuMemSetAccess for device " + std::to_string(device) + ": " + cuText(r));
+  }
+}
+
+}  // namespace
+
+VmmImport importVmmUnit(int64_t pid, uint64_t unitId, size_t bytes, int device, std::chrono::milliseconds timeout) {
+  VmmImport m;
+  m.bytes = bytes;
+  std::optional<DeviceGuard> guard;  // from the first piece on: asking the owner needs no device
+  try {
+    receivePieces(pid, unitId, bytes, timeout,
+                  [&](const VmmWirePiece& w, CUmemAllocationHandleType type, peersock::OwnedFd fd) {
+                    if (!guard) guard.emplace(device);
+                    importPiece(m, w, type, std::move(fd));
+                  });
+    if (!guard) guard.emplace(device);
+    mapImported(m, device);
+  } catch (const Error& e) {
+    unmapVmmImport(m);  // what was imported or mapped so far
+    importFailed(pid, unitId, e.message());
+  }
   return m;
 }
 
 void unmapVmmImport(const VmmImport& m) {
+  if (m.pieces.empty() && m.base == 0) return;  // nothing imported (and maybe no driver to ask)
   const DriverApi& api = driverApi();
   for (const VmmImport::Piece& p : m.pieces) {
     // One mapping at a time: cuMemUnmap takes whole mappings.

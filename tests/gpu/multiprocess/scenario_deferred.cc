@@ -477,7 +477,27 @@ void scenarioVmmRemap(concclComm_t comm, int rank, int nranks, cudaStream_t stre
     reduced.remapPiece(2);
     gathered.remapPiece(2);
   }
-  std::fprintf(stderr, "rank %d: VMM pieces replaced under two buffers between 3 rounds: every result right\n", rank);
+  // A unit of more pieces than one message of the handle server carries (64): an in-place AllReduce of 200 MiB in
+  // 2 MiB pieces (101 of them) arrives in two batches.
+  {
+    const size_t bigCount = (size_t{200} << 20) / 4;
+    VmmBuffer big(bigCount * 4, device, /*shareableHandles=*/true);
+    std::vector<float> host(bigCount);
+    for (size_t i = 0; i < bigCount; ++i) host[i] = static_cast<float>((i % 1021) + 1000 * static_cast<size_t>(rank));
+    cudaOk(cudaMemcpyAsync(big.p(), host.data(), bigCount * 4, cudaMemcpyHostToDevice, stream), "h2d");
+    ok(concclAllReduce(big.p(), big.p(), bigCount, concclFloat32, concclSum, comm, stream), comm, "AllReduce 200 MiB");
+    cudaOk(cudaMemcpyAsync(host.data(), big.p(), bigCount * 4, cudaMemcpyDeviceToHost, stream), "d2h");
+    syncBounded(stream, "AllReduce 200 MiB", 120);
+    const size_t ranksSum = static_cast<size_t>(nranks * (nranks - 1) / 2) * 1000;
+    for (size_t i = 0; i < bigCount; i += 1 + i % 97) {
+      const float want = static_cast<float>(static_cast<size_t>(nranks) * (i % 1021) + ranksSum);
+      if (host[i] != want) throw std::runtime_error("VMM AllReduce of 200 MiB: element " + std::to_string(i) + " is wrong");
+    }
+  }
+  std::fprintf(stderr,
+               "rank %d: VMM pieces replaced under two buffers between 3 rounds, and a unit of 101 pieces: every "
+               "result right\n",
+               rank);
 }
 
 namespace {

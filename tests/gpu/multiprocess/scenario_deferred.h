@@ -34,7 +34,8 @@ void scenarioMemoryKinds(concclComm_t comm, int rank, int nranks, cudaStream_t s
 
 // "vmm-export" (after memory-kinds on shareable VMM memory): a piece of two VMM buffers replaced by new memory at the
 // same address between rounds of an in-place AllReduce and an AllGather; every result right (the exported units
-// are retired and made again, never used stale).
+// are retired and made again, never used stale); then an AllReduce on a unit of 101 pieces (the handle server sends
+// them in two batches).
 void scenarioVmmRemap(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
 
 // "deferred-kill" / "deferred-kill-gpu": the last rank kills itself (SIGKILL) while the others wait for it: on the host
