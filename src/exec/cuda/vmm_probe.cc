@@ -1,5 +1,5 @@
-// The communicator's init check of the VMM export (vmm_export.h, probeVmmExport): one granule exported by every
-// process and mapped by every other, before any call depends on it.
+// The communicator's init check of the VMM export (vmm_export.h, probeVmmExport): a buffer across two mapped pieces
+// exported by every process and mapped by every other, before any call depends on it.
 #include <unistd.h>
 
 #include <cstring>
@@ -16,8 +16,11 @@ namespace {
 
 using vmmwire::cuText;
 
-// One granule of VMM memory created shareable (a POSIX descriptor), mapped and exported as a unit: what PyTorch's
-// expandable segments hand out, in miniature. Released (withdrawn, unmapped, freed) by the destructor.
+// Two granules of VMM memory created shareable (a POSIX descriptor), two allocations mapped side by side in one
+// reservation and exported as the unit of a buffer that starts inside the first and ends inside the second: what
+// PyTorch's expandable segments hand out, in miniature. It checks what the owner's side relies on, that the driver
+// names each mapped piece (not the whole reservation) for an address in it, and the peers then import and map both
+// pieces. Released (withdrawn, unmapped, freed) by the destructor.
 class ProbeBuffer {
  public:
   explicit ProbeBuffer(int device) : device_(device) {}
@@ -27,9 +30,11 @@ class ProbeBuffer {
       VmmHandleServer::instance().withdraw(unit_->id);
       releaseVmmUnit(*unit_);
     }
-    if (mapped_) api.memUnmap(base_, bytes_);
-    if (handle_ != 0) api.memRelease(handle_);
-    if (base_ != 0) api.memAddressFree(base_, bytes_);
+    for (size_t i = 0; i < kPieces; ++i) {
+      if (mapped_[i]) api.memUnmap(base_ + i * granule_, granule_);
+      if (handles_[i] != 0) api.memRelease(handles_[i]);
+    }
+    if (base_ != 0) api.memAddressFree(base_, kPieces * granule_);
   }
   ProbeBuffer(const ProbeBuffer&) = delete;
   ProbeBuffer& operator=(const ProbeBuffer&) = delete;
@@ -42,21 +47,33 @@ class ProbeBuffer {
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = device_;
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    CUresult r = api.memGetAllocationGranularity(&bytes_, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    CUresult r = api.memGetAllocationGranularity(&granule_, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (r != CUDA_SUCCESS) return failed("cuMemGetAllocationGranularity", r, why);
-    if ((r = api.memCreate(&handle_, bytes_, &prop, 0)) != CUDA_SUCCESS) return failed("cuMemCreate", r, why);
-    if ((r = api.memAddressReserve(&base_, bytes_, 0, 0, 0)) != CUDA_SUCCESS) {
+    for (CUmemGenericAllocationHandle& h : handles_) {
+      if ((r = api.memCreate(&h, granule_, &prop, 0)) != CUDA_SUCCESS) {
+        h = 0;
+        return failed("cuMemCreate", r, why);
+      }
+    }
+    if ((r = api.memAddressReserve(&base_, kPieces * granule_, 0, 0, 0)) != CUDA_SUCCESS) {
       base_ = 0;
       return failed("cuMemAddressReserve", r, why);
     }
-    if ((r = api.memMap(base_, bytes_, 0, handle_, 0)) != CUDA_SUCCESS) return failed("cuMemMap", r, why);
-    mapped_ = true;
+    for (size_t i = 0; i < kPieces; ++i) {
+      if ((r = api.memMap(base_ + i * granule_, granule_, 0, handles_[i], 0)) != CUDA_SUCCESS) {
+        return failed("cuMemMap", r, why);
+      }
+      mapped_[i] = true;
+    }
     CUmemAccessDesc access{};
     access.location = prop.location;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if ((r = api.memSetAccess(base_, bytes_, &access, 1)) != CUDA_SUCCESS) return failed("cuMemSetAccess", r, why);
-    unit_ = makeVmmUnit(reinterpret_cast<void*>(base_), bytes_, device_, why);
+    if ((r = api.memSetAccess(base_, kPieces * granule_, &access, 1)) != CUDA_SUCCESS) {
+      return failed("cuMemSetAccess", r, why);
+    }
+    unit_ = makeVmmUnit(reinterpret_cast<void*>(base_ + granule_ / 2), granule_, device_, why);
     if (!unit_) return false;
+    if (!unitIsTheMappedPieces(why)) return false;
     if (!VmmHandleServer::instance().serve(*unit_, device_, why)) {
       releaseVmmUnit(*unit_);
       unit_.reset();
@@ -72,19 +89,41 @@ class ProbeBuffer {
     e.base = static_cast<uint64_t>(unit_->base);
     e.allocBytes = unit_->bytes;
     e.pid = static_cast<int64_t>(::getpid());
+    e.offset = granule_ / 2;
     return e;
   }
 
  private:
+  static constexpr size_t kPieces = 2;
+
   static bool failed(const char* call, CUresult r, std::string* why) {
     *why = std::string(call) + ": " + cuText(r);
     return false;
   }
+  // The unit must be the two mappings, each with the handle mapped there. A driver that named the whole reservation
+  // for an address would give one piece of two granules, which no peer could map from the first allocation; one that
+  // retained a handle under another value than the one mapped would make every call's check (vmmUnitStillMapped)
+  // see replaced memory.
+  bool unitIsTheMappedPieces(std::string* why) {
+    bool extents = unit_->pieces.size() == kPieces, handles = extents;
+    for (size_t i = 0; extents && i < kPieces; ++i) {
+      extents = unit_->pieces[i].va == base_ + i * granule_ && unit_->pieces[i].bytes == granule_;
+      handles = handles && unit_->pieces[i].handle == handles_[i];
+    }
+    if (extents && handles) return true;
+    *why = !extents ? "the driver does not name each mapped piece of a reservation (" +
+                          std::to_string(unit_->pieces.size()) + " piece(s) found for a buffer across two mappings of " +
+                          std::to_string(granule_) + " bytes)"
+                    : std::string("the driver retains a mapped piece's handle under another value than the one mapped");
+    releaseVmmUnit(*unit_);
+    unit_.reset();
+    return false;
+  }
   int device_;
-  size_t bytes_ = 0;
-  CUmemGenericAllocationHandle handle_ = 0;
+  size_t granule_ = 0;
+  CUmemGenericAllocationHandle handles_[kPieces] = {};
   CUdeviceptr base_ = 0;
-  bool mapped_ = false;
+  bool mapped_[kPieces] = {};
   std::optional<VmmUnit> unit_;
 };
 
@@ -100,9 +139,10 @@ bool probeVmmExport(int localRank, const std::vector<int64_t>& pids, int device,
   ProbeBuffer mine(device);
   std::string reason;
   std::string blob;
+  // Tagged: 'E' and the export, or '!' and the reason.
   if (mine.make(&reason)) {
     const BufferExport e = mine.exported();
-    blob.assign(reinterpret_cast<const char*>(&e), sizeof(e));
+    blob = "E" + std::string(reinterpret_cast<const char*>(&e), sizeof(e));
   } else {
     blob = "!" + reason;
   }
@@ -113,12 +153,12 @@ bool probeVmmExport(int localRank, const std::vector<int64_t>& pids, int device,
   for (int r = 0; r < n && verdict == "ok"; ++r) {
     const std::string& theirs = exports[static_cast<size_t>(r)];
     if (r == localRank || pids[static_cast<size_t>(r)] == pids[static_cast<size_t>(localRank)]) continue;
-    if (theirs.size() != sizeof(BufferExport)) {
+    if (theirs.size() != 1 + sizeof(BufferExport) || theirs[0] != 'E') {
       verdict = "rank " + std::to_string(r) + " could not export one (" + theirs.substr(theirs.empty() ? 0 : 1) + ")";
       continue;
     }
     BufferExport e;
-    std::memcpy(&e, theirs.data(), sizeof(e));
+    std::memcpy(&e, theirs.data() + 1, sizeof(e));
     try {
       unmapVmmImport(importVmmUnit(e.pid, e.allocId, e.allocBytes, device, kProbeImportTimeout));
     } catch (const Error& err) {
