@@ -117,8 +117,9 @@ namespace {
 constexpr auto kUngatedWait = std::chrono::seconds(300);
 
 void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, int device) {
-  // cudaIpcCloseMemHandle (and cuMemUnmap) wait for the device holding a driver lock: never while a deferred call's
-  // gate is pending in this process (host_gated_work.h).
+  // cudaIpcCloseMemHandle waits for the device holding a driver lock (cuMemUnmap may too; nothing documents either
+  // way): never while a deferred call's gate is pending in this process (host_gated_work.h). Neither is relied on to
+  // order the unmap after GPU work: a retired mapping is closed only once the peer's calls that used it completed.
   cudaError_t err = cudaSuccess;
   const bool ran = HostGatedWork::instance().runUngated(
       [&] {

@@ -166,7 +166,7 @@ VmmReplyHeader VmmHandleServer::exportBatch(uint64_t unitId, size_t first, size_
     w.bytes = p.bytes;
     int exported = -1;
     const CUresult r = exportPiece(p.handle, s.handleType, &exported, &w.fabric);
-    if (exported >= 0) fds->emplace_back(exported);
+    if (r == CUDA_SUCCESS && exported >= 0) fds->emplace_back(exported);  // a failed export created none
     if (r != CUDA_SUCCESS) {
       CONCCL_WARN(-1, s.device, "VMM handle server: cuMemExportToShareableHandle failed: " + cuText(r));
       h.status = kNotExported;

@@ -100,8 +100,14 @@ void mapImported(VmmImport& m, int device) {
   const DriverApi& api = driverApi();
   const size_t end = m.pieces.empty() ? 0 : m.pieces.back().offset + m.pieces.back().bytes;
   if (end != m.bytes) CONCCL_THROW(concclSystemError, "its pieces do not tile it");
+  // Aligned as the pieces need to be mapped (their allocations' granularity), not left to the default alignment.
+  CUmemAllocationProp prop{};
+  size_t alignment = 0;
+  CUresult r = api.memGetAllocationPropertiesFromHandle(&prop, m.pieces.front().handle);
+  if (r == CUDA_SUCCESS) r = api.memGetAllocationGranularity(&alignment, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r != CUDA_SUCCESS) CONCCL_THROW(concclSystemError, "the granularity of an imported piece: " + cuText(r));
   CUdeviceptr base = 0;
-  CUresult r = api.memAddressReserve(&base, m.bytes, 0, 0, 0);
+  r = api.memAddressReserve(&base, m.bytes, alignment, 0, 0);
   if (r != CUDA_SUCCESS) {
     CONCCL_THROW(concclSystemError, "cuMemAddressReserve of " + std::to_string(m.bytes) + " bytes: " + cuText(r));
   }

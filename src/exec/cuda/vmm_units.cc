@@ -105,7 +105,7 @@ std::optional<VmmUnit> makeVmmUnit(const void* ptr, size_t bytes, int device, st
     int fd = -1;
     CUmemFabricHandle fabric{};
     const CUresult r = vmmwire::exportPiece(p.handle, u.handleType, &fd, &fabric);
-    if (fd >= 0) ::close(fd);
+    if (r == CUDA_SUCCESS && fd >= 0) ::close(fd);  // a failed export created no descriptor
     if (r != CUDA_SUCCESS) return fail("the driver does not export its handles (" + cuText(r) + ")");
   }
   u.base = u.pieces.front().va;
