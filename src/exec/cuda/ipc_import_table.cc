@@ -119,7 +119,8 @@ constexpr auto kUngatedWait = std::chrono::seconds(300);
 void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, int device) {
   // cudaIpcCloseMemHandle waits for the device holding a driver lock (cuMemUnmap may too; nothing documents either
   // way): never while a deferred call's gate is pending in this process (host_gated_work.h). Neither is relied on to
-  // order the unmap after GPU work: a retired mapping is closed only once the peer's calls that used it completed.
+  // order the unmap after GPU work: an owner retires an allocation once it freed it, after its own calls on it
+  // completed, and those wait for every peer copy that touches its buffers.
   cudaError_t err = cudaSuccess;
   const bool ran = HostGatedWork::instance().runUngated(
       [&] {
