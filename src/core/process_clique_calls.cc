@@ -565,7 +565,7 @@ void ProcessClique::launchProgram(PendingCall& pending, const CallTicket& ticket
   try {
     executor_->launch(*pending.schedule, pending.binding, rank_);
     if (gpuWatchdog_) gpuWatchdog_->launched(rank_, ticket.what);
-    HostLaps::lap("enqueue");
+    HostLaps::lap("after the launch");  // the executor's laps come before: entry, then graph launch or eager enqueue
     if (std::string laps = HostLaps::take(); !laps.empty()) {
       CONCCL_TRACE(rank_, device_, "host laps of " + ticket.what + ": " + laps);
     }

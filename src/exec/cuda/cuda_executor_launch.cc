@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/host_laps.h"
 #include "exec/call_path.h"
 #include "exec/call_shape_cache.h"
 #include "exec/cuda/copy_engine_program.h"
@@ -158,6 +159,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   // Captured calls are not ordered against each other across streams (a graph's branches): an open hazard,
   // CallOrderRepro.DISABLED_CallsCapturedOnTwoStreamsOfOneCapture.
   if (eager) orderAfterPreviousCall(s, main);
+  HostLaps::lap("executor entry");  // gate, rank lock, device, capture query, order after the previous call
   enqueueProgram(s, schedule, binding, rank, main, chunks, eager);
 }
 
@@ -179,6 +181,7 @@ void CudaExecutor::enqueueProgram(RankState& s, const sched::Schedule& schedule,
     }
     launchSmall(s, program, resolve, main, eager);
     recordEach(chunks, main);  // one kernel moves every block: they are all in place when it ends
+    HostLaps::lap("small-program kernel");
     return;
   }
   CopyEngineSetup setup = copyEngineSetup(schedule, rank, main, eager);
@@ -192,9 +195,13 @@ void CudaExecutor::enqueueProgram(RankState& s, const sched::Schedule& schedule,
       graphCacheable(schedule, rank)) {
     s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
     CallShape& shape = s.graphs->scratchShape();
-    if (makeCallShape(schedule.id, rank, binding, shape) && s.graphs->launch(s, shape, setup, resolve, program)) return;
+    if (makeCallShape(schedule.id, rank, binding, shape) && s.graphs->launch(s, shape, setup, resolve, program)) {
+      HostLaps::lap("graph launch");
+      return;
+    }
   }
   CopyEngineProgram(s, setup, resolve).enqueue(program);
+  HostLaps::lap("eager enqueue");
 }
 
 void CudaExecutor::orderAfterPreviousCall(RankState& s, cudaStream_t main) {
