@@ -9,7 +9,7 @@
 # results.jsonl (the scripts' JSON lines), skew-*.jsonl (host times), logs/ (one log per run), fault/ (fault files).
 #
 # What runs, in this order (later runs are SKIPped once BUDGET_S is spent):
-#   workloads.py   (collectives, p2p, groups, mesh2d, moe, ddp, fsdp2, fsdp2_bf16, tp, graphs, compile)
+#   workloads.py   (collectives, p2p, groups, mesh2d, moe, ddp, fsdp2, fsdp2_bf16, tp, graphs, compile, memory_return)
 #   ordering.py    (p2p vs each collective kind on different communicators; CONCCL_TIMEOUT_MS=$ORDERING_TIMEOUT_MS
 #                   so that a deadlock fails a case in seconds)
 #   pipeline_ddp.py (pipelining, 2 stages; x DDP with 4 processes)
@@ -52,7 +52,7 @@ NPS="${NPS:-2 4}"
 ALLOCS="${ALLOCS:-expandable expandable-old}"
 ALLOC_SCRIPTS="${ALLOC_SCRIPTS:-workloads}"
 CASES="${CASES:-.}"
-WORKLOAD_CASES="${WORKLOAD_CASES:-collectives,p2p,groups,mesh2d,moe,ddp,fsdp2,fsdp2_bf16,tp,graphs,compile}"
+WORKLOAD_CASES="${WORKLOAD_CASES:-collectives,p2p,groups,mesh2d,moe,ddp,fsdp2,fsdp2_bf16,tp,graphs,compile,memory_return}"
 SKEW_ASSERT_US="${SKEW_ASSERT_US:-20}"
 SKEW_CALLS="${SKEW_CALLS:-3}"
 SKEW_BURST="${SKEW_BURST:-1}"

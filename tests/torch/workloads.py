@@ -30,6 +30,8 @@ Cases (--cases to pick; all by default):
                (hsdp and tp_in_node: "node" is --sim-nodes' G ranks, or 2 ranks without it; not in the default list)
   graphs       collectives captured in a CUDA graph, replayed on new data (shim_collectives.run_graph; GPU only)
   compile      torch.compile of functional collectives (all_reduce, all_gather, reduce_scatter) vs closed forms
+  memory_return  256 MiB tensors used by collectives, freed, cache emptied: the GPU's free memory comes back once the
+               ranks made three calls on new memory (how much was held right after the release is reported)
 
 Tolerances: sums within the any-order rounding bound (tcommon.Checker.sum_close); data movement bit-exact; training:
 losses within 1e-4 (fp32) / 1e-2 (bf16) relative and the parameter updates (p_final - p_init) within 2e-3 (fp32) /
@@ -39,6 +41,7 @@ update by >= 1/W (>= 25 %), a stale bucket by 100 %: far above these.
 import copy
 import os
 import sys
+import time
 import types
 
 import tcommon
@@ -49,7 +52,8 @@ import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-ALL_CASES = ["collectives", "p2p", "groups", "mesh2d", "moe", "ddp", "fsdp2", "fsdp2_bf16", "tp", "graphs", "compile"]
+ALL_CASES = ["collectives", "p2p", "groups", "mesh2d", "moe", "ddp", "fsdp2", "fsdp2_bf16", "tp", "graphs", "compile",
+             "memory_return"]
 
 
 def sc_module():
@@ -280,6 +284,72 @@ def case_moe(ctx):
             ctx.chk.exact(f"moe {dtype} it {it} combine", back, send * scale + d_sorted.to(dtype).unsqueeze(1))
         ctx.notes[f"moe_{str(dtype).split('.')[-1]}_MiB_per_rank"] = round(tokens[rank] * hidden *
                                                                            send.element_size() / 2**20, 1)
+
+
+def case_memory_return(ctx):
+    """Memory the allocator releases goes back to CUDA. Every rank runs all_reduce (in place) and
+    all_gather_into_tensor on 256 MiB tensors (3 rounds), frees them and empties the cache. A library that maps its
+    peers' buffers (conccl maps the whole allocation of each) keeps that memory allocated while the mapping lives; conccl
+    drops a peer's mappings of memory the peer freed once the peer exports new memory (its next call above the staged
+    size on a new allocation carries the retired ids, 8 a call; docs/multiprocess.md, "Buffers") and the ranks reach
+    their next call. Asserted: after three such calls the GPU's free memory is back to where it was before (within
+    64 MiB), measured the same way (a baseline taken after the same three calls, whose own buffers stay mapped alike).
+    Reported, not asserted: how much was still held right after the release, before any further call (plain NCCL maps
+    nothing: ~0). On the CPU (gloo) only the collectives' results are checked, on 4 MiB tensors."""
+    rank, world, dev = ctx.rank, ctx.world, ctx.device
+    mib = 1 << 20
+    big = (256 if ctx.cuda else 4) * mib // 4  # floats per tensor
+
+    def new_export_calls(tag):
+        # Calls on a new allocation above the staged size (16 MiB): the first makes conccl export new memory and
+        # carries the retirements of freed memory, and the peers drop their mappings at the next ones.
+        t = torch.full((16 * mib // 4,), float(rank + 1), device=dev)
+        for i in range(3):
+            t.fill_(float(rank + 1))
+            dist.all_reduce(t)
+            ctx.chk.exact(f"memory_return {tag} call {i}", t[:8],
+                          torch.full((8,), float(world * (world + 1) // 2), device=dev))
+        del t
+
+    def settled_free():
+        # Every rank's work done, PyTorch's references to the calls' tensors dropped (its watchdog releases them
+        # within ~0.1 s), background closes of retired mappings run, every cache emptied: then the device's free
+        # memory (one number for the whole GPU, which ranks may share).
+        ctx.sync()
+        dist.barrier(group=ctx.cpu_pg)
+        time.sleep(0.5)
+        if ctx.cuda:
+            torch.cuda.empty_cache()
+            ctx.sync()
+        dist.barrier(group=ctx.cpu_pg)
+        return torch.cuda.mem_get_info(dev)[0] if ctx.cuda else 0
+
+    new_export_calls("warm-up")
+    free0 = settled_free()
+    for it in range(3):
+        x = gen(("memret", it, rank), big, torch.float32, dev)
+        dist.all_reduce(x)
+        parts = [gen(("memret", it, p), big, torch.float32, dev).double() for p in range(world)]
+        ctx.chk.sum_close(f"memory_return all_reduce {it}", x, sum(parts), sum(q.abs() for q in parts), world,
+                          torch.float32)
+        del parts
+        shard = gen(("memret-ag", it, rank), big // world, torch.float32, dev)
+        out = torch.empty(big // world * world, device=dev)
+        dist.all_gather_into_tensor(out, shard)
+        ctx.chk.exact(f"memory_return all_gather {it}", out,
+                      torch.cat([gen(("memret-ag", it, p), big // world, torch.float32, dev) for p in range(world)]))
+        del x, shard, out
+    free1 = settled_free()
+    new_export_calls("after")
+    free2 = settled_free()
+    if not ctx.cuda:
+        return
+    held_now, held_after = (free0 - free1) / mib, (free0 - free2) / mib
+    ctx.notes["held_MiB_right_after_release"] = round(held_now, 1)
+    ctx.notes["held_MiB_after_three_calls"] = round(held_after, 1)
+    ctx.chk.true("memory_return", held_after <= 64,
+                 f"{held_after:.0f} MiB is still allocated after three calls on new memory ({held_now:.0f} MiB right "
+                 f"after the release; each of the {world} ranks freed about {2 * 256 + 256 // world} MiB)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -520,7 +590,7 @@ CASES = {
     "collectives": case_collectives, "p2p": case_p2p, "groups": case_groups, "mesh2d": case_mesh2d,
     "moe": case_moe, "ddp": case_ddp, "fsdp2": case_fsdp2, "fsdp2_bf16": lambda c: case_fsdp2(c, bf16=True),
     "tp": case_tp, "graphs": case_graphs, "compile": case_compile, "hsdp": lambda c: case_fsdp2(c, hsdp=True),
-    "tp_in_node": lambda c: case_tp(c, in_node=True),
+    "tp_in_node": lambda c: case_tp(c, in_node=True), "memory_return": case_memory_return,
 }
 
 
