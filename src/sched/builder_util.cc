@@ -225,9 +225,7 @@ void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const st
     for (const Transfer& t : routed[static_cast<size_t>(r)]) CONCCL_ASSERT(t.src.rank == r && !t.then && t.lane < 0);
   }
   if (options.ownBlockViaPeer) {
-    routeOwnBlocks(routed, options, schedule, [&](int r) {
-      return bounce == OwnBlockBounce::kNone ? std::vector<int>{} : std::vector<int>{(r + 1) % n};
-    });
+    routeOwnBlocks(routed, options, schedule, [&](int r) { return std::vector<int>{(r + 1) % n}; });
   }
   std::vector<std::vector<Transfer>> issued(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {

@@ -78,10 +78,12 @@ struct Transfer {
 // schedule.scratchBytes when it bounces. No-op for nranks < 2.
 void routeOwnBlocksThroughPeers(std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options,
                                 Schedule& schedule);
-// Both routes with the peers to bounce through chosen per rank: each rank's local transfers are echoed where it
-// pushes the same bytes to a peer, else bounced through the scratch of the ranks bounceVia(me) names (taken in turn,
-// then the lanes; a region (sender, lane) is reused only behind the previous piece on its lane), else (an empty list)
-// kept local. routeOwnBlocksThroughPeers bounces through every peer.
+// Both routes with the peers a rank's own block may pass through chosen per rank (`via(me)`): each rank's local
+// transfers are echoed where it pushes the same bytes to one of them, else bounced through their scratch (taken in
+// turn, then the lanes; a region (sender, lane) is reused only behind the previous piece on its lane), else (an empty
+// list) kept local. routeOwnBlocksThroughPeers passes every peer. The pair-owned route passes the next rank only: the
+// owner of that pair is then the one rank that moves the block, and it knows everything the choice depends on (an
+// AllToAllv rank may send its own block's bytes to several peers; each other owner sees only its own pair).
 void routeOwnBlocks(std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule,
                     const std::function<std::vector<int>(int me)>& bounceVia);
 
@@ -97,18 +99,17 @@ void emitDirect(const std::vector<std::vector<Transfer>>& transfers, const Build
 // pulling, and no handshake between a pair's ranks but the owner's wait for the other's "ready" and the other's wait
 // for the owner's "done". A rank that owns none of its pairs therefore only signals and waits. Transfers must not
 // carry `then` or a fixed lane. With BuildOptions::ownBlockViaPeer a rank's own block that it also pushes to a peer
-// (AllGather, an out-of-place Broadcast root) is echoed back from that peer by the pair's owner, whichever rank it is:
+// (AllGather, an out-of-place Broadcast root) is echoed back from the next rank by that pair's owner, whichever it is:
 // a pull back on copy engines instead of a same-device copy, and no handshake the pair does not have already. The
 // other own blocks (AllToAll, Gather and Scatter roots, AllToAllv) go through the next rank's scratch, both hops
-// issued by that pair's owner, as `bounce` says: kNone keeps them local copies; kWhereThePairMoves where the pair with
-// the next rank moves data anyway and every rank knows every own block's size (AllToAll, Gather, Scatter: the bounce
-// adds no handshake); kWithStructuralEdges adds a ready/done edge from the owner of every pair (r, r + 1) whatever it
-// moves (AllToAllv, whose earlier ranks cannot know a later peer's counts: the edge keeps their programs independent
-// of them).
-enum class OwnBlockBounce { kNone, kWhereThePairMoves, kWithStructuralEdges };
+// issued by that pair's owner, as `bounce` says: kWhereThePairMoves where the pair with the next rank moves data
+// anyway and every rank knows every own block's size (AllToAll, Gather, Scatter: the bounce adds no handshake);
+// kWithStructuralEdges adds a ready/done edge from the owner of every pair (r, r + 1) whatever it moves (AllToAllv,
+// whose earlier ranks cannot know a later peer's counts: the edge keeps their programs independent of them).
+enum class OwnBlockBounce { kWhereThePairMoves, kWithStructuralEdges };
 void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const std::vector<int>& pairOwner,
-                   const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone = {},
-                   OwnBlockBounce bounce = OwnBlockBounce::kNone);
+                   const BuildOptions& options, Schedule& schedule, const AfterDoneHook& afterDone,
+                   OwnBlockBounce bounce);
 
 // CollectiveCall::peerScratchOnly (staged_exchange.cc): the same transfers, but every one between ranks goes through
 // the receiver's scratch in pipelined chunks and the receiver copies it into place on M, so no rank touches a peer's

@@ -27,13 +27,14 @@ namespace conccl::sched::detail {
 
 namespace {
 
-// The index in `mine` of a push to a peer that carries exactly `local`'s bytes, preferring the peer after `me`
-// (each rank then pulls from a different neighbour, spreading the extra traffic over the links); -1 if none.
-int findEcho(const std::vector<Transfer>& mine, const Transfer& local, int me, int n) {
+// The index in `mine` of a push to a peer of `via` that carries exactly `local`'s bytes, preferring the peer after
+// `me` (each rank then pulls from a different neighbour, spreading the extra traffic over the links); -1 if none.
+int findEcho(const std::vector<Transfer>& mine, const Transfer& local, int me, int n, const std::vector<int>& via) {
   int best = -1, bestDistance = n;
   for (size_t i = 0; i < mine.size(); ++i) {
     const Transfer& u = mine[i];
     if (u.dst.rank == me || u.then || u.bytes != local.bytes || !(u.src == local.src)) continue;
+    if (std::find(via.begin(), via.end(), u.dst.rank) == via.end()) continue;
     const int distance = (u.dst.rank - me + n) % n;
     if (distance < bestDistance) {
       best = static_cast<int>(i);
@@ -43,10 +44,10 @@ int findEcho(const std::vector<Transfer>& mine, const Transfer& local, int me, i
   return best;
 }
 
-// The echo route for one local transfer of rank `me`: when `mine` holds a push of the same bytes to a peer (the
-// nearest after `me`), that push gets `then = local.dst` and true is returned (the caller drops `local`).
-bool echoOwnBlock(std::vector<Transfer>& mine, const Transfer& local, int me, int n) {
-  const int echo = findEcho(mine, local, me, n);
+// The echo route for one local transfer of rank `me`: when `mine` holds a push of the same bytes to a peer of `via`
+// (the nearest after `me`), that push gets `then = local.dst` and true is returned (the caller drops `local`).
+bool echoOwnBlock(std::vector<Transfer>& mine, const Transfer& local, int me, int n, const std::vector<int>& via) {
+  const int echo = findEcho(mine, local, me, n, via);
   if (echo < 0) return false;
   mine[static_cast<size_t>(echo)].then = local.dst;
   return true;
@@ -105,8 +106,8 @@ void routeOwnBlocks(std::vector<std::vector<Transfer>>& transfers, const BuildOp
     for (size_t k = 0; k < mine.size(); ++k) {
       const Transfer local = mine[k];
       if (local.dst.rank != me || local.bytes == 0) continue;
-      moved[k] = echoOwnBlock(mine, local, me, n);
-      if (!moved[k] && !via.empty()) {
+      moved[k] = echoOwnBlock(mine, local, me, n, via);
+      if (!moved[k]) {
         appendBounce(local, me, via, options, n, bounces, &scratchEnd);
         moved[k] = true;
       }

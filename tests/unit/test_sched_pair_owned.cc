@@ -229,11 +229,48 @@ TEST(PairOwned, ARankThatOwnsNothingNeedsOnlyItsOwnArguments) {
   }
 }
 
-// What ProcessClique::launchPairOwned builds on each rank: the call as that rank knows it, with the real arguments of
-// the peers whose pairs it owns (an AllToAllv peer's only as far as its exchange with this rank), its own arguments
-// mirrored for the others, and the true owner only of its own pairs (the others any valid owner). Each rank's program
-// from that view must be its program in the whole call, or the ranks' handshakes would not meet. With own blocks
-// through peers too, since who moves a rank's own block is decided by its pair with the next rank.
+// What ProcessClique::launchPairOwned builds on rank k: the call as k knows it, with the real arguments of the peers
+// whose pairs k owns (an AllToAllv peer's only as far as its exchange with k, and its own block), k's own arguments
+// mirrored for the others, and the true owner only of k's own pairs (the others any valid owner).
+CollectiveCall viewOf(const CollectiveCall& full, const std::vector<int>& owner, int k) {
+  const int n = full.nranks;
+  CollectiveCall view = full;
+  const auto uk = static_cast<size_t>(k);
+  for (int p = 0; p < n; ++p) {
+    const auto up = static_cast<size_t>(p);
+    if (p == k) continue;
+    const bool real = owner[uk * static_cast<size_t>(n) + up] == k;
+    if (full.kind == CollKind::kAllToAllv) {
+      // Only the exchange with k is known: what ProcessClique keeps of a real peer, and what it mirrors.
+      const size_t send = real ? full.sendCounts[up][uk] : full.recvCounts[uk][up];
+      const size_t recv = real ? full.recvCounts[up][uk] : full.sendCounts[uk][up];
+      view.sendCounts[up].assign(static_cast<size_t>(n), 0);
+      view.recvCounts[up].assign(static_cast<size_t>(n), 0);
+      if (!real) {  // a mirror's displacements are zero: no program built from it touches its buffers
+        view.sendDispls[up].assign(static_cast<size_t>(n), 0);
+        view.recvDispls[up].assign(static_cast<size_t>(n), 0);
+      }
+      view.sendCounts[up][uk] = send;
+      view.recvCounts[up][uk] = recv;
+      if (real) {  // and its own block (its owner of the pair with the next rank may move it)
+        view.sendCounts[up][up] = full.sendCounts[up][up];
+        view.recvCounts[up][up] = full.recvCounts[up][up];
+      }
+    } else if (!real) {
+      view.inPlace[up] = full.inPlace[uk];  // mirrored
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      if (i != j && i != k && j != k) view.pairOwner[static_cast<size_t>(i * n + j)] = std::min(i, j);
+    }
+  }
+  return view;
+}
+
+// Each rank's program from its own view (viewOf) must be its program in the whole call, or the ranks' handshakes would
+// not meet. With own blocks through peers too, since who moves a rank's own block is decided by its pair with the next
+// rank.
 TEST(PairOwned, EveryRanksProgramFollowsFromWhatItKnows) {
   std::mt19937 rng(404);
   for (bool viaPeer : {false, true}) {
@@ -255,43 +292,67 @@ TEST(PairOwned, EveryRanksProgramFollowsFromWhatItKnows) {
           full.pairOwner = owner;
           const Schedule whole = buildSchedule(full, options);
           for (int k = 0; k < n; ++k) {
-            CollectiveCall view = full;
-            const auto uk = static_cast<size_t>(k);
-            for (int p = 0; p < n; ++p) {
-              const auto up = static_cast<size_t>(p);
-              if (p == k) continue;
-              const bool real = owner[uk * static_cast<size_t>(n) + up] == k;
-              if (kind == CollKind::kAllToAllv) {
-                // Only the exchange with k is known: what ProcessClique keeps of a real peer, and what it mirrors.
-                const size_t send = real ? full.sendCounts[up][uk] : full.recvCounts[uk][up];
-                const size_t recv = real ? full.recvCounts[up][uk] : full.sendCounts[uk][up];
-                view.sendCounts[up].assign(static_cast<size_t>(n), 0);
-                view.recvCounts[up].assign(static_cast<size_t>(n), 0);
-                if (!real) {  // a mirror's displacements are zero: no program built from it touches its buffers
-                  view.sendDispls[up].assign(static_cast<size_t>(n), 0);
-                  view.recvDispls[up].assign(static_cast<size_t>(n), 0);
-                }
-                view.sendCounts[up][uk] = send;
-                view.recvCounts[up][uk] = recv;
-                if (real) {  // and its own block (its owner of the pair with the next rank may move it)
-                  view.sendCounts[up][up] = full.sendCounts[up][up];
-                  view.recvCounts[up][up] = full.recvCounts[up][up];
-                }
-              } else if (!real) {
-                view.inPlace[up] = full.inPlace[uk];  // mirrored
-              }
-            }
-            for (int i = 0; i < n; ++i) {
-              for (int j = 0; j < n; ++j) {
-                if (i != j && i != k && j != k) view.pairOwner[static_cast<size_t>(i * n + j)] = std::min(i, j);
-              }
-            }
             SCOPED_TRACE(std::string(collKindName(kind)) + " n=" + std::to_string(n) + " rank " + std::to_string(k) +
                          " owners " + ownersStr(owner) + (viaPeer ? " own blocks via peers" : ""));
-            EXPECT_EQ(buildSchedule(view, options).programs[uk], whole.programs[uk]);
+            EXPECT_EQ(buildSchedule(viewOf(full, owner, k), options).programs[static_cast<size_t>(k)],
+                      whole.programs[static_cast<size_t>(k)]);
             if (::testing::Test::HasFailure()) return;
           }
         }
+      }
+    }
+  }
+}
+
+// An AllToAllv may send the same bytes to several ranks, its own block included (only receive regions must not
+// overlap). With own blocks through peers, a rank's own block must still be moved by one rank: the owner of its pair
+// with the next rank, which echoes it off that rank when the rank pushes the same bytes there and bounces it
+// otherwise, whatever the rank sends elsewhere (an owner of another pair sees only its own). The schedule the ranks
+// build, each from its own view, must be the whole call's and pass the checker (every byte written once). Found in a
+// review (2026-12-05): with echoes off the nearest peer that received the same bytes, the owners of two or three pairs
+// each moved the block.
+TEST(PairOwned, SharedSendRegionsGiveAnOwnBlockOneMover) {
+  std::mt19937 rng(5);
+  BuildOptions options = tinyOptions(2, 2);
+  options.ownBlockViaPeer = true;
+  for (int n = 2; n <= 5; ++n) {
+    for (int skipNext : {0, 1}) {
+      // Every rank sends bytes [0, c) to every rank, itself included, except (skipNext) nothing to the next rank.
+      CollectiveCall full = makeAllToAllv(n, 1);
+      const auto un = static_cast<size_t>(n);
+      const size_t c = 5000;
+      for (size_t r = 0; r < un; ++r) {
+        for (size_t p = 0; p < un; ++p) {
+          full.sendCounts[r][p] = skipNext == 1 && n > 2 && p == (r + 1) % un ? 0 : c;
+          full.sendDispls[r][p] = 0;
+        }
+      }
+      for (size_t r = 0; r < un; ++r) {
+        size_t at = 0;
+        for (size_t p = 0; p < un; ++p) {
+          full.recvCounts[r][p] = full.sendCounts[p][r];
+          full.recvDispls[r][p] = at;
+          at += full.recvCounts[r][p];
+        }
+      }
+      for (int round = 0; round < 4; ++round) {
+        const std::vector<int> owner = laterOwns(arrivalOrder(n, rng));
+        full.pairOwner = owner;
+        SCOPED_TRACE("n=" + std::to_string(n) + (skipNext == 1 ? " nothing to the next rank" : "") + " owners " +
+                     ownersStr(owner));
+        expectValid(full, options, /*pair=*/true);
+        const Schedule whole = buildSchedule(full, options);
+        Schedule mixed = whole;
+        for (int k = 0; k < n; ++k) {
+          const Schedule mine = buildSchedule(viewOf(full, owner, k), options);
+          EXPECT_EQ(mine.programs[static_cast<size_t>(k)], whole.programs[static_cast<size_t>(k)]) << "rank " << k;
+          mixed.programs[static_cast<size_t>(k)] = mine.programs[static_cast<size_t>(k)];
+          mixed.scratchBytes = std::max(mixed.scratchBytes, mine.scratchBytes);
+          mixed.slots = std::max(mixed.slots, mine.slots);
+        }
+        const CheckResult checked = checkSchedule(full, mixed);
+        EXPECT_TRUE(checked.ok) << checked.error;
+        if (::testing::Test::HasFailure()) return;
       }
     }
   }
