@@ -234,8 +234,9 @@ RouteSpin ProcessClique::routeSpinOf(uint64_t seq) const {
     PreviousEntry prev;
     prev.published = e.published.load(std::memory_order_acquire);
     prev.publishedAtNs = e.publishedAtNs.load(std::memory_order_relaxed);
-    // A peer far ahead may be rewriting the slot for a later call: then the time is not call seq - 1's (only the
-    // route's spin depends on it).
+    // A peer far ahead may be rewriting the slot for a later call (it writes the time, then `published`): the second
+    // read narrows that window without closing it. A time read from a later call makes this rank skip the spin at
+    // worst; only the route's spin depends on it, never a result.
     if (e.published.load(std::memory_order_acquire) != prev.published) prev.published = seq + 1;
     return prev;
   });

@@ -5,11 +5,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "base/error.h"
 #include "base/peer_socket.h"
+#include "exec/cuda/ipc_import_table.h"
 #include "exec/cuda/vmm_export.h"
 
 namespace conccl::exec {
@@ -99,6 +103,43 @@ TEST(VmmHandleServer, AnImporterGivesUpWhenNoServerListens) {
   const std::string e = errorOf(4194001, kVmmUnitIdBit | 1);
   EXPECT_NE(e.find("connecting to 'conccl-vmm-4194001'"), std::string::npos) << e;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+}
+
+// The import table asks the owner without holding its lock (a round trip to another process): an import that fails
+// must leave no trace, and two threads asking for the same unit at once must both get the answer, none waiting on
+// the other for ever.
+TEST(VmmHandleServer, AFailedImportLeavesTheTableUsable) {
+  BufferExport e;
+  e.kind = BufferExport::kVmm;
+  e.pid = 4194002;  // no such server
+  e.allocId = kVmmUnitIdBit | 7;
+  e.allocBytes = 1 << 21;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::atomic<int> refused{0};
+  auto ask = [&] {
+    try {
+      (void)IpcImportTable::instance().acquire(e, 0);
+    } catch (const Error& err) {
+      if (std::string(err.what()).find("conccl-vmm-4194002") != std::string::npos) ++refused;
+    }
+  };
+  // Detached and waited for with a bound: a table left waiting on the failed import would hang the asks.
+  std::atomic<int> done{0};
+  for (int t = 0; t < 2; ++t) {
+    std::thread([&] {
+      ask();
+      ++done;
+    }).detach();
+  }
+  while (done.load() < 2 && std::chrono::steady_clock::now() - t0 < 5s) std::this_thread::sleep_for(1ms);
+  if (done.load() < 2) {
+    ADD_FAILURE() << "an acquire of a unit whose import failed on another thread did not return";
+    std::_Exit(1);  // the blocked threads cannot be joined
+  }
+  ask();  // once more, after both
+  EXPECT_EQ(refused.load(), 3);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(IpcImportTable::instance().size(), 0u);
 }
 
 }  // namespace

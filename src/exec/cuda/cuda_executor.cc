@@ -194,9 +194,16 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
     devFlagTable_.push_back(reinterpret_cast<CUdeviceptr>(dev));
     ranks_.push_back(std::move(state));
   }
-  // The peer processes may ask this process's VMM handle server for the buffers it exports (vmm_export.h).
-  VmmHandleServer::instance().allowPeers(otherProcesses());
-  peersAllowed_ = true;
+  // The peer processes may ask this process's VMM handle server for the buffers it exports (vmm_export.h). Until
+  // the constructor completes, a throw takes the allowance back (no destructor runs for a half-built executor).
+  struct AllowedUntilBuilt {
+    std::vector<int64_t> pids;
+    bool built = false;
+    ~AllowedUntilBuilt() {
+      if (!built) VmmHandleServer::instance().disallowPeers(pids);
+    }
+  } allowance{otherProcesses()};
+  VmmHandleServer::instance().allowPeers(allowance.pids);
   // Scratch: every rank exports its own, every process maps the others' (once, for the communicator's life).
   RankState& self = *ranks_[static_cast<size_t>(localRank_)];
   {
@@ -248,6 +255,7 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
     }
   }
   watchForIpcCloses();
+  allowance.built = peersAllowed_ = true;  // the destructor disallows them from now on
 }
 
 void CudaExecutor::watchForIpcCloses() {

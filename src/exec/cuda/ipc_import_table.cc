@@ -1,6 +1,7 @@
 // See ipc_import_table.h.
 #include "exec/cuda/ipc_import_table.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iterator>
@@ -18,6 +19,17 @@ namespace conccl::exec {
 namespace {
 // Bounds one request to a peer's VMM handle server (it answers from its own thread, in milliseconds).
 constexpr auto kVmmImportTimeout = std::chrono::seconds(10);
+
+template <typename Key>
+bool contains(const std::vector<Key>& keys, const Key& key) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+// Erases one occurrence of `key` (a key may be closed by the foreground and the background thread in turn).
+template <typename Key>
+void erase(std::vector<Key>& keys, const Key& key) {
+  auto it = std::find(keys.begin(), keys.end(), key);
+  if (it != keys.end()) keys.erase(it);
+}
 }  // namespace
 
 std::string describePointer(const void* p) {
@@ -46,33 +58,26 @@ IpcImportTable& IpcImportTable::instance() {
 
 void* IpcImportTable::acquire(const BufferExport& b, int device) {
   std::unique_lock<std::mutex> lock(mutex_);
-  Key key{b.pid, b.allocId, device};
-  auto it = entries_.find(key);
-  if (it != entries_.end()) {
-    ++it->second.refs;
-    return it->second.base;
-  }
-  for (auto p = pendingCloses_.begin(); p != pendingCloses_.end(); ++p) {
-    if (!(p->key == key)) continue;
-    Entry revived{p->base, 1, p->vmm};  // released but not closed yet: keep the mapping
-    pendingCloses_.erase(p);
-    entries_[key] = revived;
-    return revived.base;
-  }
-  closesDone_.wait(lock, [&] {
-    for (const Key& k : closing_) {
-      if (k == key) return false;
+  const Key key{b.pid, b.allocId, device};
+  for (;;) {
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+      ++it->second.refs;
+      return it->second.base;
     }
-    return true;
-  });
-  if (b.kind == BufferExport::kVmm) {
-    // Its owner's handle server answers on its own thread, whatever the owner's callers are doing; the table's lock
-    // is held meanwhile (a few milliseconds, once per unit), as for cudaIpcOpenMemHandle below.
-    auto vmm = std::make_shared<VmmImport>(importVmmUnit(b.pid, b.allocId, b.allocBytes, device, kVmmImportTimeout));
-    void* base = reinterpret_cast<void*>(vmm->base);
-    entries_[key] = Entry{base, 1, std::move(vmm)};
-    return base;
+    for (auto p = pendingCloses_.begin(); p != pendingCloses_.end(); ++p) {
+      if (!(p->key == key)) continue;
+      Entry revived{p->base, 1, p->vmm};  // released but not closed yet: keep the mapping
+      pendingCloses_.erase(p);
+      entries_[key] = revived;
+      return revived.base;
+    }
+    // Being closed (CUDA refuses to open a handle that is still mapped), or being opened by another thread: wait,
+    // then look again.
+    if (!contains(closing_, key) && !contains(opening_, key)) break;
+    settled_.wait(lock);
   }
+  if (b.kind == BufferExport::kVmm) return acquireVmm(lock, key, b);
   cudaIpcMemHandle_t handle;
   static_assert(sizeof(handle) <= sizeof(b.handle));
   std::memcpy(&handle, b.handle, sizeof(handle));
@@ -83,7 +88,7 @@ void* IpcImportTable::acquire(const BufferExport& b, int device) {
     // The peer freed an allocation whose mapping is still waiting to be closed here, and its new allocation reuses
     // that memory: CUDA refuses to map it twice. Only then does a call wait for the background closes.
     (void)cudaGetLastError();
-    closesDone_.wait(lock, [this] { return pendingCloses_.empty() && closing_.empty(); });
+    settled_.wait(lock, [this] { return pendingCloses_.empty() && closing_.empty(); });
     err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
   }
   if (err != cudaSuccess) {
@@ -96,6 +101,29 @@ void* IpcImportTable::acquire(const BufferExport& b, int device) {
                      " allocations of other processes mapped here");
   }
   entries_[key] = Entry{base, 1, nullptr};
+  return base;
+}
+
+void* IpcImportTable::acquireVmm(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b) {
+  // The owner's handle server answers from its own thread, whatever the owner's callers are doing: a round trip to
+  // another process (milliseconds; at most kVmmImportTimeout), so not under the table's lock, which every import and
+  // close of this process takes. Another acquire of the same unit meanwhile waits for this one (opening_).
+  opening_.push_back(key);
+  lock.unlock();
+  std::shared_ptr<VmmImport> vmm;
+  try {
+    vmm = std::make_shared<VmmImport>(importVmmUnit(b.pid, b.allocId, b.allocBytes, key.device, kVmmImportTimeout));
+  } catch (...) {
+    lock.lock();
+    erase(opening_, key);
+    settled_.notify_all();
+    throw;
+  }
+  lock.lock();
+  erase(opening_, key);
+  void* base = reinterpret_cast<void*>(vmm->base);
+  entries_[key] = Entry{base, 1, std::move(vmm)};
+  settled_.notify_all();
   return base;
 }
 
@@ -153,8 +181,13 @@ void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inB
   const Key key = it->first;
   entries_.erase(it);
   if (!inBackground) {
+    // Marked as being closed, so that an acquire of the same allocation meanwhile waits instead of opening it again.
+    closing_.push_back(key);
     lock.unlock();
     closeMapping(base, vmm, device);
+    lock.lock();
+    erase(closing_, key);
+    settled_.notify_all();
     return;
   }
   pendingCloses_.push_back(PendingClose{key, base, std::move(vmm)});
@@ -183,14 +216,14 @@ void IpcImportTable::closeLoop() {
     lock.unlock();
     for (const PendingClose& p : batch) closeMapping(p.base, p.vmm, p.key.device);
     lock.lock();
-    closing_.clear();
-    closesDone_.notify_all();
+    for (const PendingClose& p : batch) erase(closing_, p.key);
+    settled_.notify_all();
   }
 }
 
 bool IpcImportTable::waitForBackgroundCloses(std::chrono::milliseconds limit) {
   std::unique_lock<std::mutex> lock(mutex_);
-  return closesDone_.wait_for(lock, limit, [this] { return pendingCloses_.empty() && closing_.empty(); });
+  return settled_.wait_for(lock, limit, [this] { return pendingCloses_.empty() && closing_.empty(); });
 }
 
 }  // namespace conccl::exec

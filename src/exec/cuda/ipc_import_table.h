@@ -74,15 +74,20 @@ class IpcImportTable {
     std::shared_ptr<VmmImport> vmm;
   };
   void closeLoop();
+  // Imports a peer's VMM unit with the lock released (acquire's tail for BufferExport::kVmm).
+  void* acquireVmm(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b);
   std::mutex mutex_;
   std::map<Key, Entry> entries_;
-  // Mappings released in the background: waiting for the thread, and being closed by it. An allocation can be wanted
-  // again meanwhile (a window deregistered while its memory lives on): acquire() revives a waiting one, and waits for
-  // one being closed (CUDA refuses to open a handle that is still mapped).
+  // Mappings released in the background: waiting for the thread, and being closed (by it or by a foreground release).
+  // An allocation can be wanted again meanwhile (a window deregistered while its memory lives on): acquire() revives
+  // a waiting one, and waits for one being closed (CUDA refuses to open a handle that is still mapped).
   std::vector<PendingClose> pendingCloses_;
   std::vector<Key> closing_;
+  // VMM units being imported without the lock (acquireVmm): a second acquire of one waits for the first.
+  std::vector<Key> opening_;
   bool closerStarted_ = false;
-  std::condition_variable closeWork_, closesDone_;
+  // closeWork_: closes to run; settled_: a close or an import finished (waiters look again).
+  std::condition_variable closeWork_, settled_;
 };
 
 }  // namespace conccl::exec
