@@ -63,6 +63,9 @@ fused|1+ GPUs|2-7 min|FUSED_BENCH_ARGS|the fused ops from PyTorch: the C interfa
 examples/torch/fused_ops.py, PyTorch's own fused ops vs serial NCCL (2+ GPUs)
 torch|1+ GPUs|see run_all.sh||tests/torch/run_all.sh, the PyTorch suite, when it exists
 vmm|1+ GPUs|4-9 min|VMM_NPS (2 4)|VMM memory shared across processes (CONCCL_VMM_EXPORT=1): the multi-process scenarios (shareable pieces that buffers cross, pieces replaced between rounds; and memory CUDA IPC cannot share, staged), then PyTorch's workloads through the drop-in with expandable segments exported
+late|1+ GPUs|5-9 min|LATE_SKEW_CALLS (5)|host time per call with a peer 2 s late (issue 24 item 1): the C API \
+test at the defaults, with calls up to 8 MiB routed (CONCCL_STAGED_MAX_BYTES=0), and with TRACE laps; the drop-in's \
+skew case with and without TRACE; one line of laps per call kind in the notes
 capture|1+ GPUs|3-8 min|CAPTURE_ROUNDS (8)|CUDA graph capture beside conccl: what CUDA allows beside a global capture (test_gpu_capture_mode, test_gpu_capture_ipc); the unstaged reference scenario (3-4 processes) CAPTURE_ROUNDS times, stopping at the first failure; a peer killed during a graph replay; PyTorch's graph workloads through the drop-in
 repro|1+ GPUs|1-2 min||developer: the fixed hazards reproduced with the fix off (the tests' *Repro.DISABLED_* \
 cases: no queue claim, no call order): each test must FAIL
@@ -809,6 +812,40 @@ phase_vmm() {
     [ "$dry" = 1 ] || grep -rh "cannot be shared, so calls on it are staged" "$pdir/torch-vmm" 2>/dev/null | head -3 \
       | sed 's/^/vmm: staged instead: /' >>"$notes"
   fi
+}
+
+# ==================================================================================================================
+# late: host time of calls whose peer is 2 s late (docs/dev/next-steps.md item 1): the figure, then where it goes.
+phase_late() {
+  if need "$bin/test_gpu_multiprocess" late-capi; then
+    local filter='Ranks/MultiProcess.CallsDoNotWaitForLatePeers/0'
+    step late-capi 100 env CONCCL_TEST_WORKER_LIMIT_S=60 "$bin/test_gpu_multiprocess" --gtest_filter="$filter"
+    step late-capi-routed 100 env CONCCL_STAGED_MAX_BYTES=0 CONCCL_TEST_WORKER_LIMIT_S=60 \
+      "$bin/test_gpu_multiprocess" --gtest_filter="$filter"
+    step late-capi-laps 100 env CONCCL_DEBUG=TRACE CONCCL_TEST_WORKER_LIMIT_S=60 "$bin/test_gpu_multiprocess" \
+      --gtest_filter="$filter"
+  fi
+  if [ -f tests/torch/run_all.sh ]; then
+    step late-dropin 240 env PY="$PY" NCCL_LIB="$NCCL_LIB" BUDGET_S=220 CASES=skew NPS=2 \
+      SKEW_CALLS="${LATE_SKEW_CALLS:-5}" bash tests/torch/run_all.sh "$lib/libconccl_nccl.so" "$pdir/late-dropin"
+    step late-dropin-laps 120 env PY="$PY" NCCL_LIB="$NCCL_LIB" BUDGET_S=100 CASES=skew NPS=2 NO_NCCL=1 SKEW_CALLS=3 \
+      CONCCL_DEBUG=TRACE bash tests/torch/run_all.sh "$lib/libconccl_nccl.so" "$pdir/late-dropin-laps"
+  fi
+  [ "$dry" = 1 ] && return
+  local f
+  for f in late-capi late-capi-routed; do
+    grep -a -A7 "rank 0: host time per call" "$pdir/$f.log" 2>/dev/null | head -8 | cut -c1-200 | sed "s/^/$f: /" \
+      >>"$notes"
+  done
+  grep -a -A10 "^host time per call" "$pdir/late-dropin/summary.txt" 2>/dev/null | head -12 | sed 's/^/late-dropin: /' \
+    >>"$notes"
+  # The last laps line of each call kind on rank 0, at the C API and through the drop-in.
+  for f in late-capi-laps late-dropin-laps; do
+    grep -rah "host laps of" "$pdir/$f.log" "$pdir/$f" 2>/dev/null | grep -a "rank 0 " >"$pdir/$f.txt"
+    awk '{k = $0; sub(/.*host laps of /, "", k); sub(/ #[0-9]+:.*/, "", k); last[k] = $0}
+      END {for (k in last) print last[k]}' "$pdir/$f.txt" | sed 's/.*host laps of //' | cut -c1-300 \
+      | sed "s/^/$f: /" >>"$notes"
+  done
 }
 
 # ==================================================================================================================
