@@ -471,6 +471,10 @@ void scenarioVmmRemap(concclComm_t comm, int rank, int nranks, cudaStream_t stre
                                  ": " + std::to_string(wrong) + " wrong elements");
       }
     }
+    // Right results prove nothing if the calls were staged: the peers' units must be mapped here.
+    if (exec::vmmImportCount() == 0) {
+      throw std::runtime_error("VMM remap, round " + std::to_string(round) + ": no peer's VMM unit is mapped (staged)");
+    }
     // Every rank's calls of this round are complete before any rank replaces its memory.
     ok(concclAllReduce(mineIn.p, mineIn.p, 1, concclFloat32, concclSum, comm, stream), comm, "barrier");
     syncBounded(stream, "barrier", 120);
@@ -491,7 +495,12 @@ void scenarioVmmRemap(concclComm_t comm, int rank, int nranks, cudaStream_t stre
     const size_t ranksSum = static_cast<size_t>(nranks * (nranks - 1) / 2) * 1000;
     for (size_t i = 0; i < bigCount; i += 1 + i % 97) {
       const float want = static_cast<float>(static_cast<size_t>(nranks) * (i % 1021) + ranksSum);
-      if (host[i] != want) throw std::runtime_error("VMM AllReduce of 200 MiB: element " + std::to_string(i) + " is wrong");
+      if (host[i] != want) {
+        throw std::runtime_error("VMM AllReduce of 200 MiB: element " + std::to_string(i) + " is wrong");
+      }
+    }
+    if (exec::vmmImportCount() == 0) {
+      throw std::runtime_error("VMM AllReduce of 200 MiB: no peer's unit is mapped (staged)");
     }
   }
   std::fprintf(stderr,

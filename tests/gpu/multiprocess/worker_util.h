@@ -65,6 +65,7 @@ struct VmmBuffer {
   ~VmmBuffer() {
     const size_t pieceBytes = shareable ? granularity : reservedBytes;
     for (size_t i = 0; i < pieces.size(); ++i) {
+      if (pieces[i] == 0) continue;
       cuMemUnmap(reserved + i * pieceBytes, pieceBytes);
       cuMemRelease(pieces[i]);
     }
@@ -79,6 +80,7 @@ struct VmmBuffer {
     const size_t pieceBytes = shareable ? granularity : reservedBytes;
     if (cuMemUnmap(reserved + i * pieceBytes, pieceBytes) != CUDA_SUCCESS) throw std::runtime_error("cuMemUnmap");
     cuMemRelease(pieces[i]);
+    pieces[i] = 0;  // neither mapped nor held, should mapPiece throw (the destructor skips it)
     pieces[i] = mapPiece(i * pieceBytes, pieceBytes);
   }
 
