@@ -341,7 +341,8 @@ class StderrTee:
 
 def communicator_paths(text):
     """The shim's per-communicator lines ("conccl-shim: ...: comm 0x.. rank r nranks n cudaDev d -> conccl (...)")."""
-    lines = [ln for ln in text.splitlines() if "conccl-shim:" in ln and " -> " in ln]
+    # Only the per-communicator lines: with NCCL_DEBUG=INFO the shim also says "ncclGetUniqueId -> rendezvous at ...".
+    lines = [ln for ln in text.splitlines() if "conccl-shim:" in ln and " -> " in ln and " comm 0x" in ln]
     return sorted({ln.split(" -> ")[1].split(" ")[0] for ln in lines}), lines
 
 
