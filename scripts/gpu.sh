@@ -799,7 +799,7 @@ phase_torch() {
 
 # ==================================================================================================================
 # vmm: VMM memory (PyTorch's expandable segments) exported piece by piece to the peer processes
-# (src/exec/cuda/vmm_export.h; CONCCL_VMM_EXPORT, off by default until this phase has passed).
+# (src/exec/cuda/vmm_export.h; CONCCL_VMM_EXPORT, on by default since this phase's runs of 2026-12-05).
 phase_vmm() {
   if need "$bin/test_gpu_multiprocess" vmm-mp; then
     step vmm-mp 240 "$bin/test_gpu_multiprocess" --gtest_brief=1 \

@@ -260,8 +260,8 @@ CONCCL_API concclResult_t concclGetUniqueId(concclUniqueId* uniqueId);
  * the old one); a mapping of freed memory is dropped when its address is reused or at destroy; use
  * concclCommDeregister to drop it earlier. Memory from cudaMallocAsync pools or the VMM API (PyTorch's
  * expandable segments) cannot be shared this way: calls on it move data through the peers' scratch instead
- * (staged), except VMM memory created shareable with CONCCL_VMM_EXPORT=1 (its pieces are exported to the peers
- * as POSIX descriptors). No call across processes waits on the host for its peers: a collective (AllToAllv too)
+ * (staged), except VMM memory created shareable (its pieces are exported to the peers as POSIX descriptors;
+ * CONCCL_VMM_EXPORT=0 stages it too). No call across processes waits on the host for its peers: a collective (AllToAllv too)
  * whose peers have not all called within CONCCL_RENDEZVOUS_SPIN_US (not waited at all for a peer two calls behind
  * or late for the previous call) is launched at once on a late route, pair-owned or staged (CONCCL_STAGE_LATE_CALLS, CONCCL_PAIR_OWNED_LATE_CALLS, default 1; every rank takes the same route),
  * and calls up to CONCCL_STAGED_MAX_BYTES are staged; its GPU work then

@@ -67,11 +67,12 @@ struct Config {
   bool pairOwnedLateCalls = true;
   // Buffers of VMM memory created shareable (cuMemCreate with a POSIX descriptor or fabric handle type: PyTorch's
   // expandable segments) are exported to the peer processes piece by piece through the process's handle server
-  // (exec/cuda/vmm_export.h), so calls on them move data directly like calls on cudaMalloc memory (CONCCL_VMM_EXPORT=1).
-  // 0 (default, until it has run on a GPU): such calls are staged, an SM copy of every received byte. Used only when
-  // every process of the communicator asks for it and the init check (one granule exported by each process and mapped
-  // by every other: exec::probeVmmExport) passes; otherwise staged, said once at WARN.
-  bool exportVmm = false;
+  // (exec/cuda/vmm_export.h), so calls on them move data directly like calls on cudaMalloc memory (CONCCL_VMM_EXPORT,
+  // default 1; checked on one H200 with 2-4 processes, 2026-12-05: docs/results/2026-12-05-h200-1gpu-late-vmm/).
+  // 0: such calls are staged, an SM copy of every received byte. Used only when every process of the communicator
+  // asks for it and the init check (a buffer across two mapped pieces exported by each process and mapped by every
+  // other: exec::probeVmmExport) passes; otherwise staged, said once at WARN.
+  bool exportVmm = true;
   // Calls that would wait on the host for their peers (Send/Recv, AllToAllv, and every call after one of them) are
   // finished by the communicator's proxy thread while the caller's stream waits on the GPU (ProcessClique, "Deferred
   // calls"); CONCCL_DEFER_CALLS=1. Off by default: work enqueued after the call returned sits behind whatever the

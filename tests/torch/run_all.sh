@@ -19,10 +19,11 @@
 #   fault_cases.py     drop-in: kill (host, gpu), abort (host with each abort API, gpu), the bootstrap intruder
 #                      (bootstrap_intruder.py racing the ranks), NP=2; kill host + intruder also NP=4
 #   Order: the NP=2 runs, skew, the NP=2 fault cases, then NP=4 (runs and faults), then the allocator variants.
-#   workloads.py again through the drop-in with PYTORCH_ALLOC_CONF=expandable_segments:True and with the older
-#       PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (--expect-expandable checks it took effect); ordering.py and
+#   workloads.py again through the drop-in with PYTORCH_ALLOC_CONF=expandable_segments:True (the segments' pieces
+#       exported to the peers, conccl's default) and with the older PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+#       and CONCCL_VMM_EXPORT=0 (staged instead) (--expect-expandable checks it took effect); ordering.py and
 #       pipeline_ddp.py too when ALLOC_SCRIPTS says so. ALLOCS=expandable-export: expandable segments with
-#       CONCCL_VMM_EXPORT=1 (the segments' pieces exported to the peers instead of staged)
+#       CONCCL_VMM_EXPORT=1 set explicitly
 #
 # Environment: PY (default /opt/torch/.venv/bin/python), NCCL_LIB (the real NCCL's directory; default: torch's
 #   nvidia/nccl/lib), BUDGET_S (default 420), NPS (default "2 4"), ALLOCS (default "expandable expandable-old"),
@@ -127,7 +128,9 @@ set_env() {  # LIB ALLOC
   case "$2" in
     default) ;;
     expandable) ENVCMD+=(PYTORCH_ALLOC_CONF=expandable_segments:True); ARGS_EXTRA+=(--expect-expandable) ;;
-    expandable-old) ENVCMD+=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True); ARGS_EXTRA+=(--expect-expandable) ;;
+    # The older variable, and the segments staged instead of exported (conccl's other path for VMM memory).
+    expandable-old)
+      ENVCMD+=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True CONCCL_VMM_EXPORT=0); ARGS_EXTRA+=(--expect-expandable) ;;
     expandable-export)
       ENVCMD+=(PYTORCH_ALLOC_CONF=expandable_segments:True CONCCL_VMM_EXPORT=1); ARGS_EXTRA+=(--expect-expandable) ;;
   esac
