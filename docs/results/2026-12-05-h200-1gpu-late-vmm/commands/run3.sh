@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run 3 (one H200, 2026-12-05, session 41), stage TARGETS="test_gpu_multiprocess conccl_mp_worker conccl
-# conccl_nccl_shim" at the commit that raised the retired ids per call from 8 to 256 (after run 2's memory_return
-# failures with the default allocator):
-#   1. PyTorch's workloads through the drop-in, 2 and 4 processes, default allocator and expandable-export, conccl;
+# conccl_nccl_shim" at the commit that made the VMM export the default (after the retired ids an entry carries were
+# raised from 8 to 256, for run 2's memory_return failures with the default allocator):
+#   1. PyTorch's workloads through the drop-in, 2 and 4 processes, default allocator and expandable segments (now
+#      exported by default), conccl;
 #   2. the drop-in's skew case with TRACE (laps of one call per round), conccl only, in the time left.
 set -u
 OUT="${OUT:-/tmp/out}"
@@ -13,7 +14,7 @@ s="$OUT/summary.txt"
 say() { echo "$*" | tee -a "$s"; }
 say "date: $(date -u +%FT%TZ) $(nvidia-smi -L | head -1 | cut -c1-40) $(git log --oneline -1 2>/dev/null | cut -c1-60)"
 t0=$SECONDS
-PY=/opt/torch/.venv/bin/python CASES=workloads NPS="2 4" ALLOCS=expandable-export NO_NCCL=1 CONCCL_DEBUG=INFO \
+PY=/opt/torch/.venv/bin/python CASES=workloads NPS="2 4" ALLOCS=expandable NO_NCCL=1 CONCCL_DEBUG=INFO \
   BUDGET_S=300 timeout 315 bash tests/torch/run_all.sh gpu-stage/lib/libconccl_nccl.so "$OUT/torch" \
   >"$OUT/torch.log" 2>&1
 say "workloads, default and expandable-export, 2 and 4 processes: rc=$? ($((SECONDS - t0)) s)"
