@@ -15,12 +15,12 @@ say() { echo "$*" | tee -a "$s"; }
 say "date: $(date -u +%FT%TZ) $(nvidia-smi -L | head -1 | cut -c1-40) $(git log --oneline -1 2>/dev/null | cut -c1-60)"
 t0=$SECONDS
 PY=/opt/torch/.venv/bin/python CASES=workloads NPS="2 4" ALLOCS=expandable NO_NCCL=1 CONCCL_DEBUG=INFO \
-  BUDGET_S=300 timeout 315 bash tests/torch/run_all.sh gpu-stage/lib/libconccl_nccl.so "$OUT/torch" \
+  BUDGET_S=220 timeout 235 bash tests/torch/run_all.sh gpu-stage/lib/libconccl_nccl.so "$OUT/torch" \
   >"$OUT/torch.log" 2>&1
 say "workloads, default and expandable-export, 2 and 4 processes: rc=$? ($((SECONDS - t0)) s)"
 grep -aE "^(FAIL|PASS|SKIP)|passed" "$OUT/torch.log" | grep -aE "FAIL|memory_return|setup|passed" | cut -c1-300 |
   tee -a "$s"
-left=$((560 - SECONDS))
+left=$((330 - SECONDS))
 if [ $left -gt 80 ]; then
   t0=$SECONDS
   PY=/opt/torch/.venv/bin/python CASES=skew NPS=2 SKEW_CALLS=3 NO_NCCL=1 CONCCL_DEBUG=TRACE BUDGET_S=$((left - 10)) \
