@@ -110,6 +110,14 @@ fi
 awk '/^```python/{f=1;next} /^```/{f=0} f' "$root/docs/multiprocess.md" >"$stage/scripts/conccl_allreduce.py"
 [ -f "$root/tools/c3/plot_c3.py" ] && cp "$root/tools/c3/plot_c3.py" "$stage/scripts/"
 
+# What was built: the device copy's git metadata can be stale (it showed an older commit than the tree it ran), so the
+# runners print this stamp (gpu.sh in machine.txt, tests/torch/run_all.sh in environment.txt).
+{
+  echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+    git -C "$root" diff --quiet HEAD -- src include CMakeLists.txt tests 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ)  targets: ${TARGETS# }"
+} >"$stage/BUILD_INFO"
+
 # Keep the stage out of git without touching the shared .gitignore.
 exclude="$root/.git/info/exclude"
 if [ -d "$root/.git" ]; then

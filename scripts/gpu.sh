@@ -976,7 +976,7 @@ else
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  phases: ${phases[*]}  GPUs: $ngpus  budget: ${budget}s"
     nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>&1
     nvcc --version 2>/dev/null | tail -1
-    git log --oneline -1 2>/dev/null
+    cat "$stage/BUILD_INFO" 2>/dev/null || echo "stage: no BUILD_INFO (staged before gpu-build.sh wrote one)"
   } >"$OUT/machine.txt" 2>&1
   [ -d "$bin" ] || echo "gpu.sh: no $bin: build and stage it here first (scripts/gpu-build.sh), carry gpu-stage" >&2
 fi

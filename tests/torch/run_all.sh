@@ -296,7 +296,8 @@ intruder rc $irc: $(tail -1 "$logs/fault-intruder-np$np-helper.log" | cut -c1-40
   echo "shim: $SHIM ($(sha256sum "$SHIM" 2>/dev/null | cut -c1-16))  real NCCL dir: ${NCCL_LIB:-none}"
   nvidia-smi -L 2>/dev/null
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
-  git -C "$root" log --oneline -1 2>/dev/null
+  # The stage's stamp (scripts/gpu-build.sh): the device copy's git metadata can name an older commit.
+  cat "$(dirname "$SHIM")/../BUILD_INFO" 2>/dev/null || git -C "$root" log --oneline -1 2>/dev/null
 } | tee "$OUTDIR/environment.txt"
 if [ "$SMOKE_CPU" != 1 ] && [ ! -f "$SHIM" ]; then
   record FAIL preflight 0 "no drop-in at $SHIM (scripts/gpu-build.sh stages gpu-stage/lib/libconccl_nccl.so)"
