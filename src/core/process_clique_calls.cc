@@ -428,11 +428,9 @@ void ProcessClique::bindPeers(PendingCall& pending, const CallTicket& ticket, co
     pending.call.peerScratchOnly = staged;
     pending.schedule = schedules_->get(pending.call);
     if (pending.call.kind == sched::CollKind::kAllToAllv) pinCopyEnginePath(pending);
-    bindTouchedPeerBuffers(pending, peers);
   } catch (Error& e) {
-    // Mapping a peer's buffer can fail here only (CUDA): then this rank cannot run its part, so the others must
-    // not wait for it. Agreement errors are identical on every rank and leave the communicator usable, unless
-    // a peer already launched.
+    // Agreement errors are identical on every rank and leave the communicator usable, unless a peer already
+    // launched; a CUDA error (the schedule's scratch, say) is this rank's alone, as below.
     if (e.code() == concclUnhandledCudaError) {
       e.addContext(ticket.what + " on rank " + std::to_string(rank_));
       fail(e.code(), e.message());
@@ -440,6 +438,16 @@ void ProcessClique::bindPeers(PendingCall& pending, const CallTicket& ticket, co
     }
     e.addContext(ticket.what);
     failIfPeerLaunched(e, peers.launchedEarly);
+    throw;
+  }
+  try {
+    bindTouchedPeerBuffers(pending, peers);
+  } catch (Error& e) {
+    // Mapping a peer's buffer failed on this rank only (CUDA IPC, a VMM import through the owner's handle server,
+    // or a wait for an earlier mapping's close that ran out of time, whatever the error code): this rank cannot run
+    // its part, so the others must not wait for it.
+    e.addContext(ticket.what + " on rank " + std::to_string(rank_));
+    fail(e.code(), e.message());
     throw;
   }
 }

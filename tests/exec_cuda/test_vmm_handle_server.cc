@@ -3,10 +3,16 @@
 // pid of the listener must be the owner's). A refused or failed request leaves the server serving. The GPU half
 // (export, import, map) runs in test_gpu_multiprocess (ShareableVmmMemoryMovesDirectly).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -118,7 +124,7 @@ TEST(VmmHandleServer, AFailedImportLeavesTheTableUsable) {
   std::atomic<int> refused{0};
   auto ask = [&] {
     try {
-      (void)IpcImportTable::instance().acquire(e, 0);
+      (void)IpcImportTable::instance().acquire(e, 0, std::chrono::milliseconds(5000));
     } catch (const Error& err) {
       if (std::string(err.what()).find("conccl-vmm-4194002") != std::string::npos) ++refused;
     }
@@ -139,6 +145,82 @@ TEST(VmmHandleServer, AFailedImportLeavesTheTableUsable) {
   ask();  // once more, after both
   EXPECT_EQ(refused.load(), 3);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(IpcImportTable::instance().size(), 0u);
+}
+
+// An owner that never answers: a child process that listens on its own handle server's name (so the importer's
+// SO_PEERCRED check passes) and then only waits to be killed. The child makes system calls only (the parent has
+// threads: nothing that may take a lock after fork).
+pid_t startSilentOwner() {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(ready[0]);
+    char name[32] = "conccl-vmm-";  // VmmHandleServer::socketName, built without the allocator
+    size_t len = std::strlen(name);
+    char digits[24];
+    size_t nd = 0;
+    for (long v = static_cast<long>(::getpid()); v > 0; v /= 10) digits[nd++] = static_cast<char>('0' + v % 10);
+    while (nd > 0) name[len++] = digits[--nd];
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, name, len);  // abstract: sun_path[0] stays 0
+    const int s = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);  // as peersock::listenAbstract
+    const auto addrLen = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + len);
+    const char ok = (s >= 0 && ::bind(s, reinterpret_cast<sockaddr*>(&addr), addrLen) == 0 && ::listen(s, 8) == 0);
+    (void)!::write(ready[1], &ok, 1);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char ok = 0;
+  const bool listening = child > 0 && ::read(ready[0], &ok, 1) == 1 && ok == 1;
+  ::close(ready[0]);
+  if (!listening && child > 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    return -1;
+  }
+  return child;
+}
+
+// A thread that waits for another thread's import of the same unit waits at most its own limit: the first import
+// here is stuck on an owner that never answers (bounded by its own limit, 20 s), and the second acquire gives up
+// after its 300 ms with an error that says why, instead of waiting on the first.
+TEST(VmmHandleServer, AnAcquireWaitingForAnotherThreadsImportIsBounded) {
+  const pid_t owner = startSilentOwner();
+  ASSERT_GT(owner, 0) << "could not start the silent owner";
+  BufferExport e;
+  e.kind = BufferExport::kVmm;
+  e.pid = owner;
+  e.allocId = kVmmUnitIdBit | 11;
+  e.allocBytes = 1 << 21;
+  std::atomic<bool> firstReturned{false};
+  std::thread first([&] {
+    try {
+      (void)IpcImportTable::instance().acquire(e, 0, std::chrono::milliseconds(20000));
+    } catch (const Error&) {
+    }
+    firstReturned = true;
+  });
+  // The first thread marks the unit as being opened as soon as it holds the table's lock (microseconds): half a
+  // second is its head start even on a loaded machine.
+  std::this_thread::sleep_for(500ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string why;
+  try {
+    (void)IpcImportTable::instance().acquire(e, 0, std::chrono::milliseconds(300));
+  } catch (const Error& err) {
+    why = err.what();
+  }
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  ::kill(owner, SIGKILL);  // the first import then fails at once (the connection closes)
+  ::waitpid(owner, nullptr, 0);
+  first.join();
+  EXPECT_TRUE(firstReturned.load());
+  EXPECT_NE(why.find("another thread's mapping of it did not finish within 300 ms"), std::string::npos) << why;
+  EXPECT_GE(waited, 250ms);
+  EXPECT_LT(waited, 2s);
   EXPECT_EQ(IpcImportTable::instance().size(), 0u);
 }
 

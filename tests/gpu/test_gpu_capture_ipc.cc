@@ -238,7 +238,7 @@ TEST(CaptureIpc, MappingAndUnmappingAPeersBufferLeaveAGlobalCaptureValid) {
   int device = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   exec::IpcImportTable& table = exec::IpcImportTable::instance();
-  ASSERT_NE(table.acquire(exported, device), nullptr);
+  ASSERT_NE(table.acquire(exported, device, std::chrono::milliseconds(10000)), nullptr);
   ASSERT_TRUE(helper.freeAllocation(3)) << "the helper did not free its allocation";
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cap.begin();

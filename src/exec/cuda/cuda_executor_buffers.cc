@@ -287,7 +287,8 @@ void* CudaExecutor::importBuffer(int owner, const BufferExport& b) {
       base = reinterpret_cast<void*>(b.base);  // a peer rank in this very process: same address space
     } else {
       // The expensive step (milliseconds): once per allocation and peer, thanks to this cache.
-      base = IpcImportTable::instance().acquire(b, devices_[static_cast<size_t>(localRank_)]);
+      base = IpcImportTable::instance().acquire(b, devices_[static_cast<size_t>(localRank_)],
+                                                std::chrono::milliseconds(config_.timeoutMs));
     }
     it = imports_.emplace(key, base).first;
     CONCCL_TRACE(localRank_, devices_[static_cast<size_t>(localRank_)],

@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/logging.h"
+#include "base/scope_exit.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/host_gated_work.h"
@@ -56,9 +57,11 @@ IpcImportTable& IpcImportTable::instance() {
   return *table;
 }
 
-void* IpcImportTable::acquire(const BufferExport& b, int device) {
+void* IpcImportTable::acquire(const BufferExport& b, int device, std::chrono::milliseconds limit) {
   std::unique_lock<std::mutex> lock(mutex_);
   const Key key{b.pid, b.allocId, device};
+  const bool vmmUnit = b.kind == BufferExport::kVmm;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
   for (;;) {
     auto it = entries_.find(key);
     if (it != entries_.end()) {
@@ -72,23 +75,46 @@ void* IpcImportTable::acquire(const BufferExport& b, int device) {
       entries_[key] = revived;
       return revived.base;
     }
-    // Being closed (CUDA refuses to open a handle that is still mapped), or being opened by another thread: wait,
-    // then look again.
-    if (!contains(closing_, key) && !contains(opening_, key)) break;
-    settled_.wait(lock);
+    // Being opened by another thread: wait for it, then look again. Being closed: CUDA refuses to open an IPC handle
+    // that is still mapped, so wait for that too; a VMM unit may be imported again while its old import is unmapped
+    // (each import is its own reservation and handles).
+    const bool opening = contains(opening_, key);
+    const bool closing = !vmmUnit && contains(closing_, key);
+    if (!opening && !closing) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      CONCCL_THROW(concclUnhandledCudaError,
+                   "mapping allocation " + std::to_string(b.allocId) + " of pid " + std::to_string(b.pid) + ": " +
+                       (opening ? "another thread's mapping of it" : "the close of its earlier mapping here") +
+                       " did not finish within " + std::to_string(limit.count()) + " ms");
+    }
+    settled_.wait_until(lock, deadline);
   }
-  if (b.kind == BufferExport::kVmm) return acquireVmm(lock, key, b);
+  if (vmmUnit) return acquireVmm(lock, key, b, std::min<std::chrono::milliseconds>(limit, kVmmImportTimeout));
+  // Marked as being opened, so that an acquire of the same allocation while this one waits below (with the lock
+  // released) waits for it instead of opening the handle a second time.
+  opening_.push_back(key);
+  ScopeExit opened([&] {
+    erase(opening_, key);
+    settled_.notify_all();
+  });
   cudaIpcMemHandle_t handle;
   static_assert(sizeof(handle) <= sizeof(b.handle));
   std::memcpy(&handle, b.handle, sizeof(handle));
   DeviceGuard guard(device);
   void* base = nullptr;
   cudaError_t err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
-  if (err == cudaErrorAlreadyMapped && !(pendingCloses_.empty() && closing_.empty())) {
+  if (err == cudaErrorAlreadyMapped && closePendingFor(b.pid, device)) {
     // The peer freed an allocation whose mapping is still waiting to be closed here, and its new allocation reuses
-    // that memory: CUDA refuses to map it twice. Only then does a call wait for the background closes.
+    // that memory: CUDA refuses to map it twice. Only then does a call wait for the background closes (those of that
+    // peer process on this device: only they can hold its memory).
     (void)cudaGetLastError();
-    settled_.wait(lock, [this] { return pendingCloses_.empty() && closing_.empty(); });
+    if (!settled_.wait_until(lock, deadline, [&] { return !closePendingFor(b.pid, device); })) {
+      CONCCL_THROW(concclUnhandledCudaError,
+                   "mapping allocation " + std::to_string(b.allocId) + " of pid " + std::to_string(b.pid) +
+                       ": CUDA refused it while earlier mappings of that process wait to be closed here, and they " +
+                       "were not closed within " + std::to_string(limit.count()) + " ms (closes run only while " +
+                       "no GPU work of this process waits for another process)");
+    }
     err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
   }
   if (err != cudaSuccess) {
@@ -104,26 +130,34 @@ void* IpcImportTable::acquire(const BufferExport& b, int device) {
   return base;
 }
 
-void* IpcImportTable::acquireVmm(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b) {
+bool IpcImportTable::closePendingFor(int64_t pid, int device) const {
+  auto same = [&](const Key& k) { return k.pid == pid && k.device == device; };
+  const bool waiting =
+      std::any_of(pendingCloses_.begin(), pendingCloses_.end(), [&](const PendingClose& p) { return same(p.key); });
+  return waiting || std::any_of(closing_.begin(), closing_.end(), same);
+}
+
+void* IpcImportTable::acquireVmm(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b,
+                                 std::chrono::milliseconds limit) {
   // The owner's handle server answers from its own thread, whatever the owner's callers are doing: a round trip to
-  // another process (milliseconds; at most kVmmImportTimeout), so not under the table's lock, which every import and
+  // another process (milliseconds; at most `limit`), so not under the table's lock, which every import and
   // close of this process takes. Another acquire of the same unit meanwhile waits for this one (opening_).
   opening_.push_back(key);
+  ScopeExit opened([&] {  // with the lock held again, on every way out
+    erase(opening_, key);
+    settled_.notify_all();
+  });
   lock.unlock();
   std::shared_ptr<VmmImport> vmm;
   try {
-    vmm = std::make_shared<VmmImport>(importVmmUnit(b.pid, b.allocId, b.allocBytes, key.device, kVmmImportTimeout));
+    vmm = std::make_shared<VmmImport>(importVmmUnit(b.pid, b.allocId, b.allocBytes, key.device, limit));
   } catch (...) {
     lock.lock();
-    erase(opening_, key);
-    settled_.notify_all();
     throw;
   }
   lock.lock();
-  erase(opening_, key);
   void* base = reinterpret_cast<void*>(vmm->base);
   entries_[key] = Entry{base, 1, std::move(vmm)};
-  settled_.notify_all();
   return base;
 }
 
@@ -181,13 +215,16 @@ void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inB
   const Key key = it->first;
   entries_.erase(it);
   if (!inBackground) {
-    // Marked as being closed, so that an acquire of the same allocation meanwhile waits instead of opening it again.
+    // Marked as being closed, so that an acquire of the same allocation meanwhile waits instead of opening it again;
+    // unmarked on every way out (closeMapping can throw: a failing cudaSetDevice, say).
     closing_.push_back(key);
+    ScopeExit closed([&] {
+      lock.lock();
+      erase(closing_, key);
+      settled_.notify_all();
+    });
     lock.unlock();
     closeMapping(base, vmm, device);
-    lock.lock();
-    erase(closing_, key);
-    settled_.notify_all();
     return;
   }
   pendingCloses_.push_back(PendingClose{key, base, std::move(vmm)});
@@ -213,11 +250,19 @@ void IpcImportTable::closeLoop() {
     std::vector<PendingClose> batch;
     batch.swap(pendingCloses_);
     for (const PendingClose& p : batch) closing_.push_back(p.key);
-    lock.unlock();
-    for (const PendingClose& p : batch) closeMapping(p.base, p.vmm, p.key.device);
-    lock.lock();
-    for (const PendingClose& p : batch) erase(closing_, p.key);
-    settled_.notify_all();
+    // Each key is unmarked as soon as its own close ran, so that an acquire waiting for it does not wait for the
+    // rest of the batch (each close may wait for a moment without GPU work that waits for a peer).
+    for (const PendingClose& p : batch) {
+      lock.unlock();
+      try {
+        closeMapping(p.base, p.vmm, p.key.device);
+      } catch (const std::exception& e) {
+        CONCCL_WARN(-1, p.key.device, std::string("closing a peer's mapping failed: ") + e.what());
+      }
+      lock.lock();
+      erase(closing_, p.key);
+      settled_.notify_all();
+    }
   }
 }
 

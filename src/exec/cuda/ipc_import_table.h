@@ -40,8 +40,10 @@ PointerInfo queryPointer(const void* ptr);
 class IpcImportTable {
  public:
   static IpcImportTable& instance();
-  // Maps (or finds) the allocation `b` of another process on `device`; returns its base here.
-  void* acquire(const BufferExport& b, int device);
+  // Maps (or finds) the allocation `b` of another process on `device`; returns its base here. Waits at most `limit`
+  // for another thread's mapping of it, or for the close of an earlier mapping CUDA will not map twice; then throws
+  // Error(concclUnhandledCudaError).
+  void* acquire(const BufferExport& b, int device, std::chrono::milliseconds limit);
   // Mappings held, including those whose close is still pending in the background.
   size_t size();
   // Of those, peers' VMM units (mapped now, not waiting to be closed).
@@ -50,8 +52,8 @@ class IpcImportTable {
   // a close during a call (a peer retired the allocation) runs on a background thread (`inBackground`): the calling
   // thread must not wait for GPU work it enqueued itself, or that a producer the caller releases only after the call
   // returns has yet to finish (a hidden host sync; with such a producer, a deadlock). acquire() waits for the
-  // background closes only when CUDA refuses to map a peer's new allocation because it reuses memory whose mapping
-  // is still waiting to be closed.
+  // background closes (of that peer process, at most its limit) only when CUDA refuses to map a peer's new
+  // allocation because it reuses memory whose mapping is still waiting to be closed.
   void release(int64_t pid, uint64_t allocId, int device, bool inBackground);
   // Waits, at most `limit`, until every background close has run; false on timeout.
   bool waitForBackgroundCloses(std::chrono::milliseconds limit);
@@ -74,16 +76,21 @@ class IpcImportTable {
     std::shared_ptr<VmmImport> vmm;
   };
   void closeLoop();
+  // A close of a mapping of process `pid` on `device` is waiting or running (lock held).
+  bool closePendingFor(int64_t pid, int device) const;
   // Imports a peer's VMM unit with the lock released (acquire's tail for BufferExport::kVmm).
-  void* acquireVmm(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b);
+  void* acquireVmm(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b,
+                   std::chrono::milliseconds limit);
   std::mutex mutex_;
   std::map<Key, Entry> entries_;
   // Mappings released in the background: waiting for the thread, and being closed (by it or by a foreground release).
   // An allocation can be wanted again meanwhile (a window deregistered while its memory lives on): acquire() revives
-  // a waiting one, and waits for one being closed (CUDA refuses to open a handle that is still mapped).
+  // a waiting one, and waits for one being closed (CUDA refuses to open an IPC handle that is still mapped; a VMM unit
+  // is imported again instead).
   std::vector<PendingClose> pendingCloses_;
   std::vector<Key> closing_;
-  // VMM units being imported without the lock (acquireVmm): a second acquire of one waits for the first.
+  // Allocations being mapped: VMM units imported without the lock (acquireVmm), and IPC handles whose open waits for
+  // closes (the lock released): a second acquire of one waits for the first.
   std::vector<Key> opening_;
   bool closerStarted_ = false;
   // closeWork_: closes to run; settled_: a close or an import finished (waiters look again).

@@ -144,6 +144,9 @@ VmmImport importVmmUnit(int64_t pid, uint64_t unitId, size_t bytes, int device, 
   } catch (const Error& e) {
     unmapVmmImport(m);  // what was imported or mapped so far
     importFailed(pid, unitId, e.message());
+  } catch (...) {
+    unmapVmmImport(m);  // std::bad_alloc, say: nothing imported may stay behind
+    throw;
   }
   return m;
 }
