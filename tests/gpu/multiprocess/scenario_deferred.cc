@@ -171,10 +171,17 @@ double percentile(std::vector<double> v, double q) {
   return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
 }
 
-double maxHostUs() {
-  const char* env = std::getenv("CONCCL_TEST_MAX_HOST_US");
-  return env != nullptr ? std::atof(env) : 20.0;
+double envUs(const char* name, double fallback) {
+  const char* env = std::getenv(name);
+  return env != nullptr ? std::atof(env) : fallback;
 }
+// Calls back to back: issue 24's target.
+double maxHostUs() { return envUs("CONCCL_TEST_MAX_HOST_US", 20.0); }
+// A call made after an idle wait (one call a round), or the first of its shape: every step of it runs on a cold CPU.
+// The real NCCL's own host time for one call a round on the same machine was 67-115 us p50 (one H200, 2026-12-05,
+// docs/results/2026-12-05-h200-1gpu-late-vmm/, runs 4-5), so no library meets 20 us there; this bound (about twice
+// NCCL's) still fails a call that waits for its late peer (2 s) or takes a slow path.
+double maxColdHostUs() { return envUs("CONCCL_TEST_MAX_COLD_HOST_US", 250.0); }
 
 // A round: peers sleep first, rank 0 issues `calls` timed, then everyone checks. Returns rank 0's host times (us).
 template <typename Issue>
@@ -209,17 +216,18 @@ std::vector<double> oneCallRounds(int rank, int calls, int delayMs, cudaStream_t
 
 void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
   constexpr int kDelayMs = 2000;
-  const double limitUs = maxHostUs();
-  std::string report;
-  bool tooSlow = false;
-  auto record = [&](const std::string& what, const std::vector<double>& us) {
+  const double limitUs = maxHostUs(), coldLimitUs = maxColdHostUs();
+  std::string report, tooSlow;
+  auto record = [&](const std::string& what, const std::vector<double>& us, double limit) {
     const double p50 = percentile(us, 0.5), mx = percentile(us, 1.0);
     report += "\n  " + what + ": p50 " + std::to_string(p50).substr(0, 6) + " us, max " + std::to_string(mx).substr(0, 8) +
               " us (" + std::to_string(us.size()) + " calls:";
     for (double u : us) report += " " + std::to_string(u).substr(0, 6);
     // Which calls replayed a cached graph (exec/graph_cache.h) tells a slow replay from an uncached call.
     report += "; graph replays so far " + std::to_string(exec::graphCacheReplays()) + ")";
-    if (rank == 0 && p50 > limitUs) tooSlow = true;
+    if (rank == 0 && p50 > limit) {
+      tooSlow += "\n  " + what + ": p50 above " + std::to_string(limit).substr(0, 6) + " us";
+    }
   };
   uint64_t seed = 9000;
   // AllReduce on one buffer pair, `calls` calls in one burst or one call a round; the result of the last is checked.
@@ -240,7 +248,7 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
     for (size_t i = 0; i < count; i += 1 + i % 61) {
       if (host[i] != want) throw std::runtime_error(what + ": element " + std::to_string(i) + " is wrong");
     }
-    record(what, us);
+    record(what, us, oneARound ? coldLimitUs : limitUs);
   };
   // AllReduce at 1 MiB, 64 MiB, 1 GiB: nine calls each in a burst (the peer is two or more calls behind from the
   // second call on).
@@ -277,16 +285,16 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
   for (auto& p : prepared) check(*p, rank, nranks, stream, std::string("skewed ") + collKindName(p->coll));
   checkAllToAllv(*a2av, nranks, stream);
   checkRing(*ring, rank, nranks, stream);
-  record("7 collectives at 64 MiB + AllToAllv 1 MiB + Send/Recv 1 MiB", us);
+  record("7 collectives at 64 MiB + AllToAllv 1 MiB + Send/Recv 1 MiB (each the first of its shape)", us, coldLimitUs);
   for (size_t i = 0; i < us.size(); ++i) {
     report += (i == 0 ? "\n  per call:" : ",") + std::string(" ") +
               (i < prepared.size() ? collKindName(prepared[i]->coll) : i == prepared.size() ? "AllToAllv" : "SendRecv") +
               " " + std::to_string(us[i]).substr(0, 6);
   }
   std::fprintf(stderr, "rank %d: host time per call with the peers %d ms late:%s\n", rank, kDelayMs, report.c_str());
-  if (tooSlow) {
-    throw std::runtime_error("rank 0's p50 host time exceeded " + std::to_string(limitUs) +
-                             " us with a late peer (CONCCL_TEST_MAX_HOST_US)");
+  if (!tooSlow.empty()) {
+    throw std::runtime_error("rank 0's host time with a late peer exceeded its bound (CONCCL_TEST_MAX_HOST_US back to "
+                             "back, CONCCL_TEST_MAX_COLD_HOST_US after an idle wait or for a first call):" + tooSlow);
   }
 }
 
