@@ -121,8 +121,21 @@ void emitPairOwned(const std::vector<std::vector<Transfer>>& transfers, const st
 // group, with only its share of each partner's), so anything taken from the longest transfer could differ between
 // the sender's and the receiver's views of the same pair. A staged AllToAllv needs it for the same reason (a rank
 // that launches before its peers called knows only its own counts).
+// `placement`: where the slots go when the exchange follows another phase of the same program (below).
+struct StagedPlacement;
 void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule,
-                const AfterDoneHook& afterDone = {}, bool sizeIndependentChunks = false);
+                const AfterDoneHook& afterDone = {}, bool sizeIndependentChunks = false,
+                const StagedPlacement* placement = nullptr);
+// A staged exchange after another phase of the same program that used the receivers' scratch (a staged AllReduce's
+// all-gather after its reduce-scatter pipeline): its slots start at `scratchBase` in every receiver's scratch, past
+// what the earlier phase used, so no slot is used twice in the program; and a receiver r with readyGiven[r] already
+// told every sender at this program's start that its scratch is free (the earlier phase's ready, which covers the
+// whole scratch: its previous program has ended), so the exchange skips its own ready to and from r (a signal and a
+// wait per pair: the second handshake of such a program).
+struct StagedPlacement {
+  size_t scratchBase = 0;
+  std::vector<bool> readyGiven;  // per receiver; empty: none
+};
 // emitStaged for calls with peerScratchOnly, emitPairOwned for calls with a pairOwner, emitDirect otherwise: what the
 // movement builders call.
 void emitMovement(const CollectiveCall& call, const std::vector<std::vector<Transfer>>& transfers,

@@ -47,7 +47,7 @@ struct Chunk {
 }  // namespace
 
 void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const BuildOptions& options, Schedule& schedule,
-                const AfterDoneHook& afterDone, bool sizeIndependentChunks) {
+                const AfterDoneHook& afterDone, bool sizeIndependentChunks, const StagedPlacement* placement) {
   const int n = schedule.nranks;
   const auto un = static_cast<size_t>(n);
   const int lanes = options.lanes;
@@ -89,8 +89,13 @@ void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const Build
   }
   const size_t depthEff =
       sizeIndependentChunks ? static_cast<size_t>(depth) : std::max<size_t>(1, std::min(static_cast<size_t>(depth), maxN));
+  const size_t base = placement != nullptr ? placement->scratchBase : 0;
+  CONCCL_ASSERT(base % kAlign == 0);
+  auto readyGiven = [&](int r) {
+    return placement != nullptr && !placement->readyGiven.empty() && placement->readyGiven[static_cast<size_t>(r)];
+  };
   if (maxN > 0) {
-    schedule.scratchBytes = std::max(schedule.scratchBytes, peers * depthEff * chunkBytes);
+    schedule.scratchBytes = std::max(schedule.scratchBytes, base + peers * depthEff * chunkBytes);
     schedule.algorithm = "staged(chunks=" + std::to_string(maxN) + ",depth=" + std::to_string(depthEff) +
                          ",chunkBytes=" + std::to_string(chunkBytes) + ")";
   } else {
@@ -100,7 +105,7 @@ void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const Build
   // Slot of chunk c from sender p in receiver r's scratch.
   auto slotLoc = [&](int r, int p, size_t c) {
     const auto o = static_cast<size_t>((p - r + n) % n);
-    return Location{r, kScratch, ((o - 1) * depthEff + c % depthEff) * chunkBytes};
+    return Location{r, kScratch, base + ((o - 1) * depthEff + c % depthEff) * chunkBytes};
   };
   auto laneOf = [&](int o, size_t c) {
     return static_cast<int>((static_cast<size_t>(o - 1) + c) % static_cast<size_t>(lanes));
@@ -114,10 +119,11 @@ void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const Build
 
   for (int me = 0; me < n; ++me) {
     std::vector<Op>& ops = schedule.programs[static_cast<size_t>(me)].ops;
-    // 1. Ready to every sender: this program started, so this rank's previous use of its scratch is over.
+    // 1. Ready to every sender: this program started, so this rank's previous use of its scratch is over (unless an
+    // earlier phase of this program said so already: StagedPlacement).
     for (int o = 1; o < n; ++o) {
       const int p = (me + o) % n;
-      if (N(p, me) > 0) ops.push_back(Signal{p, readySlot(n, me), kMainStream});
+      if (N(p, me) > 0 && !readyGiven(me)) ops.push_back(Signal{p, readySlot(n, me), kMainStream});
     }
     // 2. Local transfers first, on lanes, so that they overlap everything below.
     int local = 0;
@@ -127,7 +133,7 @@ void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const Build
     // 3. Every target's scratch must be free before the first chunk goes there.
     for (int o = 1; o < n; ++o) {
       const int q = (me + o) % n;
-      if (N(me, q) > 0) ops.push_back(Wait{readySlot(n, q)});
+      if (N(me, q) > 0 && !readyGiven(q)) ops.push_back(Wait{readySlot(n, q)});
     }
     auto sendChunk = [&](size_t c) {
       for (int o = 1; o < n; ++o) {

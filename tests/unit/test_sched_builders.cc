@@ -458,6 +458,42 @@ TEST(PeerScratchOnly, AllGatherMarksEveryPeerBlock) {
   }
 }
 
+// A staged AllReduce's all-gather puts its slots past the reduce-scatter pipeline's, so the pipeline's ready at program
+// start covers it: one ready per pair (each rank signals each peer once), not two. With a scratch too small for both
+// phases the all-gather reuses the pipeline's slots after a ready of its own. Both are proven valid back to back by
+// the matrix above (SchedMatrix.PeerScratchOnly).
+TEST(PeerScratchOnly, AllReduceHandshakesOncePerPairWhenBothPhasesFit) {
+  auto readySignals = [](const Schedule& s, int r) {
+    int k = 0;
+    for (const Op& op : s.programs[static_cast<size_t>(r)].ops) {
+      if (const auto* sig = std::get_if<Signal>(&op); sig != nullptr && sig->slot == readySlot(s.nranks, r)) ++k;
+    }
+    return k;
+  };
+  for (int n : {2, 3, 4, 8}) {
+    CollectiveCall call = makeCall(CollKind::kAllReduce, n, (size_t{1} << 20) / 4);
+    call.peerScratchOnly = true;
+    const Schedule fits = buildSchedule(call, BuildOptions{});
+    const BuildOptions small = tinyOptions(1, 2);  // 64 KiB: the pipeline's slots fill it, the all-gather reuses them
+    const Schedule tight = buildSchedule(call, small);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(readySignals(fits, r), n - 1) << "n " << n << " rank " << r << ": " << fits.algorithm;
+      EXPECT_EQ(readySignals(tight, r), 2 * (n - 1)) << "n " << n << " rank " << r << ": " << tight.algorithm;
+    }
+    EXPECT_LE(tight.scratchBytes, small.scratchBudget);
+    // Out of place: the pipeline pushes from sendbuff (buffer 0), the all-gather from the reduced share in recvbuff.
+    size_t pipelineEnd = 0, gatherStart = SIZE_MAX;
+    for (const Op& op : fits.programs[0].ops) {
+      const auto* c = std::get_if<Copy>(&op);
+      if (c == nullptr || c->dst.buffer != kScratch || c->dst.rank == 0) continue;
+      if (c->src.buffer == 0) pipelineEnd = std::max(pipelineEnd, c->dst.offset + c->bytes);
+      if (c->src.buffer == 1) gatherStart = std::min(gatherStart, c->dst.offset);
+    }
+    EXPECT_GT(pipelineEnd, 0u);
+    EXPECT_GE(gatherStart, pipelineEnd) << "n " << n << ": the all-gather's slots overlap the pipeline's";
+  }
+}
+
 TEST(PushInputs, OnlyForReduceScatter) {
   CollectiveCall call = makeCall(CollKind::kAllReduce, 2, 16, concclFloat32, concclSum, 0, false);
   call.pushInputs = true;
