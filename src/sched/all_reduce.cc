@@ -33,7 +33,7 @@ Schedule buildStagedAllReduce(const CollectiveCall& call, const BuildOptions& op
   }
   // The reduce-scatter pipeline's ready (every rank with a share to reduce tells every peer at program start that its
   // scratch is free) covers the all-gather too when the all-gather's slots lie past the pipeline's: one handshake per
-  // pair fewer (a signal and a wait each, about a microsecond of launch apiece in a graph, and a round trip between
+  // pair fewer (a signal and a wait each: one batched memory-operation node of the program, and a round trip between
   // the GPUs). Where both do not fit in the scratch, the all-gather reuses the pipeline's slots after its own ready.
   std::vector<bool> readyGiven(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) readyGiven[static_cast<size_t>(r)] = shares[static_cast<size_t>(r)].elems > 0;
