@@ -13,6 +13,39 @@ namespace conccl::sched::detail {
 
 namespace {
 
+// CollectiveCall::peerScratchOnly with two ranks: one shot. Each rank pushes its whole input into the other's scratch
+// and reduces the whole buffer itself, inputs in rank order (both compute the same bits). The same bytes cross between
+// the ranks as with a reduce-scatter and an all-gather (half of the buffer each way, twice), in one exchange instead of
+// two: per rank one ready handshake, one copy, one data flag and one Reduce, no copy out of scratch. All on M: the
+// copy of this rank's input must be done before an in-place Reduce overwrites it, and a single copy has nothing to
+// overlap with on a lane. With more ranks each would push (n - 1) whole buffers instead of 2 (n - 1) / n of one.
+Schedule buildStagedOneShotAllReduce(const CollectiveCall& call, const BuildOptions& options) {
+  CONCCL_ASSERT(call.nranks == 2);
+  const size_t bytes = call.count * typeSize(call.dtype);
+  const int depth = std::max(1, options.pipelineDepth);
+  Schedule s = newSchedule(call, options);
+  s.scratchBytes = roundUp(bytes, kAlign);
+  s.algorithm = "staged one-shot";
+  for (int me = 0; me < 2; ++me) {
+    const int peer = 1 - me;
+    std::vector<Op>& ops = s.programs[static_cast<size_t>(me)].ops;
+    // This rank's scratch is free (its previous program ended), and so is the peer's before anything goes there.
+    ops.push_back(Signal{peer, readySlot(2, me), kMainStream});
+    ops.push_back(Wait{readySlot(2, peer)});
+    ops.push_back(Copy{sendLoc(call, me, 0), Location{peer, kScratch, 0}, bytes, kMainStream});
+    ops.push_back(Signal{peer, stagedDataSlot(2, me, 0, depth, options.lanes), kMainStream});
+    ops.push_back(Wait{stagedDataSlot(2, peer, 0, depth, options.lanes)});
+    Reduce red;
+    for (int q = 0; q < 2; ++q) red.inputs.push_back(q == me ? sendLoc(call, me, 0) : Location{me, kScratch, 0});
+    red.output = recvLoc(call, me, 0);
+    red.count = call.count;
+    red.dtype = call.dtype;
+    red.op = call.op;
+    ops.push_back(std::move(red));
+  }
+  return s;
+}
+
 // CollectiveCall::peerScratchOnly: the reduce-scatter phase as above but without pushing the reduced chunks into the
 // peers' recvbuffs (their addresses are unknown); each rank then sends its reduced share to every peer through the
 // peer's scratch (emitStaged). The all-gather phase starts after the whole reduction, which costs overlap: these
@@ -92,7 +125,13 @@ Schedule buildAllReduce(const CollectiveCall& call, const BuildOptions& options)
     sh.output = recvLoc(call, static_cast<int>(r), start * es);
     start += sh.elems;
   }
-  if (call.peerScratchOnly) return buildStagedAllReduce(call, options, std::move(shares));
+  if (call.peerScratchOnly) {
+    const size_t bytes = call.count * es;
+    if (n == 2 && bytes > 0 && roundUp(bytes, kAlign) <= options.scratchBudget) {
+      return buildStagedOneShotAllReduce(call, options);
+    }
+    return buildStagedAllReduce(call, options, std::move(shares));
+  }
   emitReducePipeline(call, options, shares, s);
   s.algorithm = "rs+ag " + s.algorithm;
   return s;

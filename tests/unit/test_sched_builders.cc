@@ -481,6 +481,7 @@ TEST(PeerScratchOnly, AllReduceHandshakesOncePerPairWhenBothPhasesFit) {
       EXPECT_EQ(readySignals(tight, r), 2 * (n - 1)) << "n " << n << " rank " << r << ": " << tight.algorithm;
     }
     EXPECT_LE(tight.scratchBytes, small.scratchBudget);
+    if (n == 2) continue;  // one shot (below): no all-gather
     // Out of place: the pipeline pushes from sendbuff (buffer 0), the all-gather from the reduced share in recvbuff.
     size_t pipelineEnd = 0, gatherStart = SIZE_MAX;
     for (const Op& op : fits.programs[0].ops) {
@@ -491,6 +492,45 @@ TEST(PeerScratchOnly, AllReduceHandshakesOncePerPairWhenBothPhasesFit) {
     }
     EXPECT_GT(pipelineEnd, 0u);
     EXPECT_GE(gatherStart, pipelineEnd) << "n " << n << ": the all-gather's slots overlap the pipeline's";
+  }
+}
+
+// Two ranks: one shot. Each rank copies its whole input into the other's scratch once and reduces the whole buffer
+// itself (one handshake, no all-gather, nothing copied out of scratch); in place too. Where the buffer does not fit in
+// the scratch, the reduce-scatter + all-gather. Validity: SchedMatrix.PeerScratchOnly (n = 2).
+TEST(PeerScratchOnly, TwoRankAllReduceIsOneShotWhereItFits) {
+  for (bool inPlace : {false, true}) {
+    const size_t count = (size_t{1} << 20) / 4 + 3;
+    CollectiveCall call = makeCall(CollKind::kAllReduce, 2, count, concclFloat32, concclSum, 0, inPlace);
+    call.peerScratchOnly = true;
+    const Schedule s = buildSchedule(call, BuildOptions{});
+    EXPECT_EQ(s.algorithm, "staged one-shot");
+    expectValid(call, BuildOptions{}, true);
+    for (int r = 0; r < 2; ++r) {
+      int copies = 0, reduces = 0, waits = 0;
+      for (const Op& op : s.programs[static_cast<size_t>(r)].ops) {
+        if (const auto* c = std::get_if<Copy>(&op)) {
+          ++copies;
+          EXPECT_EQ(c->bytes, count * 4);
+          EXPECT_EQ(c->dst.buffer, kScratch);
+          EXPECT_EQ(c->dst.rank, 1 - r);
+        }
+        if (const auto* red = std::get_if<Reduce>(&op)) {
+          ++reduces;
+          EXPECT_EQ(red->count, count);
+        }
+        waits += std::holds_alternative<Wait>(op) ? 1 : 0;
+      }
+      EXPECT_EQ(copies, 1) << "rank " << r;
+      EXPECT_EQ(reduces, 1) << "rank " << r;
+      EXPECT_EQ(waits, 2) << "rank " << r << ": the peer's ready and its data";
+    }
+    BuildOptions small;
+    small.scratchBudget = 512u << 10;  // below the 1 MiB buffer
+    const Schedule split = buildSchedule(call, small);
+    EXPECT_NE(split.algorithm, "staged one-shot");
+    EXPECT_LE(split.scratchBytes, small.scratchBudget);
+    expectValid(call, small, true);
   }
 }
 
