@@ -73,12 +73,8 @@ Schedule buildStagedAllReduce(const CollectiveCall& call, const BuildOptions& op
   Schedule reduced = newSchedule(call, options);
   emitReducePipeline(call, options, shares, reduced);
   Schedule gathered = newSchedule(call, options);
-  emitStaged(gather, options, gathered);
-  const StagedPlacement after{roundUp(reduced.scratchBytes, kAlign), readyGiven};
-  if (after.scratchBase + gathered.scratchBytes <= options.scratchBudget) {
-    gathered = newSchedule(call, options);
-    emitStaged(gather, options, gathered, {}, false, &after);
-  }
+  const StagedPlacement after{roundUp(reduced.scratchBytes, kAlign), std::move(readyGiven)};
+  emitStaged(gather, options, gathered, {}, false, &after);
   Schedule s = newSchedule(call, options);
   s.scratchBytes = std::max(reduced.scratchBytes, gathered.scratchBytes);
   s.algorithm = "rs " + reduced.algorithm + " + ag " + gathered.algorithm;

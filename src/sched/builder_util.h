@@ -127,11 +127,12 @@ void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const Build
                 const AfterDoneHook& afterDone = {}, bool sizeIndependentChunks = false,
                 const StagedPlacement* placement = nullptr);
 // A staged exchange after another phase of the same program that used the receivers' scratch (a staged AllReduce's
-// all-gather after its reduce-scatter pipeline): its slots start at `scratchBase` in every receiver's scratch, past
-// what the earlier phase used, so no slot is used twice in the program; and a receiver r with readyGiven[r] already
-// told every sender at this program's start that its scratch is free (the earlier phase's ready, which covers the
-// whole scratch: its previous program has ended), so the exchange skips its own ready to and from r (a signal and a
-// wait per pair: the second handshake of such a program).
+// all-gather after its reduce-scatter pipeline). Where both fit in BuildOptions::scratchBudget, its slots start at
+// `scratchBase` in every receiver's scratch, past what the earlier phase used, so no slot is used twice in the program,
+// and a receiver r with readyGiven[r] already told every sender at this program's start that its scratch is free (the
+// earlier phase's ready, which covers the whole scratch: its previous program has ended), so the exchange skips its
+// own ready to and from r (a signal and a wait per pair: the second handshake of such a program). Otherwise the slots
+// start at 0 after the exchange's own ready, as without a placement.
 struct StagedPlacement {
   size_t scratchBase = 0;
   std::vector<bool> readyGiven;  // per receiver; empty: none

@@ -89,10 +89,14 @@ void emitStaged(const std::vector<std::vector<Transfer>>& transfers, const Build
   }
   const size_t depthEff =
       sizeIndependentChunks ? static_cast<size_t>(depth) : std::max<size_t>(1, std::min(static_cast<size_t>(depth), maxN));
-  const size_t base = placement != nullptr ? placement->scratchBase : 0;
+  // Past an earlier phase's slots where both fit in the scratch (StagedPlacement); else from 0, with this exchange's
+  // own ready, as without a placement.
+  const bool placed =
+      placement != nullptr && placement->scratchBase + peers * depthEff * chunkBytes <= options.scratchBudget;
+  const size_t base = placed ? placement->scratchBase : 0;
   CONCCL_ASSERT(base % kAlign == 0);
   auto readyGiven = [&](int r) {
-    return placement != nullptr && !placement->readyGiven.empty() && placement->readyGiven[static_cast<size_t>(r)];
+    return placed && !placement->readyGiven.empty() && placement->readyGiven[static_cast<size_t>(r)];
   };
   if (maxN > 0) {
     schedule.scratchBytes = std::max(schedule.scratchBytes, base + peers * depthEff * chunkBytes);
