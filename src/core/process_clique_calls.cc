@@ -421,6 +421,11 @@ ProcessClique::PeerParts ProcessClique::readPeers(PendingCall& pending, const Ca
 
 void ProcessClique::bindPeers(PendingCall& pending, const CallTicket& ticket, const PeerParts& peers, bool staged) {
   const int n = nranks_;
+  // An error of this rank alone: the others must not wait for it.
+  auto failOnThisRank = [&](Error& e) {
+    e.addContext(ticket.what + " on rank " + std::to_string(rank_));
+    fail(e.code(), e.message());
+  };
   try {
     assembleCall(pending, n);
     // Decided as the peers that launched early decided it (trySymmetric): from this rank's arguments, which
@@ -430,10 +435,9 @@ void ProcessClique::bindPeers(PendingCall& pending, const CallTicket& ticket, co
     if (pending.call.kind == sched::CollKind::kAllToAllv) pinCopyEnginePath(pending);
   } catch (Error& e) {
     // Agreement errors are identical on every rank and leave the communicator usable, unless a peer already
-    // launched; a CUDA error (the schedule's scratch, say) is this rank's alone, as below.
+    // launched; a CUDA error (the schedule's scratch, say) is this rank's alone.
     if (e.code() == concclUnhandledCudaError) {
-      e.addContext(ticket.what + " on rank " + std::to_string(rank_));
-      fail(e.code(), e.message());
+      failOnThisRank(e);
       throw;
     }
     e.addContext(ticket.what);
@@ -445,9 +449,8 @@ void ProcessClique::bindPeers(PendingCall& pending, const CallTicket& ticket, co
   } catch (Error& e) {
     // Mapping a peer's buffer failed on this rank only (CUDA IPC, a VMM import through the owner's handle server,
     // or a wait for an earlier mapping's close that ran out of time, whatever the error code): this rank cannot run
-    // its part, so the others must not wait for it.
-    e.addContext(ticket.what + " on rank " + std::to_string(rank_));
-    fail(e.code(), e.message());
+    // its part.
+    failOnThisRank(e);
     throw;
   }
 }
