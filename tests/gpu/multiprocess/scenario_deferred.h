@@ -16,8 +16,9 @@ namespace conccl::mpworker {
 // rank 0 sleep 2 s before each round; rank 0 times each call of the round (host time only). Rounds: AllReduce of
 // 1 MiB, 64 MiB and 1 GiB (9 calls each); AllReduce of 64 MiB in 5 rounds of one call (every rank waits for its
 // stream after each: the peer is one call behind every time, as when a framework issues one call per step); every
-// other collective, AllToAllv with uneven counts and a Send/Recv ring at 64 MiB / 1 MiB. Every result is checked. Prints p50 / max host time per call and
-// fails when rank 0's p50 exceeds CONCCL_TEST_MAX_HOST_US (default 20) for any round.
+// other collective, AllToAllv with uneven counts and a Send/Recv ring at 64 MiB / 1 MiB. Every result is checked.
+// Prints p50 / max host time per call and fails when rank 0's p50 exceeds CONCCL_TEST_MAX_HOST_US (default 20) for
+// calls back to back, or CONCCL_TEST_MAX_COLD_HOST_US (default 250) for one call a round and first calls of a shape.
 void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
 
 // "cross-order": a second communicator B (every rank; its id travels by a Broadcast on the first one, A), each on
