@@ -11,14 +11,16 @@ bool after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
 }  // namespace
 
 GpuWatchdog::GpuWatchdog(int nranks, std::chrono::milliseconds timeout, Progress progress, OnTimeout onTimeout,
-                         bool startThread, CheckPeers checkPeers, ReopenAfterFailure reopenAfterFailure)
+                         bool startThread, CheckPeers checkPeers, ReopenAfterFailure reopenAfterFailure,
+                         Housekeeping housekeeping)
     : timeout_(timeout),
       period_(std::clamp<std::chrono::milliseconds>(timeout / 8, std::chrono::milliseconds(1),
                                                     std::chrono::milliseconds(100))),
       progress_(std::move(progress)),
       onTimeout_(std::move(onTimeout)),
       checkPeers_(std::move(checkPeers)),
-      reopenAfterFailure_(std::move(reopenAfterFailure)) {
+      reopenAfterFailure_(std::move(reopenAfterFailure)),
+      housekeeping_(std::move(housekeeping)) {
   ranks_.resize(static_cast<size_t>(nranks > 0 ? nranks : 0));
   if (startThread) thread_ = std::thread([this] { run(); });
 }
@@ -105,6 +107,7 @@ void GpuWatchdog::run() {
   bool reported = false;  // reported once: the communicator is out of service, nothing more to report
   std::optional<Clock::time_point> drainingSince;
   std::chrono::milliseconds period = period_;
+  Clock::time_point lastHousekeeping = Clock::now();
   while (!stopping_) {
     stopCv_.wait_for(lock, period, [this] { return stopping_; });
     if (stopping_) break;
@@ -115,6 +118,10 @@ void GpuWatchdog::run() {
       const bool captured = captured_.load(std::memory_order_acquire);
       const bool peerGone = !report && checkPeers_ && (workPending() || captured) && checkPeers_();
       reported = report.has_value() || peerGone;
+      if (!reported && housekeeping_ && Clock::now() - lastHousekeeping >= kHousekeepingPeriod) {
+        housekeeping_();
+        lastHousekeeping = Clock::now();
+      }
     }
     // After a failure, keep the rank's waits open until its GPU work drains (ReopenAfterFailure), within a timeout.
     period = period_;

@@ -43,9 +43,15 @@ class GpuWatchdog {
   // after a peer was killed (one H200, 2026-12-03). Bounded: at most `timeout` after the first failed look.
   using ReopenAfterFailure = std::function<bool()>;
 
+  // Called on the watchdog's thread about every kHousekeepingPeriod until the watchdog reports (or finds a dead peer):
+  // the communicator's background chores (ProcessClique::housekeeping). Must not throw.
+  using Housekeeping = std::function<void()>;
+  static constexpr std::chrono::milliseconds kHousekeepingPeriod{100};
+
   // Starts the polling thread when `startThread` (tests drive poll() themselves).
   GpuWatchdog(int nranks, std::chrono::milliseconds timeout, Progress progress, OnTimeout onTimeout,
-              bool startThread = true, CheckPeers checkPeers = {}, ReopenAfterFailure reopenAfterFailure = {});
+              bool startThread = true, CheckPeers checkPeers = {}, ReopenAfterFailure reopenAfterFailure = {},
+              Housekeeping housekeeping = {});
   ~GpuWatchdog();
   GpuWatchdog(const GpuWatchdog&) = delete;
   GpuWatchdog& operator=(const GpuWatchdog&) = delete;
@@ -90,6 +96,7 @@ class GpuWatchdog {
   OnTimeout onTimeout_;
   CheckPeers checkPeers_;
   ReopenAfterFailure reopenAfterFailure_;
+  Housekeeping housekeeping_;
   mutable std::mutex mutex_;  // ranks_, fired_, anyPending_
   bool anyPending_ = false;
   std::vector<RankWatch> ranks_;

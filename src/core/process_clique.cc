@@ -129,7 +129,9 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
         if (!asyncError()) return false;
         executor_->cancel();
         return true;
-      });
+      },
+      // Memory freed since it was exported goes back without waiting for a new export (process_clique_ipc.cc).
+      [this] { housekeeping(); });
 
   // The executor's all-gather above happened after every rank had mapped the segment: its name can go now, and
   // after the barrier (every rank has mapped the peers' scratch) the sockets too.

@@ -324,6 +324,12 @@ class ProcessClique final : public Clique {
   void closePeerImport(int peer, uint64_t allocId);
   // The retirements the watchdog read from the peers' entries (it does not touch the windows itself).
   void closeRetiredPeerImports();
+  // The least call count (`consumed`) the peers still here have read; UINT64_MAX without any.
+  uint64_t peersConsumedThrough() const;
+  // Every GpuWatchdog housekeeping period (its thread): this rank's exports of memory freed since are retired (the
+  // peers unmap it after the next call, whatever memory that call uses), and retired units no peer can map any more
+  // are let go.
+  void housekeeping();
   // waitAndLaunch without its capture bookkeeping (the capture watch, the relaxed scope, the capture's checks).
   void matchAndLaunch(CallTicket& ticket);
   // Publishes window operation `kind` (register or deregister) with `value` (size or window id) as call `seq`

@@ -338,7 +338,7 @@ void ProcessClique::publish(const PendingCall& pending, const OwnPart& own, bool
   }
   out.launchedEarly = symmetric ? 1 : 0;
   out.unshareable = own.unshareable && !own.error ? 1 : 0;
-  std::vector<uint64_t> retired = own.error ? std::vector<uint64_t>{} : executor_->takeRetiredExports(rank_);
+  std::vector<uint64_t> retired = own.error ? std::vector<uint64_t>{} : executor_->takeRetiredExports(rank_, seq);
   out.retiredCount = static_cast<uint32_t>(std::min<size_t>(retired.size(), kMaxRetired));
   for (uint32_t i = 0; i < out.retiredCount; ++i) out.retired[i] = retired[i];
   if (retired.size() > kMaxRetired) {
@@ -356,6 +356,8 @@ void ProcessClique::publish(const PendingCall& pending, const OwnPart& own, bool
     }
   }
   markPublished(out, seq);
+  // Retired units the peers can no longer map (exec/retire_after_peers.h): a load when none waits.
+  executor_->releaseRetiredExports(rank_, peersConsumedThrough());
 }
 
 void ProcessClique::launchEarly(PendingCall& pending, const CallTicket& ticket, std::vector<Assumption> assumed) {

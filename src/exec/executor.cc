@@ -12,7 +12,7 @@ namespace {
 
 BufferExport Executor::exportBuffer(int, const void*, size_t, const char*) { singleProcessOnly("exportBuffer"); }
 void Executor::retireExport(int, const void*) { singleProcessOnly("retireExport"); }
-std::vector<uint64_t> Executor::takeRetiredExports(int) { return {}; }
+std::vector<uint64_t> Executor::takeRetiredExports(int, uint64_t) { return {}; }
 void Executor::requeueRetiredExports(int, const std::vector<uint64_t>&) { singleProcessOnly("requeueRetiredExports"); }
 void* Executor::importBuffer(int, const BufferExport&) { singleProcessOnly("importBuffer"); }
 void Executor::closeImport(int, uint64_t) {}

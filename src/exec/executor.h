@@ -144,10 +144,18 @@ class Executor {
   // takeRetiredExports so that the peers unmap it.
   virtual void retireExport(int rank, const void* ptr);
   // Allocation ids whose mappings the peers may drop (replaced at the same address, or deregistered); each id
-  // is returned once.
-  virtual std::vector<uint64_t> takeRetiredExports(int rank);
+  // is returned once, for the mailbox entry of call `carryingSeq` (exec/retire_after_peers.h: a retired VMM unit stays
+  // served until the peers have read past that call).
+  virtual std::vector<uint64_t> takeRetiredExports(int rank, uint64_t carryingSeq);
   // Gives back ids taken but not yet sent (they are returned again by the next takeRetiredExports).
   virtual void requeueRetiredExports(int rank, const std::vector<uint64_t>& ids);
+  // Lets go of the retired exports no peer can map any more, given the least call count (`consumed`) the peers have
+  // read (exec/retire_after_peers.h). Cheap when nothing waits.
+  virtual void releaseRetiredExports(int /*rank*/, uint64_t /*peersConsumed*/) {}
+  // Retires the exports whose memory was freed (or whose VMM pieces were unmapped) since they were made, without
+  // waiting for a new export to sweep them: called in the background (the GPU watchdog's housekeeping), so that the
+  // peers drop their mappings at the next call, whatever memory it uses.
+  virtual void sweepFreedExports(int /*rank*/) {}
   // The address, in this process, of the buffer `owner` exported: maps the allocation the first time (cached
   // by (owner, allocId)).
   virtual void* importBuffer(int owner, const BufferExport& buffer);

@@ -196,5 +196,27 @@ TEST(GpuWatchdog, AfterACaptureAKilledPeerIsFoundWhileNothingIsPending) {
   }
 }
 
+
+TEST(GpuWatchdog, HousekeepingRunsEveryPeriodUntilAReport) {
+  // The communicator's background chores (ProcessClique::housekeeping: freed exports swept) run while the GPU is
+  // idle too, about every kHousekeepingPeriod, and stop once the watchdog has reported.
+  FakeGpu gpu(1);
+  std::atomic<int> chores{0}, reports{0};
+  {
+    GpuWatchdog w(1, 300ms, gpu.progress(), [&](const std::string&) { ++reports; }, /*startThread=*/true, {}, {},
+                  [&] { ++chores; });
+    std::this_thread::sleep_for(GpuWatchdog::kHousekeepingPeriod * 5);
+    EXPECT_GE(chores.load(), 2) << "idle: housekeeping still runs";
+    EXPECT_LE(chores.load(), 6) << "not more often than its period";
+    gpu.launch(w, 0, "concclAllGather #3");  // never completes: a report after 300 ms
+    const auto deadline = Clock::now() + 5s;
+    while (reports == 0 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    ASSERT_EQ(reports.load(), 1);
+    const int atReport = chores.load();
+    std::this_thread::sleep_for(GpuWatchdog::kHousekeepingPeriod * 4);
+    EXPECT_EQ(chores.load(), atReport) << "out of service: no more chores";
+  }
+}
+
 }  // namespace
 }  // namespace conccl

@@ -27,6 +27,7 @@
 #include "exec/cuda/raii.h"
 #include "exec/cuda/vmm_export.h"
 #include "exec/executor.h"
+#include "exec/retire_after_peers.h"
 #include "sched/schedule.h"
 
 namespace conccl::exec {
@@ -52,8 +53,10 @@ class CudaExecutor final : public Executor {
 
   BufferExport exportBuffer(int rank, const void* ptr, size_t bytes, const char* what) override;
   void retireExport(int rank, const void* ptr) override;
-  std::vector<uint64_t> takeRetiredExports(int rank) override;
+  std::vector<uint64_t> takeRetiredExports(int rank, uint64_t carryingSeq) override;
   void requeueRetiredExports(int rank, const std::vector<uint64_t>& ids) override;
+  void releaseRetiredExports(int rank, uint64_t peersConsumed) override;
+  void sweepFreedExports(int rank) override;
   void* importBuffer(int owner, const BufferExport& buffer) override;
   void closeImport(int owner, uint64_t allocId) override;
   std::optional<BufferExport> exportIfShareable(int rank, const void* ptr, size_t bytes, const char* what) override;
@@ -148,10 +151,20 @@ class CudaExecutor final : public Executor {
   std::map<uint64_t, VmmUnit> vmmUnits_;
   static constexpr size_t kMaxVmmUnits = 256;
   uint64_t vmmClock_ = 0;  // VmmUnit::lastUse
+  // vmmClock_ at the last takeRetiredExports: a unit used since is used by the call being prepared, which a sweep must
+  // not retire (its peers would drop their mapping on reading the entry, then map it again for the call itself).
+  uint64_t vmmClockAtLastEntry_ = 0;
+  bool usedByCallBeingPrepared(const VmmUnit& u) const { return u.lastUse > vmmClockAtLastEntry_; }
+  // Retired units still served to the peers until none can map them (exec/retire_after_peers.h), by id.
+  std::map<uint64_t, VmmUnit> retiringVmm_;
+  RetireAfterPeers retiringGate_;
+  std::atomic<bool> anyRetiring_{false};  // releaseRetiredExports is a load when nothing waits
+  void releaseRetiringUnitsLocked(const std::vector<uint64_t>& ids);
   const VmmUnit* cachedVmmUnitLocked(const void* ptr, size_t bytes);
   std::optional<BufferExport> exportVmmLocked(const void* ptr, size_t bytes);  // a new unit (nullopt: staged)
   static BufferExport vmmExportOf(const VmmUnit& unit, const void* ptr);
   void retireVmmUnitLocked(std::map<uint64_t, VmmUnit>::iterator it);
+  void retireFreedAllocationLocked(std::map<uint64_t, BufferExport>::iterator cached);
   void retireStaleExportsLocked();
   bool peersAllowed_ = false;  // this executor's peers are allowed to ask the VMM handle server
   std::vector<int64_t> otherProcesses() const;  // the peers' pids, without this process's

@@ -125,32 +125,6 @@ std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void
   return out;
 }
 
-void CudaExecutor::retireStaleExportsLocked() {
-  // A new export: sweep the cache for allocations that were freed since (their address no longer carries their id;
-  // a VMM unit whose pieces were unmapped) and hand their ids to the peers to unmap. This is not only tidiness: a
-  // peer maps our small allocations at our own addresses, so a stale mapping of freed memory would make the mapping
-  // of a new allocation at the same place fail (cudaErrorAlreadyMapped); and a VMM unit retains its pieces, which
-  // keeps their memory allocated until it is retired. The peers' work on a freed allocation is complete: it came
-  // before the done signal our stream waited for, and the free waited for our stream. One driver call per cached
-  // allocation (two per VMM piece), on this path only (a new export costs milliseconds anyway).
-  for (auto cached = exports_.begin(); cached != exports_.end();) {
-    const PointerInfo now = queryPointer(reinterpret_cast<void*>(cached->second.base));
-    if (now.bufferId == cached->first) {
-      ++cached;
-      continue;
-    }
-    retiredExports_.push_back(cached->first);
-    auto at = exportedAt_.find(static_cast<CUdeviceptr>(cached->second.base));
-    if (at != exportedAt_.end() && at->second == cached->first) exportedAt_.erase(at);
-    cached = exports_.erase(cached);
-  }
-  for (auto unit = vmmUnits_.begin(); unit != vmmUnits_.end();) {
-    auto next = std::next(unit);
-    if (!vmmUnitStillMapped(unit->second)) retireVmmUnitLocked(unit);
-    unit = next;
-  }
-}
-
 const VmmUnit* CudaExecutor::cachedVmmUnitLocked(const void* ptr, size_t bytes) {
   // A unit made for an earlier call that covers this buffer, if its pieces are still the ones mapped there; a unit
   // whose pieces were replaced is retired on the way.
@@ -161,7 +135,9 @@ const VmmUnit* CudaExecutor::cachedVmmUnitLocked(const void* ptr, size_t bytes) 
         unit->second.lastUse = ++vmmClock_;
         return &unit->second;
       }
-      retireVmmUnitLocked(unit);
+      // Not one the call being prepared uses for its other buffer (its peers would drop their mapping on reading
+      // the entry, then map it again for the call): that one is swept later.
+      if (!usedByCallBeingPrepared(unit->second)) retireVmmUnitLocked(unit);
     }
     unit = next;
   }
@@ -216,30 +192,6 @@ BufferExport CudaExecutor::vmmExportOf(const VmmUnit& unit, const void* ptr) {
   return e;
 }
 
-void CudaExecutor::retireVmmUnitLocked(std::map<uint64_t, VmmUnit>::iterator it) {
-  VmmHandleServer::instance().withdraw(it->first);
-  releaseVmmUnit(it->second);
-  retiredExports_.push_back(it->first);
-  vmmUnits_.erase(it);
-  mappingGeneration_.fetch_add(1, std::memory_order_release);
-}
-
-void CudaExecutor::retireExport(int rank, const void* ptr) {
-  CONCCL_ASSERT(processMode_ && rank == localRank_);
-  DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
-  const PointerInfo info = queryPointer(ptr);
-  std::lock_guard<std::mutex> lock(exportMutex_);
-  for (auto unit = vmmUnits_.begin(); unit != vmmUnits_.end();) {
-    auto next = std::next(unit);
-    if (vmmUnitCovers(unit->second, ptr, 1)) retireVmmUnitLocked(unit);
-    unit = next;
-  }
-  if (info.bufferId == 0 || exports_.erase(info.bufferId) == 0) return;
-  exportedAt_.erase(info.base);
-  retiredExports_.push_back(info.bufferId);
-  mappingGeneration_.fetch_add(1, std::memory_order_release);
-}
-
 std::vector<int64_t> CudaExecutor::otherProcesses() const {
   std::vector<int64_t> others;
   for (int64_t pid : pids_) {
@@ -255,6 +207,8 @@ void CudaExecutor::releaseVmmExports() {
       VmmHandleServer::instance().withdraw(id);
       releaseVmmUnit(unit);
     }
+    // Retired units still served: at destroy no peer maps anything of this communicator any more.
+    releaseRetiringUnitsLocked(retiringGate_.takeAll());
   } catch (const Error& e) {
     CONCCL_WARN(localRank_, devices_[static_cast<size_t>(localRank_)],
                 std::string("releasing the exported VMM buffers failed: ") + e.what());
@@ -262,18 +216,6 @@ void CudaExecutor::releaseVmmExports() {
   vmmUnits_.clear();
   if (peersAllowed_) VmmHandleServer::instance().disallowPeers(otherProcesses());
   peersAllowed_ = false;
-}
-
-std::vector<uint64_t> CudaExecutor::takeRetiredExports(int rank) {
-  CONCCL_ASSERT(processMode_ && rank == localRank_);
-  std::lock_guard<std::mutex> lock(exportMutex_);
-  return std::exchange(retiredExports_, {});
-}
-
-void CudaExecutor::requeueRetiredExports(int rank, const std::vector<uint64_t>& ids) {
-  CONCCL_ASSERT(processMode_ && rank == localRank_);
-  std::lock_guard<std::mutex> lock(exportMutex_);
-  retiredExports_.insert(retiredExports_.begin(), ids.begin(), ids.end());
 }
 
 void* CudaExecutor::importBuffer(int owner, const BufferExport& b) {

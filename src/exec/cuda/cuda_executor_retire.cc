@@ -1,0 +1,148 @@
+// The CUDA executor's retirement of its exports (several processes; the class: cuda_executor.h): finding the
+// allocations that were freed (or whose VMM pieces were replaced) since they were exported, handing their ids to the
+// peers with the next call so that they unmap them, and letting go of a retired VMM unit once no peer can map it any
+// more (exec/retire_after_peers.h). The exports themselves: cuda_executor_buffers.cc.
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <iterator>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "base/error.h"
+#include "base/logging.h"
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cuda_executor.h"
+#include "exec/cuda/ipc_import_table.h"
+
+namespace conccl::exec {
+
+void CudaExecutor::retireFreedAllocationLocked(std::map<uint64_t, BufferExport>::iterator cached) {
+  retiredExports_.push_back(cached->first);
+  auto at = exportedAt_.find(static_cast<CUdeviceptr>(cached->second.base));
+  if (at != exportedAt_.end() && at->second == cached->first) exportedAt_.erase(at);
+  exports_.erase(cached);
+  mappingGeneration_.fetch_add(1, std::memory_order_release);
+}
+
+void CudaExecutor::retireStaleExportsLocked() {
+  // A new export: sweep the cache for allocations that were freed since (their address no longer carries their id;
+  // a VMM unit whose pieces were unmapped) and hand their ids to the peers to unmap. This is not only tidiness: a
+  // peer maps our small allocations at our own addresses, so a stale mapping of freed memory would make the mapping
+  // of a new allocation at the same place fail (cudaErrorAlreadyMapped); and a VMM unit retains its pieces, which
+  // keeps their memory allocated until it is released. The peers' work on a freed allocation is complete: it came
+  // before the done signal our stream waited for, and the free waited for our stream. A VMM unit's pieces may be
+  // unmapped while a call still names it (a later buffer inside the unit, on pieces still mapped), so a retired unit
+  // stays served until the peers read past the call carrying its id (releaseRetiredExports). One driver call per
+  // cached allocation (two per VMM piece), on this path and in the background sweep (sweepFreedExports).
+  for (auto cached = exports_.begin(); cached != exports_.end();) {
+    auto next = std::next(cached);
+    if (queryPointer(reinterpret_cast<void*>(cached->second.base)).bufferId != cached->first) {
+      retireFreedAllocationLocked(cached);
+    }
+    cached = next;
+  }
+  for (auto unit = vmmUnits_.begin(); unit != vmmUnits_.end();) {
+    auto next = std::next(unit);
+    if (!usedByCallBeingPrepared(unit->second) && !vmmUnitStillMapped(unit->second)) retireVmmUnitLocked(unit);
+    unit = next;
+  }
+}
+
+void CudaExecutor::retireVmmUnitLocked(std::map<uint64_t, VmmUnit>::iterator it) {
+  // No longer used for new calls; still served (exec/retire_after_peers.h).
+  const uint64_t id = it->first;
+  retiredExports_.push_back(id);
+  retiringGate_.retired(id);
+  retiringVmm_.emplace(id, std::move(it->second));
+  anyRetiring_.store(true, std::memory_order_release);
+  vmmUnits_.erase(it);
+  mappingGeneration_.fetch_add(1, std::memory_order_release);
+}
+
+void CudaExecutor::releaseRetiringUnitsLocked(const std::vector<uint64_t>& ids) {
+  for (uint64_t id : ids) {
+    auto it = retiringVmm_.find(id);
+    if (it == retiringVmm_.end()) continue;
+    VmmHandleServer::instance().withdraw(id);
+    releaseVmmUnit(it->second);
+    retiringVmm_.erase(it);
+  }
+  anyRetiring_.store(!retiringGate_.empty(), std::memory_order_release);
+}
+
+void CudaExecutor::retireExport(int rank, const void* ptr) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_);
+  DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
+  const PointerInfo info = queryPointer(ptr);
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  for (auto unit = vmmUnits_.begin(); unit != vmmUnits_.end();) {
+    auto next = std::next(unit);
+    if (vmmUnitCovers(unit->second, ptr, 1)) retireVmmUnitLocked(unit);
+    unit = next;
+  }
+  if (info.bufferId == 0) return;
+  if (auto cached = exports_.find(info.bufferId); cached != exports_.end()) retireFreedAllocationLocked(cached);
+}
+
+std::vector<uint64_t> CudaExecutor::takeRetiredExports(int rank, uint64_t carryingSeq) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_);
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  retiringGate_.carriedBy(carryingSeq);
+  vmmClockAtLastEntry_ = vmmClock_;  // the call being prepared is published: its units may be swept from now on
+  return std::exchange(retiredExports_, {});
+}
+
+void CudaExecutor::requeueRetiredExports(int rank, const std::vector<uint64_t>& ids) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_);
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  retiredExports_.insert(retiredExports_.begin(), ids.begin(), ids.end());
+  retiringGate_.notCarried(ids);
+}
+
+void CudaExecutor::releaseRetiredExports(int rank, uint64_t peersConsumed) {
+  if (!processMode_ || rank != localRank_ || !anyRetiring_.load(std::memory_order_acquire)) return;
+  DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  releaseRetiringUnitsLocked(retiringGate_.releasable(peersConsumed));
+}
+
+void CudaExecutor::sweepFreedExports(int rank) {
+  if (!processMode_ || rank != localRank_) return;
+  DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
+  // What to look at, under the lock; the driver queries (one per allocation, two per VMM piece) outside it, so that a
+  // call exporting meanwhile does not wait for them; then, under the lock again, the retirement of what is still
+  // cached as it was.
+  std::vector<std::pair<uint64_t, CUdeviceptr>> allocations;
+  std::vector<VmmUnit> units;
+  {
+    std::lock_guard<std::mutex> lock(exportMutex_);
+    for (const auto& [id, e] : exports_) allocations.emplace_back(id, static_cast<CUdeviceptr>(e.base));
+    for (const auto& [id, u] : vmmUnits_) {
+      if (!usedByCallBeingPrepared(u)) units.push_back(u);  // a copy: its handles are compared, not used
+    }
+  }
+  std::vector<uint64_t> freed, stale;
+  for (const auto& [id, base] : allocations) {
+    if (queryPointer(reinterpret_cast<void*>(base)).bufferId != id) freed.push_back(id);
+  }
+  for (const VmmUnit& u : units) {
+    if (!vmmUnitStillMapped(u)) stale.push_back(u.id);
+  }
+  if (freed.empty() && stale.empty()) return;
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  for (uint64_t id : freed) {
+    if (auto cached = exports_.find(id); cached != exports_.end()) retireFreedAllocationLocked(cached);
+  }
+  for (uint64_t id : stale) {
+    auto unit = vmmUnits_.find(id);
+    if (unit != vmmUnits_.end() && !usedByCallBeingPrepared(unit->second)) retireVmmUnitLocked(unit);
+  }
+  CONCCL_TRACE(localRank_, devices_[static_cast<size_t>(localRank_)],
+               "swept " + std::to_string(freed.size()) + " freed allocation(s) and " + std::to_string(stale.size()) +
+                   " VMM unit(s) whose pieces were unmapped: their ids go to the peers with the next call");
+}
+
+}  // namespace conccl::exec
