@@ -160,6 +160,9 @@ class CudaExecutor final : public Executor {
   RetireAfterPeers retiringGate_;
   std::atomic<bool> anyRetiring_{false};  // releaseRetiredExports is a load when nothing waits
   void releaseRetiringUnitsLocked(const std::vector<uint64_t>& ids);
+  // The background sweep's place among the units (sweepFreedExports), and its work per pass.
+  uint64_t sweepCursor_ = 0;
+  static constexpr size_t kSweepPiecesPerPass = 256;
   const VmmUnit* cachedVmmUnitLocked(const void* ptr, size_t bytes);
   std::optional<BufferExport> exportVmmLocked(const void* ptr, size_t bytes);  // a new unit (nullopt: staged)
   static BufferExport vmmExportOf(const VmmUnit& unit, const void* ptr);

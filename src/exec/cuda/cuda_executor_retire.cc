@@ -120,9 +120,17 @@ void CudaExecutor::sweepFreedExports(int rank) {
   {
     std::lock_guard<std::mutex> lock(exportMutex_);
     for (const auto& [id, e] : exports_) allocations.emplace_back(id, static_cast<CUdeviceptr>(e.base));
-    for (const auto& [id, u] : vmmUnits_) {
-      if (!usedByCallBeingPrepared(u)) units.push_back(u);  // a copy: its handles are compared, not used
+    // Round robin from where the last sweep stopped, up to kSweepPiecesPerPass pieces (two driver calls each): a
+    // job with hundreds of many-piece units spreads them over several passes.
+    size_t pieces = 0;
+    auto unit = vmmUnits_.lower_bound(sweepCursor_);
+    for (size_t seen = 0; seen < vmmUnits_.size() && pieces < kSweepPiecesPerPass; ++seen, ++unit) {
+      if (unit == vmmUnits_.end()) unit = vmmUnits_.begin();
+      if (usedByCallBeingPrepared(unit->second)) continue;
+      units.push_back(unit->second);  // a copy: its handles are compared, not used
+      pieces += unit->second.pieces.size();
     }
+    sweepCursor_ = unit == vmmUnits_.end() ? 0 : unit->first;
   }
   std::vector<uint64_t> freed, stale;
   for (const auto& [id, base] : allocations) {
