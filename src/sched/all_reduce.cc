@@ -13,30 +13,56 @@ namespace conccl::sched::detail {
 
 namespace {
 
-// CollectiveCall::peerScratchOnly with two ranks: one shot. Each rank pushes its whole input into the other's scratch
-// and reduces the whole buffer itself, inputs in rank order (both compute the same bits). The same bytes cross between
-// the ranks as with a reduce-scatter and an all-gather (half of the buffer each way, twice), in one exchange instead of
-// two: per rank one ready handshake, one copy, one data flag and one Reduce, no copy out of scratch. All on M: the
-// copy of this rank's input must be done before an in-place Reduce overwrites it, and a single copy has nothing to
-// overlap with on a lane. With more ranks each would push (n - 1) whole buffers instead of 2 (n - 1) / n of one.
+// CollectiveCall::peerScratchOnly, small: one shot. Each rank pushes its whole input into every peer's scratch (slot
+// q of rank r's scratch holds rank q's input, peers in rank order) and reduces the whole buffer itself, inputs in rank
+// order (every rank computes the same bits). Per rank one ready handshake and one data flag per peer (consecutive
+// signals and waits on M are one batched memory-operation node each), n - 1 copies and one Reduce, no copy out of
+// scratch: a staged call up to a few MiB is bound by its launch and the round trips between the ranks, not by its
+// bytes. With two ranks the same bytes cross as with a reduce-scatter and an all-gather; with n ranks each pushes
+// (n - 1) whole buffers instead of 2 (n - 1) / n of one, so above two ranks only up to kOneShotMaxBytesAboveTwoRanks.
+// All on M: the copies of this rank's input must be done before an in-place Reduce overwrites it.
+constexpr size_t kOneShotMaxBytesAboveTwoRanks = size_t{1} << 20;
+constexpr int kOneShotMaxRanks = 8;  // a Reduce of n inputs (the CUDA kernel takes 16), n - 1 slots of scratch
+
+bool stagedOneShotFits(const CollectiveCall& call, const BuildOptions& options, size_t bytes) {
+  const int n = call.nranks;
+  if (n < 2 || n > kOneShotMaxRanks || bytes == 0) return false;
+  if (n > 2 && bytes > kOneShotMaxBytesAboveTwoRanks) return false;
+  return roundUp(bytes, kAlign) * static_cast<size_t>(n - 1) <= options.scratchBudget;
+}
+
 Schedule buildStagedOneShotAllReduce(const CollectiveCall& call, const BuildOptions& options) {
-  CONCCL_ASSERT(call.nranks == 2);
+  const int n = call.nranks;
   const size_t bytes = call.count * typeSize(call.dtype);
+  const size_t slot = roundUp(bytes, kAlign);
   const int depth = std::max(1, options.pipelineDepth);
   Schedule s = newSchedule(call, options);
-  s.scratchBytes = roundUp(bytes, kAlign);
+  s.scratchBytes = slot * static_cast<size_t>(n - 1);
   s.algorithm = "staged one-shot";
-  for (int me = 0; me < 2; ++me) {
-    const int peer = 1 - me;
+  // Where rank q's input lands in rank r's scratch.
+  auto slotOf = [&](int r, int q) { return static_cast<size_t>(q < r ? q : q - 1) * slot; };
+  for (int me = 0; me < n; ++me) {
     std::vector<Op>& ops = s.programs[static_cast<size_t>(me)].ops;
-    // This rank's scratch is free (its previous program ended), and so is the peer's before anything goes there.
-    ops.push_back(Signal{peer, readySlot(2, me), kMainStream});
-    ops.push_back(Wait{readySlot(2, peer)});
-    ops.push_back(Copy{sendLoc(call, me, 0), Location{peer, kScratch, 0}, bytes, kMainStream});
-    ops.push_back(Signal{peer, stagedDataSlot(2, me, 0, depth, options.lanes), kMainStream});
-    ops.push_back(Wait{stagedDataSlot(2, peer, 0, depth, options.lanes)});
+    // This rank's scratch is free (its previous program ended), and so is each peer's before anything goes there.
+    for (int p = 0; p < n; ++p) {
+      if (p != me) ops.push_back(Signal{p, readySlot(n, me), kMainStream});
+    }
+    for (int p = 0; p < n; ++p) {
+      if (p != me) ops.push_back(Wait{readySlot(n, p)});
+    }
+    for (int p = 0; p < n; ++p) {
+      if (p != me) ops.push_back(Copy{sendLoc(call, me, 0), Location{p, kScratch, slotOf(p, me)}, bytes, kMainStream});
+    }
+    for (int p = 0; p < n; ++p) {
+      if (p != me) ops.push_back(Signal{p, stagedDataSlot(n, me, 0, depth, options.lanes), kMainStream});
+    }
+    for (int p = 0; p < n; ++p) {
+      if (p != me) ops.push_back(Wait{stagedDataSlot(n, p, 0, depth, options.lanes)});
+    }
     Reduce red;
-    for (int q = 0; q < 2; ++q) red.inputs.push_back(q == me ? sendLoc(call, me, 0) : Location{me, kScratch, 0});
+    for (int q = 0; q < n; ++q) {
+      red.inputs.push_back(q == me ? sendLoc(call, me, 0) : Location{me, kScratch, slotOf(me, q)});
+    }
     red.output = recvLoc(call, me, 0);
     red.count = call.count;
     red.dtype = call.dtype;
@@ -123,9 +149,7 @@ Schedule buildAllReduce(const CollectiveCall& call, const BuildOptions& options)
   }
   if (call.peerScratchOnly) {
     const size_t bytes = call.count * es;
-    if (n == 2 && bytes > 0 && roundUp(bytes, kAlign) <= options.scratchBudget) {
-      return buildStagedOneShotAllReduce(call, options);
-    }
+    if (stagedOneShotFits(call, options, bytes)) return buildStagedOneShotAllReduce(call, options);
     return buildStagedAllReduce(call, options, std::move(shares));
   }
   emitReducePipeline(call, options, shares, s);

@@ -471,9 +471,11 @@ TEST(PeerScratchOnly, AllReduceHandshakesOncePerPairWhenBothPhasesFit) {
     return k;
   };
   for (int n : {2, 3, 4, 8}) {
-    CollectiveCall call = makeCall(CollKind::kAllReduce, n, (size_t{1} << 20) / 4);
+    // 2 MiB: above the one shot's 1 MiB with more than two ranks (SmallAllReduceIsOneShotWhereItFits).
+    CollectiveCall call = makeCall(CollKind::kAllReduce, n, (size_t{2} << 20) / 4);
     call.peerScratchOnly = true;
     const Schedule fits = buildSchedule(call, BuildOptions{});
+    if (n > 2) EXPECT_NE(fits.algorithm, "staged one-shot");
     const BuildOptions small = tinyOptions(1, 2);  // 64 KiB: the pipeline's slots fill it, the all-gather reuses them
     const Schedule tight = buildSchedule(call, small);
     for (int r = 0; r < n; ++r) {
@@ -495,43 +497,55 @@ TEST(PeerScratchOnly, AllReduceHandshakesOncePerPairWhenBothPhasesFit) {
   }
 }
 
-// Two ranks: one shot. Each rank copies its whole input into the other's scratch once and reduces the whole buffer
-// itself (one handshake, no all-gather, nothing copied out of scratch); in place too. Where the buffer does not fit in
-// the scratch, the reduce-scatter + all-gather. Validity: SchedMatrix.PeerScratchOnly (n = 2).
-TEST(PeerScratchOnly, TwoRankAllReduceIsOneShotWhereItFits) {
-  for (bool inPlace : {false, true}) {
-    const size_t count = (size_t{1} << 20) / 4 + 3;
-    CollectiveCall call = makeCall(CollKind::kAllReduce, 2, count, concclFloat32, concclSum, 0, inPlace);
-    call.peerScratchOnly = true;
-    const Schedule s = buildSchedule(call, BuildOptions{});
-    EXPECT_EQ(s.algorithm, "staged one-shot");
-    expectValid(call, BuildOptions{}, true);
-    for (int r = 0; r < 2; ++r) {
-      int copies = 0, reduces = 0, waits = 0;
-      for (const Op& op : s.programs[static_cast<size_t>(r)].ops) {
-        if (const auto* c = std::get_if<Copy>(&op)) {
-          ++copies;
-          EXPECT_EQ(c->bytes, count * 4);
-          EXPECT_EQ(c->dst.buffer, kScratch);
-          EXPECT_EQ(c->dst.rank, 1 - r);
+// One shot: each rank copies its whole input into every peer's scratch once and reduces the whole buffer itself (one
+// handshake per pair, no all-gather, nothing copied out of scratch); in place too. Where the buffers do not fit in the
+// scratch, the reduce-scatter + all-gather. Validity: SchedMatrix.PeerScratchOnly (every n, 4099 elements) and the
+// expectValid calls here.
+TEST(PeerScratchOnly, SmallAllReduceIsOneShotWhereItFits) {
+  // Two ranks: any size the scratch holds. More ranks: up to 1 MiB (each rank pushes n - 1 whole buffers).
+  for (int n : {2, 3, 4, 8}) {
+    for (bool inPlace : {false, true}) {
+      const size_t count = n == 2 ? (size_t{1} << 20) / 4 + 3 : (size_t{1} << 20) / 4 - 5;
+      CollectiveCall call = makeCall(CollKind::kAllReduce, n, count, concclFloat32, concclSum, 0, inPlace);
+      call.peerScratchOnly = true;
+      const Schedule s = buildSchedule(call, BuildOptions{});
+      EXPECT_EQ(s.algorithm, "staged one-shot") << "n=" << n;
+      expectValid(call, BuildOptions{}, true);
+      for (int r = 0; r < n; ++r) {
+        int copies = 0, reduces = 0, waits = 0;
+        std::vector<int> copiedTo;
+        for (const Op& op : s.programs[static_cast<size_t>(r)].ops) {
+          if (const auto* c = std::get_if<Copy>(&op)) {
+            ++copies;
+            EXPECT_EQ(c->bytes, count * 4);
+            EXPECT_EQ(c->dst.buffer, kScratch);
+            copiedTo.push_back(c->dst.rank);
+          }
+          if (const auto* red = std::get_if<Reduce>(&op)) {
+            ++reduces;
+            EXPECT_EQ(red->count, count);
+            EXPECT_EQ(red->inputs.size(), static_cast<size_t>(n));
+          }
+          waits += std::holds_alternative<Wait>(op) ? 1 : 0;
         }
-        if (const auto* red = std::get_if<Reduce>(&op)) {
-          ++reduces;
-          EXPECT_EQ(red->count, count);
-        }
-        waits += std::holds_alternative<Wait>(op) ? 1 : 0;
+        EXPECT_EQ(copies, n - 1) << "n=" << n << " rank " << r << ": its input once into every peer's scratch";
+        EXPECT_EQ(std::count(copiedTo.begin(), copiedTo.end(), r), 0);
+        EXPECT_EQ(reduces, 1) << "n=" << n << " rank " << r;
+        EXPECT_EQ(waits, 2 * (n - 1)) << "n=" << n << " rank " << r << ": each peer's ready and its data";
       }
-      EXPECT_EQ(copies, 1) << "rank " << r;
-      EXPECT_EQ(reduces, 1) << "rank " << r;
-      EXPECT_EQ(waits, 2) << "rank " << r << ": the peer's ready and its data";
+      BuildOptions small;
+      small.scratchBudget = 512u << 10;  // below the 1 MiB buffer
+      const Schedule split = buildSchedule(call, small);
+      EXPECT_NE(split.algorithm, "staged one-shot");
+      EXPECT_LE(split.scratchBytes, small.scratchBudget);
+      expectValid(call, small, true);
     }
-    BuildOptions small;
-    small.scratchBudget = 512u << 10;  // below the 1 MiB buffer
-    const Schedule split = buildSchedule(call, small);
-    EXPECT_NE(split.algorithm, "staged one-shot");
-    EXPECT_LE(split.scratchBytes, small.scratchBudget);
-    expectValid(call, small, true);
   }
+  // Above 1 MiB with more than two ranks: the reduce-scatter pipeline and the all-gather (fewer bytes cross).
+  CollectiveCall big = makeCall(CollKind::kAllReduce, 3, (size_t{1} << 20) / 4 + 1, concclFloat32, concclSum, 0, false);
+  big.peerScratchOnly = true;
+  EXPECT_NE(buildSchedule(big, BuildOptions{}).algorithm, "staged one-shot");
+  expectValid(big, BuildOptions{}, true);
 }
 
 TEST(PushInputs, OnlyForReduceScatter) {
