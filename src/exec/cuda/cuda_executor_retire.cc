@@ -104,6 +104,9 @@ void CudaExecutor::requeueRetiredExports(int rank, const std::vector<uint64_t>& 
 
 void CudaExecutor::releaseRetiredExports(int rank, uint64_t peersConsumed) {
   if (!processMode_ || rank != localRank_ || !anyRetiring_.load(std::memory_order_acquire)) return;
+  // Also on the watchdog's thread, while the caller may be capturing in global mode (PyTorch's), where the releases
+  // would otherwise be refused or invalidate its capture (docs/multiprocess.md, "CUDA graph capture").
+  const RelaxedCaptureScope relaxed(true);
   DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
   std::lock_guard<std::mutex> lock(exportMutex_);
   releaseRetiringUnitsLocked(retiringGate_.releasable(peersConsumed));
@@ -111,6 +114,7 @@ void CudaExecutor::releaseRetiredExports(int rank, uint64_t peersConsumed) {
 
 void CudaExecutor::sweepFreedExports(int rank) {
   if (!processMode_ || rank != localRank_) return;
+  const RelaxedCaptureScope relaxed(true);  // the watchdog's thread, beside a caller's global-mode capture
   DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
   // What to look at, under the lock; the driver queries (one per allocation, two per VMM piece) outside it, so that a
   // call exporting meanwhile does not wait for them; then, under the lock again, the retirement of what is still
