@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run 3 (one H200, 2026-12-05, session 43), stage TARGETS="test_gpu_multiprocess conccl_mp_worker conccl
-# conccl_nccl_shim test_gpu_capture_ipc test_gpu_capture_mode" at the commit in the summary's first line: retired VMM
+# conccl_nccl_shim" at the commit in the summary's first line: retired VMM
 # units served until the peers read past the carrying call, freed exports swept in the background, the staged
 # AllReduce one shot up to 8 ranks at <= 1 MiB:
 #   1. PyTorch's workloads through the drop-in, every case, 2 processes, default allocator and expandable segments
