@@ -475,7 +475,9 @@ TEST(PeerScratchOnly, AllReduceHandshakesOncePerPairWhenBothPhasesFit) {
     CollectiveCall call = makeCall(CollKind::kAllReduce, n, (size_t{2} << 20) / 4);
     call.peerScratchOnly = true;
     const Schedule fits = buildSchedule(call, BuildOptions{});
-    if (n > 2) EXPECT_NE(fits.algorithm, "staged one-shot");
+    if (n > 2) {
+      EXPECT_NE(fits.algorithm, "staged one-shot");
+    }
     const BuildOptions small = tinyOptions(1, 2);  // 64 KiB: the pipeline's slots fill it, the all-gather reuses them
     const Schedule tight = buildSchedule(call, small);
     for (int r = 0; r < n; ++r) {
