@@ -240,7 +240,8 @@ TEST_P(MultiProcess, MemoryCudaIpcCannotShareWorksAtEverySize) {
 // VMM memory created shareable (a POSIX descriptor handle type, as PyTorch's expandable segments), mapped in 2 MiB
 // pieces that every buffer crosses, with CONCCL_VMM_EXPORT=1: every collective, AllToAllv and Send/Recv move it
 // directly (each rank maps its peers' buffers through their handle servers), right; pieces replaced under two buffers
-// between rounds never leave a peer on the old memory (exec/cuda/vmm_export.h).
+// between rounds never leave a peer on the old memory (exec/cuda/vmm_export.h); a unit retired while late peers have
+// still to map it for an earlier call stays served until they have (exec/retire_after_peers.h).
 TEST_P(MultiProcess, ShareableVmmMemoryMovesDirectly) {
   SKIP_WITHOUT_GPU();
   auto results = runWorkers("vmm-export", GetParam(), 60000, 300);

@@ -57,6 +57,7 @@
 #include "gpu/multiprocess/scenario_chunked.h"
 #include "gpu/multiprocess/scenario_deferred.h"
 #include "gpu/multiprocess/scenario_staged.h"
+#include "gpu/multiprocess/scenario_vmm.h"
 #include "gpu/multiprocess/worker_util.h"
 
 namespace {
@@ -922,6 +923,7 @@ int main(int argc, char** argv) {
       // Moved directly: this rank mapped its peers' VMM buffers (a staged call maps none).
       CHECK(conccl::exec::vmmImportCount() > 0, "calls on shareable VMM memory mapped no peer's VMM buffer");
       conccl::mpworker::scenarioVmmRemap(gComm, gRank, gNranks, stream);
+      conccl::mpworker::scenarioVmmRetiredUnderLatePeer(gComm, gRank, gNranks, stream);
     } else if (scenario == "deferred-kill" || scenario == "deferred-kill-gpu" || scenario == "deferred-abort" ||
                scenario == "graph-kill") {
       if (scenario == "deferred-abort") {

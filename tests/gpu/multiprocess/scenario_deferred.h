@@ -33,12 +33,6 @@ void scenarioCrossOrder(concclComm_t comm, int rank, int nranks, cudaStream_t st
 void scenarioMemoryKinds(concclComm_t comm, int rank, int nranks, cudaStream_t stream,
                          const std::vector<BufKind>& kinds);
 
-// "vmm-export" (after memory-kinds on shareable VMM memory): a piece of two VMM buffers replaced by new memory at the
-// same address between rounds of an in-place AllReduce and an AllGather; every result right (the exported units
-// are retired and made again, never used stale); then an AllReduce on a unit of 101 pieces (the handle server sends
-// them in two batches).
-void scenarioVmmRemap(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
-
 // "deferred-kill" / "deferred-kill-gpu": the last rank kills itself (SIGKILL) while the others wait for it: on the host
 // (a deferred 64 MiB call) or on the GPU (a staged 1 MiB call already launched). Every other rank must see
 // concclCommGetAsyncError != success within 1 s of the kill; its stream drains, abort leaves nothing behind.
