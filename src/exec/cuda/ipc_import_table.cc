@@ -178,12 +178,13 @@ namespace {
 // in place (a leak of address space, not of correctness).
 constexpr auto kUngatedWait = std::chrono::seconds(300);
 
-void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, int device) {
+void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, int device, const std::string& what) {
   // cudaIpcCloseMemHandle waits for the device holding a driver lock (cuMemUnmap may too; nothing documents either
   // way): never while a deferred call's gate is pending in this process (host_gated_work.h). Neither is relied on to
   // order the unmap after GPU work: an owner retires an allocation once it freed it, after its own calls on it
   // completed, and those wait for every peer copy that touches its buffers.
   cudaError_t err = cudaSuccess;
+  const auto t0 = std::chrono::steady_clock::now();
   const bool ran = HostGatedWork::instance().runUngated(
       [&] {
         DeviceGuard guard(device);
@@ -202,14 +203,35 @@ void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, int device)
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     CONCCL_WARN(-1, device, std::string("cudaIpcCloseMemHandle failed: ") + cudaGetErrorString(err));
+    return;
   }
+  // Where memory a peer freed goes back (or why it does not yet): the wait is for a moment without conccl GPU work
+  // of this process that waits for a peer.
+  CONCCL_TRACE(-1, device,
+               "unmapped " + what + " (waited " +
+                   std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      std::chrono::steady_clock::now() - t0)
+                                      .count()) +
+                   " ms for GPU work waiting for a peer)");
+}
+
+std::string describeKey(int64_t pid, uint64_t allocId) {
+  return "allocation " + std::to_string(allocId & ~kVmmUnitIdBit) + ((allocId & kVmmUnitIdBit) ? " (VMM)" : "") +
+         " of pid " + std::to_string(pid);
 }
 }  // namespace
 
 void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inBackground) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto it = entries_.find(Key{pid, allocId, device});
-  if (it == entries_.end() || --it->second.refs > 0) return;
+  if (it == entries_.end()) return;
+  if (--it->second.refs > 0) {
+    // Mapped for another communicator of this process too: it stays until that one's owner retires it as well.
+    CONCCL_TRACE(-1, device,
+                 describeKey(pid, allocId) + " stays mapped: " + std::to_string(it->second.refs) +
+                     " other communicator(s) of this process map it");
+    return;
+  }
   void* base = it->second.base;
   std::shared_ptr<VmmImport> vmm = std::move(it->second.vmm);
   const Key key = it->first;
@@ -224,7 +246,7 @@ void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inB
       settled_.notify_all();
     });
     lock.unlock();
-    closeMapping(base, vmm, device);
+    closeMapping(base, vmm, device, describeKey(pid, allocId));
     return;
   }
   pendingCloses_.push_back(PendingClose{key, base, std::move(vmm)});
@@ -255,7 +277,7 @@ void IpcImportTable::closeLoop() {
     for (const PendingClose& p : batch) {
       lock.unlock();
       try {
-        closeMapping(p.base, p.vmm, p.key.device);
+        closeMapping(p.base, p.vmm, p.key.device, describeKey(p.key.pid, p.key.allocId));
       } catch (const std::exception& e) {
         CONCCL_WARN(-1, p.key.device, std::string("closing a peer's mapping failed: ") + e.what());
       }
