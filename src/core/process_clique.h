@@ -328,7 +328,7 @@ class ProcessClique final : public Clique {
   uint64_t peersConsumedThrough() const;
   // Every GpuWatchdog housekeeping period (its thread): this rank's exports of memory freed since are retired (the
   // peers unmap it after the next call, whatever memory that call uses), and retired units no peer can map any more
-  // are let go.
+  // are let go (here only: not on the calls' path).
   void housekeeping();
   // waitAndLaunch without its capture bookkeeping (the capture watch, the relaxed scope, the capture's checks).
   void matchAndLaunch(CallTicket& ticket);

@@ -356,8 +356,6 @@ void ProcessClique::publish(const PendingCall& pending, const OwnPart& own, bool
     }
   }
   markPublished(out, seq);
-  // Retired units the peers can no longer map (exec/retire_after_peers.h): a load when none waits.
-  executor_->releaseRetiredExports(rank_, peersConsumedThrough());
 }
 
 void ProcessClique::launchEarly(PendingCall& pending, const CallTicket& ticket, std::vector<Assumption> assumed) {

@@ -43,22 +43,19 @@ Schedule buildStagedOneShotAllReduce(const CollectiveCall& call, const BuildOpti
   auto slotOf = [&](int r, int q) { return static_cast<size_t>(q < r ? q : q - 1) * slot; };
   for (int me = 0; me < n; ++me) {
     std::vector<Op>& ops = s.programs[static_cast<size_t>(me)].ops;
+    auto toEachPeer = [&](auto&& op) {
+      for (int p = 0; p < n; ++p) {
+        if (p != me) ops.push_back(op(p));
+      }
+    };
     // This rank's scratch is free (its previous program ended), and so is each peer's before anything goes there.
-    for (int p = 0; p < n; ++p) {
-      if (p != me) ops.push_back(Signal{p, readySlot(n, me), kMainStream});
-    }
-    for (int p = 0; p < n; ++p) {
-      if (p != me) ops.push_back(Wait{readySlot(n, p)});
-    }
-    for (int p = 0; p < n; ++p) {
-      if (p != me) ops.push_back(Copy{sendLoc(call, me, 0), Location{p, kScratch, slotOf(p, me)}, bytes, kMainStream});
-    }
-    for (int p = 0; p < n; ++p) {
-      if (p != me) ops.push_back(Signal{p, stagedDataSlot(n, me, 0, depth, options.lanes), kMainStream});
-    }
-    for (int p = 0; p < n; ++p) {
-      if (p != me) ops.push_back(Wait{stagedDataSlot(n, p, 0, depth, options.lanes)});
-    }
+    toEachPeer([&](int p) -> Op { return Signal{p, readySlot(n, me), kMainStream}; });
+    toEachPeer([&](int p) -> Op { return Wait{readySlot(n, p)}; });
+    toEachPeer([&](int p) -> Op {
+      return Copy{sendLoc(call, me, 0), Location{p, kScratch, slotOf(p, me)}, bytes, kMainStream};
+    });
+    toEachPeer([&](int p) -> Op { return Signal{p, stagedDataSlot(n, me, 0, depth, options.lanes), kMainStream}; });
+    toEachPeer([&](int p) -> Op { return Wait{stagedDataSlot(n, p, 0, depth, options.lanes)}; });
     Reduce red;
     for (int q = 0; q < n; ++q) {
       red.inputs.push_back(q == me ? sendLoc(call, me, 0) : Location{me, kScratch, slotOf(me, q)});
@@ -133,6 +130,9 @@ Schedule buildAllReduce(const CollectiveCall& call, const BuildOptions& options)
     emitOwnerReduce(call, options, {all}, s);
     return s;
   }
+  if (call.peerScratchOnly && stagedOneShotFits(call, options, call.count * es)) {
+    return buildStagedOneShotAllReduce(call, options);
+  }
   const size_t un = static_cast<size_t>(n);
   const size_t base = call.count / un, extra = call.count % un;
   std::vector<ReduceShare> shares(un);
@@ -147,11 +147,7 @@ Schedule buildAllReduce(const CollectiveCall& call, const BuildOptions& options)
     sh.output = recvLoc(call, static_cast<int>(r), start * es);
     start += sh.elems;
   }
-  if (call.peerScratchOnly) {
-    const size_t bytes = call.count * es;
-    if (stagedOneShotFits(call, options, bytes)) return buildStagedOneShotAllReduce(call, options);
-    return buildStagedAllReduce(call, options, std::move(shares));
-  }
+  if (call.peerScratchOnly) return buildStagedAllReduce(call, options, std::move(shares));
   emitReducePipeline(call, options, shares, s);
   s.algorithm = "rs+ag " + s.algorithm;
   return s;
