@@ -226,6 +226,7 @@ void ProcessClique::abandonNow(CallTicket& ticket) {
   if (!ticket.call) return;
   const auto& args = ticket.call->args[static_cast<size_t>(rank_)];
   if (args && args->kind == sched::CollKind::kSendRecv) return;
+  noteHostDone(ticket.call->seq);  // it maps nothing
   std::lock_guard<std::mutex> lock(matchMutex_);
   if (unmatched_.empty()) {
     layout_->rank(rank_).consumed.store(ticket.call->seq + 1, std::memory_order_release);

@@ -12,6 +12,8 @@
 //   RankShared   per rank: pid, departed (destroyed or aborted), consumed (calls read from the mailboxes)
 //   flags        per rank: the executor's flags (uint32), written by peers' GPUs with stream memory ops
 //   mailboxes    per rank: a ring of kRingEntries MailboxEntry, each followed by the AllToAllv vectors
+//   p2p rings    per ordered pair: the owner's Send and Recv records (process_clique_p2p.cc)
+//   retire logs  per rank: the exports it retired while it made no call, and each reader's cursor (retire_log.h)
 //
 // A collective call: the rank checks its own buffers, exports them (CUDA IPC, cached per allocation),
 // publishes its arguments in its ring slot seq % kRingEntries, waits until every peer has published seq,
@@ -46,6 +48,7 @@
 #include "core/clique.h"
 #include "core/early_launch.h"
 #include "core/gpu_watchdog.h"
+#include "core/retire_log.h"
 #include "core/route_spin.h"
 #include "core/shared_segment.h"
 
@@ -320,15 +323,26 @@ class ProcessClique final : public Clique {
   bool matchP2PLocked();
   // The call of this rank's ops and the partners' mirrors, and its schedule (copy-engine path on every rank).
   void buildP2PCall(PendingCall& pending, const CallTicket& ticket, std::vector<RankArgs> mirrors);
-  // Drops the mapping of a peer allocation the peer has retired, unless a window still holds it.
+  // Drops the mapping of a peer allocation the peer has retired, unless a window still holds it. Any thread.
   void closePeerImport(int peer, uint64_t allocId);
-  // The retirements the watchdog read from the peers' entries (it does not touch the windows itself).
+  // At the start of a call: the retirements the watchdog read from the peers' entries (it does not touch the windows
+  // itself), and the peers' retirement logs.
   void closeRetiredPeerImports();
   // The least call count (`consumed`) the peers still here have read; UINT64_MAX without any.
   uint64_t peersConsumedThrough() const;
+  // Retirement logs (core/retire_log.h). This rank's exports retired while its calls stopped (no call published for
+  // a housekeeping period) go to its log; the peers' logs are applied as far as this rank has finished its calls
+  // (hostDoneThrough_); the least count of this rank's records its peers still here have read (UINT64_MAX without
+  // any).
+  void logIdleRetirements();
+  void applyPeerRetirementLogs();
+  uint64_t peersLogReadThrough() const;
+  // Call seq's host part (checks, mapping of the peers' buffers, launch) is over: on the caller's thread or the proxy.
+  void noteHostDone(uint64_t seq) { raiseTo(hostDoneThrough_, seq + 1); }
   // Every GpuWatchdog housekeeping period (its thread): this rank's exports of memory freed since are retired (the
-  // peers unmap it after the next call, whatever memory that call uses), and retired units no peer can map any more
-  // are let go (here only: not on the calls' path).
+  // peers unmap it after the next call, whatever memory that call uses, or through the log if no call comes), the
+  // peers' logs are applied, and retired units no peer can map any more are let go (here only: not on the calls'
+  // path).
   void housekeeping();
   // waitAndLaunch without its capture bookkeeping (the capture watch, the relaxed scope, the capture's checks).
   void matchAndLaunch(CallTicket& ticket);
@@ -356,8 +370,19 @@ class ProcessClique final : public Clique {
   mutable std::mutex mutex_;                         // error_
   std::optional<Error> error_;
 
-  std::map<uint64_t, Window> windows_;  // by id (ids count up in registration order, equal on every rank)
+  // By id (ids count up in registration order, equal on every rank). Written on the caller's thread (while the proxy
+  // is idle) under windowsMutex_, which the housekeeping's reads take (closePeerImport).
+  std::map<uint64_t, Window> windows_;
+  std::mutex windowsMutex_;
   uint64_t nextWindowId_ = 1;
+
+  // Retirement logs (logIdleRetirements, applyPeerRetirementLogs). publishedThrough_: calls seq + 1 this rank has
+  // published or is publishing (raised before its entry carries retirements: a retirement after that may concern
+  // the call); hostDoneThrough_: calls whose host part is over here (calls finish in call order).
+  std::atomic<uint64_t> publishedThrough_{0};
+  std::atomic<uint64_t> hostDoneThrough_{0};
+  uint64_t publishedAtLastHousekeeping_ = 0;  // the housekeeping's own
+  std::mutex retireLogMutex_;                 // this rank's read cursors of the peers' logs
 
   std::mutex matchMutex_;  // unmatched_, stopWatchdog_; taken before mutex_ (fail) when both are needed
   std::condition_variable matchCv_;

@@ -18,14 +18,20 @@
 
 #include "base/host_laps.h"
 #include "base/logging.h"
+#include "base/scope_exit.h"
 #include "base/types.h"
 
 namespace conccl {
 
 void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   HostLaps::lap("api and group");
+  // A call handed to the proxy is over there (runDeferred); Send/Recv groups count apart from the calls.
+  const RankArgs& args = *ticket.call->args[static_cast<size_t>(rank_)];
+  ScopeExit hostDone([&] {
+    if (!args.deferred && args.kind != sched::CollKind::kSendRecv) noteHostDone(ticket.call->seq);
+  });
   checkHealthy();
-  const cudaStream_t stream = ticket.call->args[static_cast<size_t>(rank_)]->stream;
+  const cudaStream_t stream = args.stream;
   const exec::CaptureStatus atEntry = exec::captureStatusOf(stream);
   if (atEntry == exec::CaptureStatus::kInvalidated) {
     CONCCL_THROW(concclInvalidUsage, ticket.what + ": the graph capture on the caller's stream was invalidated before "
@@ -338,6 +344,8 @@ void ProcessClique::publish(const PendingCall& pending, const OwnPart& own, bool
   }
   out.launchedEarly = symmetric ? 1 : 0;
   out.unshareable = own.unshareable && !own.error ? 1 : 0;
+  // Before the retirements are taken: one logged after that may concern this call (logIdleRetirements).
+  raiseTo(publishedThrough_, seq + 1);
   std::vector<uint64_t> retired = own.error ? std::vector<uint64_t>{} : executor_->takeRetiredExports(rank_, seq);
   out.retiredCount = static_cast<uint32_t>(std::min<size_t>(retired.size(), kMaxRetired));
   for (uint32_t i = 0; i < out.retiredCount; ++i) out.retired[i] = retired[i];

@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "base/logging.h"
+#include "base/scope_exit.h"
 #include "core/process_clique.h"
 #include "core/process_segment.h"
 
@@ -179,6 +180,12 @@ void ProcessClique::runDeferred(DeferredItem& item) {
     }
     return;
   }
+  // The call's host part is over when this returns, whatever happened (its peers' retirement log records wait for it).
+  ScopeExit hostDone([&] {
+    if (item.ticket.call && item.ticket.call->args[static_cast<size_t>(rank_)]->kind != sched::CollKind::kSendRecv) {
+      noteHostDone(item.ticket.call->seq);
+    }
+  });
   try {
     executor_->beginDeferred(rank_, item.gate);
     if (item.earlyLaunch) {

@@ -17,6 +17,7 @@
 #include <variant>
 
 #include "base/logging.h"
+#include "base/scope_exit.h"
 #include "base/types.h"
 
 namespace conccl {
@@ -187,6 +188,7 @@ std::vector<exec::BufferExport> ProcessClique::windowRendezvous(uint64_t seq, in
   out.windowOffset[0] = out.windowOffset[1] = 0;
   out.launchedEarly = 0;
   out.retiredCount = 0;  // retired allocations go out with the next collective
+  raiseTo(publishedThrough_, seq + 1);  // a registration names an export (logIdleRetirements)
   markPublished(out, seq);
 
   waitForPeersOf(seq, what);
@@ -227,9 +229,12 @@ std::vector<exec::BufferExport> ProcessClique::windowRendezvous(uint64_t seq, in
 uint64_t ProcessClique::registerWindow(int rank, void* ptr, size_t bytes) {
   CONCCL_ASSERT(rank == rank_);
   checkHealthy();
+  // In call order, after the deferred calls (which read windows_ on the proxy's thread).
+  waitForProxyIdle("concclCommWindowRegister");
   closeRetiredPeerImports();
   const uint64_t seq = nextSeq_++;
   const std::string what = "concclCommWindowRegister #" + std::to_string(seq);
+  ScopeExit hostDone([&] { noteHostDone(seq); });  // its mappings are done when this returns
   exec::BufferExport mine{};
   std::optional<Error> ownError;
   try {
@@ -257,6 +262,7 @@ uint64_t ProcessClique::registerWindow(int rank, void* ptr, size_t bytes) {
     throw;
   }
   const uint64_t id = nextWindowId_++;
+  std::lock_guard<std::mutex> lock(windowsMutex_);
   windows_.emplace(id, std::move(w));
   return id;
 }
@@ -266,14 +272,20 @@ void ProcessClique::deregisterWindow(int rank, uint64_t id) {
   checkHealthy();
   auto it = windows_.find(id);
   CONCCL_REQUIRE(it != windows_.end(), "window #" + std::to_string(id) + " is not registered on this communicator");
+  waitForProxyIdle("concclCommWindowDeregister");  // as registerWindow
   // This rank's work on the window (and, through the flags, the peers' accesses to this rank's part that the
   // work waited for) ends first; the rendezvous then tells every rank that every rank has got that far.
   executor_->synchronize(rank_);
   const uint64_t seq = nextSeq_++;
-  windowRendezvous(seq, kWindowDeregisterKind, id, exec::BufferExport{}, std::nullopt,
-                   "concclCommWindowDeregister #" + std::to_string(seq));
-  const Window w = std::move(it->second);
-  windows_.erase(it);
+  const std::string what = "concclCommWindowDeregister #" + std::to_string(seq);
+  ScopeExit hostDone([&] { noteHostDone(seq); });
+  windowRendezvous(seq, kWindowDeregisterKind, id, exec::BufferExport{}, std::nullopt, what);
+  Window w;
+  {
+    std::lock_guard<std::mutex> lock(windowsMutex_);
+    w = std::move(it->second);
+    windows_.erase(it);
+  }
   for (int p = 0; p < nranks_; ++p) {
     if (p != rank_) closePeerImport(p, w.peerAllocIds[static_cast<size_t>(p)]);
   }

@@ -19,6 +19,7 @@
 
 #include "base/logging.h"
 #include "base/types.h"
+#include "core/retire_log.h"
 
 namespace conccl {
 namespace process_segment {
@@ -210,6 +211,7 @@ struct ProcessClique::Layout {
   int nranks = 0;
   size_t rankSharedOffset = 0, flagsOffset = 0, flagStride = 0, flagsBytes = 0, mailboxOffset = 0, entryStride = 0;
   size_t p2pOffset = 0, p2pRingStride = 0;
+  size_t retireLogOffset = 0, retireLogStride = 0, retireReadOffset = 0;
   size_t totalBytes = 0;
 
   Layout(int n, int slots) : nranks(n) {
@@ -223,7 +225,20 @@ struct ProcessClique::Layout {
     entryStride = roundUp(sizeof(MailboxEntry) + 5 * sizeof(uint64_t) * static_cast<size_t>(n), 64);
     p2pOffset = roundUp(mailboxOffset + entryStride * kRingEntries * static_cast<size_t>(n), 64);
     p2pRingStride = roundUp(sizeof(P2PRingHeader) + sizeof(P2PRecord) * kP2PRingRecords, 64);
-    totalBytes = p2pOffset + p2pRingStride * 2 * static_cast<size_t>(n) * static_cast<size_t>(n);
+    const size_t p2pEnd = p2pOffset + p2pRingStride * 2 * static_cast<size_t>(n) * static_cast<size_t>(n);
+    // Each rank's retirement log (core/retire_log.h), then every reader's cursor of every log.
+    retireLogOffset = roundUp(p2pEnd, 64);
+    retireLogStride = roundUp(sizeof(RetireLog), 64);
+    retireReadOffset = retireLogOffset + retireLogStride * static_cast<size_t>(n);
+    totalBytes = retireReadOffset + sizeof(std::atomic<uint64_t>) * static_cast<size_t>(n) * static_cast<size_t>(n);
+  }
+  // Rank `writer`'s retirement log, and how many of its records rank `reader` has read.
+  RetireLog& retireLog(int writer) const {
+    return *reinterpret_cast<RetireLog*>(base + retireLogOffset + retireLogStride * static_cast<size_t>(writer));
+  }
+  std::atomic<uint64_t>& retireRead(int reader, int writer) const {
+    auto* cursors = reinterpret_cast<std::atomic<uint64_t>*>(base + retireReadOffset);
+    return cursors[static_cast<size_t>(reader) * static_cast<size_t>(nranks) + static_cast<size_t>(writer)];
   }
   // The ring of `owner`'s sends to (isSend) or receives from `peer`.
   P2PRingHeader& p2pRing(int owner, int peer, bool isSend) const {

@@ -149,9 +149,15 @@ class Executor {
   virtual std::vector<uint64_t> takeRetiredExports(int rank, uint64_t carryingSeq);
   // Gives back ids taken but not yet sent (they are returned again by the next takeRetiredExports).
   virtual void requeueRetiredExports(int rank, const std::vector<uint64_t>& ids);
+  // Hands the retired exports no entry has carried yet to `append` (the communicator's retirement log,
+  // core/retire_log.h: it made no call for a while); the ids it takes (the first ones: it returns how many, and the
+  // index of the first's record in *firstIndex) are no longer carried by a call's entry. Returns how many it took.
+  using RetireLogAppend = std::function<size_t(const std::vector<uint64_t>& ids, uint64_t* firstIndex)>;
+  virtual size_t logRetiredExports(int /*rank*/, const RetireLogAppend& /*append*/) { return 0; }
   // Lets go of the retired exports no peer can map any more, given the least call count (`consumed`) the peers have
-  // read (exec/retire_after_peers.h). Cheap when nothing waits.
-  virtual void releaseRetiredExports(int /*rank*/, uint64_t /*peersConsumed*/) {}
+  // read and the least count of retirement log records they have read (exec/retire_after_peers.h). Cheap when nothing
+  // waits.
+  virtual void releaseRetiredExports(int /*rank*/, uint64_t /*peersConsumed*/, uint64_t /*peersLogRead*/) {}
   // Retires the exports whose memory was freed (or whose VMM pieces were unmapped) since they were made, without
   // waiting for a new export to sweep them: called in the background (the GPU watchdog's housekeeping), so that the
   // peers drop their mappings at the next call, whatever memory it uses.

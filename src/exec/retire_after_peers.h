@@ -9,6 +9,10 @@
 // withdrew a unit at once, and a peer that reached an earlier call naming it afterwards failed ("the owner no longer
 // exports it": PyTorch's graphs case with expandable segments, one H200, 2026-12-05).
 //
+// An owner whose communicator makes no further call tells its peers through its retirement log instead
+// (core/retire_log.h): a peer reads a record only once it has finished every call that may name the id, so once every
+// peer has read past the record none will map it.
+//
 // Pure bookkeeping of ids (no CUDA), unit-tested on the CPU (tests/unit/test_retire_after_peers.cc).
 #pragma once
 
@@ -40,18 +44,20 @@ class RetireAfterPeers {
     }
   }
 
-  // The ids no peer can map any more, given the least `consumed` of the peers (calls seq + 1 each has read); they are
-  // forgotten here.
-  std::vector<uint64_t> releasable(uint64_t peersConsumed) {
-    std::vector<uint64_t> out;
-    for (auto it = carried_.begin(); it != carried_.end();) {
-      if (peersConsumed >= it->second + 2) {
-        out.push_back(it->first);
-        it = carried_.erase(it);
-      } else {
-        ++it;
-      }
+  // Of `ids` (retired ids of every kind), those retired here went out in the retirement log, as records firstIndex,
+  // firstIndex + 1, ...
+  void logged(const std::vector<uint64_t>& ids, uint64_t firstIndex) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (std::erase(uncarried_, ids[i]) > 0) logged_.emplace_back(ids[i], firstIndex + i);
     }
+  }
+
+  // The ids no peer can map any more, given the least `consumed` of the peers (calls seq + 1 each has read) and the
+  // least count of log records they have read (`peersLogRead`); they are forgotten here.
+  std::vector<uint64_t> releasable(uint64_t peersConsumed, uint64_t peersLogRead = 0) {
+    std::vector<uint64_t> out;
+    takeIf(carried_, out, [&](uint64_t seq) { return peersConsumed >= seq + 2; });
+    takeIf(logged_, out, [&](uint64_t index) { return peersLogRead >= index + 1; });
     return out;
   }
 
@@ -61,14 +67,29 @@ class RetireAfterPeers {
     uncarried_.clear();
     for (const auto& [id, seq] : carried_) out.push_back(id);
     carried_.clear();
+    for (const auto& [id, index] : logged_) out.push_back(id);
+    logged_.clear();
     return out;
   }
 
-  bool empty() const { return uncarried_.empty() && carried_.empty(); }
+  bool empty() const { return uncarried_.empty() && carried_.empty() && logged_.empty(); }
 
  private:
-  std::vector<uint64_t> uncarried_;                     // retired, not yet in an entry
-  std::vector<std::pair<uint64_t, uint64_t>> carried_;  // (id, seq of the call whose entry carries it)
+  using Held = std::vector<std::pair<uint64_t, uint64_t>>;
+  template <typename Done>
+  static void takeIf(Held& held, std::vector<uint64_t>& out, Done done) {
+    for (auto it = held.begin(); it != held.end();) {
+      if (done(it->second)) {
+        out.push_back(it->first);
+        it = held.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  std::vector<uint64_t> uncarried_;  // retired, not yet in an entry or the log
+  Held carried_;                     // (id, seq of the call whose entry carries it)
+  Held logged_;                      // (id, index of its retirement log record)
 };
 
 }  // namespace conccl::exec

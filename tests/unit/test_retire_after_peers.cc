@@ -59,5 +59,28 @@ TEST(RetireAfterPeers, DestroyTakesEverything) {
   EXPECT_TRUE(gate.empty());
 }
 
+TEST(RetireAfterPeers, ALoggedIdGoesOnceEveryPeerReadItsRecord) {
+  RetireAfterPeers gate;
+  gate.retired(1);
+  gate.retired(2);
+  gate.retired(3);
+  gate.logged({5, 1, 2}, /*firstIndex=*/40);  // 5: an IPC allocation (no unit held here), record 40; 1: 41; 2: 42
+  EXPECT_EQ(gate.releasable(1000, 41), Ids{}) << "record 41 not read by every peer yet; calls say nothing of it";
+  EXPECT_EQ(gate.releasable(0, 42), Ids{1});
+  gate.carriedBy(7);  // id 3 was not logged: the entry of call 7 carries it
+  EXPECT_EQ(gate.releasable(8, 1000), Ids{2}) << "id 3 waits for its carrier";
+  EXPECT_EQ(gate.releasable(9, 1000), Ids{3});
+  EXPECT_TRUE(gate.empty());
+}
+
+TEST(RetireAfterPeers, DestroyTakesLoggedIdsToo) {
+  RetireAfterPeers gate;
+  gate.retired(1);
+  gate.logged({1}, 0);
+  EXPECT_FALSE(gate.empty());
+  EXPECT_EQ(gate.takeAll(), Ids{1});
+  EXPECT_TRUE(gate.empty());
+}
+
 }  // namespace
 }  // namespace conccl::exec

@@ -55,7 +55,8 @@ class CudaExecutor final : public Executor {
   void retireExport(int rank, const void* ptr) override;
   std::vector<uint64_t> takeRetiredExports(int rank, uint64_t carryingSeq) override;
   void requeueRetiredExports(int rank, const std::vector<uint64_t>& ids) override;
-  void releaseRetiredExports(int rank, uint64_t peersConsumed) override;
+  size_t logRetiredExports(int rank, const RetireLogAppend& append) override;
+  void releaseRetiredExports(int rank, uint64_t peersConsumed, uint64_t peersLogRead) override;
   void sweepFreedExports(int rank) override;
   void* importBuffer(int owner, const BufferExport& buffer) override;
   void closeImport(int owner, uint64_t allocId) override;
@@ -145,6 +146,7 @@ class CudaExecutor final : public Executor {
   std::map<uint64_t, BufferExport> exports_;        // by allocation id
   std::map<CUdeviceptr, uint64_t> exportedAt_;      // allocation base -> id of the allocation last exported there
   std::vector<uint64_t> retiredExports_;            // ids the peers may unmap (handed out once)
+  std::vector<uint64_t> deregisteredIds_;           // of those, allocations deregistered, not freed (not logged)
   // VMM buffers exported (Config::exportVmm, asked by every process and checked at init: probeVmmExport), by unit
   // id, with the pieces they retain (vmm_export.h).
   bool exportVmm_ = false;
@@ -167,7 +169,8 @@ class CudaExecutor final : public Executor {
   std::optional<BufferExport> exportVmmLocked(const void* ptr, size_t bytes);  // a new unit (nullopt: staged)
   static BufferExport vmmExportOf(const VmmUnit& unit, const void* ptr);
   void retireVmmUnitLocked(std::map<uint64_t, VmmUnit>::iterator it);
-  void retireFreedAllocationLocked(std::map<uint64_t, BufferExport>::iterator cached);
+  // `freed`: its memory was freed (not deregistered: deregisteredIds_).
+  void retireFreedAllocationLocked(std::map<uint64_t, BufferExport>::iterator cached, bool freed = true);
   void retireStaleExportsLocked();
   bool peersAllowed_ = false;  // this executor's peers are allowed to ask the VMM handle server
   std::vector<int64_t> otherProcesses() const;  // the peers' pids, without this process's

@@ -1,9 +1,11 @@
 // The CUDA executor's retirement of its exports (several processes; the class: cuda_executor.h): finding the
 // allocations that were freed (or whose VMM pieces were replaced) since they were exported, handing their ids to the
-// peers with the next call so that they unmap them, and letting go of a retired VMM unit once no peer can map it any
-// more (exec/retire_after_peers.h). The exports themselves: cuda_executor_buffers.cc.
+// peers with the next call (or through the retirement log when no call comes: core/retire_log.h) so that they unmap
+// them, and letting go of a retired VMM unit once no peer can map it any more (exec/retire_after_peers.h). The exports
+// themselves: cuda_executor_buffers.cc.
 #include <cuda.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <iterator>
@@ -19,8 +21,9 @@
 
 namespace conccl::exec {
 
-void CudaExecutor::retireFreedAllocationLocked(std::map<uint64_t, BufferExport>::iterator cached) {
+void CudaExecutor::retireFreedAllocationLocked(std::map<uint64_t, BufferExport>::iterator cached, bool freed) {
   retiredExports_.push_back(cached->first);
+  if (!freed) deregisteredIds_.push_back(cached->first);
   auto at = exportedAt_.find(static_cast<CUdeviceptr>(cached->second.base));
   if (at != exportedAt_.end() && at->second == cached->first) exportedAt_.erase(at);
   exports_.erase(cached);
@@ -84,7 +87,9 @@ void CudaExecutor::retireExport(int rank, const void* ptr) {
     unit = next;
   }
   if (info.bufferId == 0) return;
-  if (auto cached = exports_.find(info.bufferId); cached != exports_.end()) retireFreedAllocationLocked(cached);
+  if (auto cached = exports_.find(info.bufferId); cached != exports_.end()) {
+    retireFreedAllocationLocked(cached, /*freed=*/false);
+  }
 }
 
 std::vector<uint64_t> CudaExecutor::takeRetiredExports(int rank, uint64_t carryingSeq) {
@@ -92,7 +97,7 @@ std::vector<uint64_t> CudaExecutor::takeRetiredExports(int rank, uint64_t carryi
   std::lock_guard<std::mutex> lock(exportMutex_);
   retiringGate_.carriedBy(carryingSeq);
   vmmClockAtLastEntry_ = vmmClock_;  // the call being prepared is published: its units may be swept from now on
-  return std::exchange(retiredExports_, {});
+  return std::exchange(retiredExports_, {});  // deregisteredIds_ keeps their marks: some may be handed back
 }
 
 void CudaExecutor::requeueRetiredExports(int rank, const std::vector<uint64_t>& ids) {
@@ -102,14 +107,39 @@ void CudaExecutor::requeueRetiredExports(int rank, const std::vector<uint64_t>& 
   retiringGate_.notCarried(ids);
 }
 
-void CudaExecutor::releaseRetiredExports(int rank, uint64_t peersConsumed) {
+size_t CudaExecutor::logRetiredExports(int rank, const RetireLogAppend& append) {
+  if (!processMode_ || rank != localRank_) return 0;
+  std::lock_guard<std::mutex> lock(exportMutex_);
+  // Not a deregistered allocation: its memory lives on, and a later call may export it again under the same id, which
+  // a peer applying the record late would then unmap under that call. Those wait for a call's entry (read before the
+  // peer maps anything of that call).
+  auto waiting = [&](uint64_t id) {
+    return std::find(retiredExports_.begin(), retiredExports_.end(), id) != retiredExports_.end();
+  };
+  std::erase_if(deregisteredIds_, [&](uint64_t id) { return !waiting(id); });  // gone out with calls since
+  std::vector<uint64_t> loggable;
+  for (uint64_t id : retiredExports_) {
+    if (std::find(deregisteredIds_.begin(), deregisteredIds_.end(), id) == deregisteredIds_.end()) loggable.push_back(id);
+  }
+  if (loggable.empty()) return 0;
+  uint64_t firstIndex = 0;
+  const size_t n = std::min(append(loggable, &firstIndex), loggable.size());
+  loggable.resize(n);
+  retiringGate_.logged(loggable, firstIndex);
+  std::erase_if(retiredExports_, [&](uint64_t id) {
+    return std::find(loggable.begin(), loggable.end(), id) != loggable.end();
+  });
+  return n;
+}
+
+void CudaExecutor::releaseRetiredExports(int rank, uint64_t peersConsumed, uint64_t peersLogRead) {
   if (!processMode_ || rank != localRank_ || !anyRetiring_.load(std::memory_order_acquire)) return;
   // Also on the watchdog's thread, while the caller may be capturing in global mode (PyTorch's), where the releases
   // would otherwise be refused or invalidate its capture (docs/multiprocess.md, "CUDA graph capture").
   const RelaxedCaptureScope relaxed(true);
   DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
   std::lock_guard<std::mutex> lock(exportMutex_);
-  releaseRetiringUnitsLocked(retiringGate_.releasable(peersConsumed));
+  releaseRetiringUnitsLocked(retiringGate_.releasable(peersConsumed, peersLogRead));
 }
 
 void CudaExecutor::sweepFreedExports(int rank) {
