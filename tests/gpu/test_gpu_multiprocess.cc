@@ -249,6 +249,19 @@ TEST_P(MultiProcess, ShareableVmmMemoryMovesDirectly) {
   for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
 }
 
+// Memory every rank frees after using it on two communicators goes back to CUDA within 5 s while one of them makes no
+// further call (a subgroup used once; PyTorch's out-of-memory retry makes none either): the retirement log
+// (src/core/retire_log.h). cudaMalloc memory (CUDA IPC mappings, shared by both communicators of a process) and
+// shareable VMM memory (a unit per communicator, retained by its owner until its peers let go).
+TEST_P(MultiProcess, FreedMemoryGoesBackWithoutFurtherCalls) {
+  SKIP_WITHOUT_GPU();
+  for (const char* scenario : {"memory-return", "memory-return-vmm"}) {
+    auto results = runWorkers(scenario, GetParam(), 60000, 120);
+    expectAllSucceeded(results);
+    for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
+  }
+}
+
 // A peer killed (SIGKILL) while the survivors wait for it on the host (deferred) or on the GPU (staged, launched):
 // every survivor sees the error within 1 s; nothing is left behind. The victim's status is the signal.
 void expectKilledPeerReported(const char* scenario, int nranks) {

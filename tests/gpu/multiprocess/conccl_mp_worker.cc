@@ -21,6 +21,9 @@
 //                snapshots each block on its event (scenario_chunked.h); a chunked and a plain call mixed: refused.
 //   pair-owned   late calls on the pair-owned route: every collective and AllToAllv, the ranks
 //                arriving in a random order every call, and a burst of eight calls while the peers are late.
+//   memory-return / memory-return-vmm
+//                256 MiB used on two communicators and freed: the memory goes back while one of them makes no
+//                further call (scenario_memory_return.h).
 //   symmetric    a concclMemAlloc'd window per rank: every collective on buffers at the same offsets in it (no
 //                host rendezvous), alternating with the regular path, the hot path and a graph on window buffers.
 //   cross-node   a communicator across simulated hosts through the C API (CONCCL_HOSTID per process): every collective,
@@ -56,6 +59,7 @@
 #include "exec/executor.h"
 #include "gpu/multiprocess/scenario_chunked.h"
 #include "gpu/multiprocess/scenario_deferred.h"
+#include "gpu/multiprocess/scenario_memory_return.h"
 #include "gpu/multiprocess/scenario_staged.h"
 #include "gpu/multiprocess/scenario_vmm.h"
 #include "gpu/multiprocess/worker_util.h"
@@ -849,7 +853,7 @@ int main(int argc, char** argv) {
   setenv("CONCCL_DEFER_CALLS", proxyScenario ? "1" : "0", 1);
   setenv("CONCCL_STAGE_LATE_CALLS", blocking || unstaged || proxyScenario ? "0" : "1", 1);
   if (scenario == "collectives-unstaged") scenario = "collectives";
-  if (scenario == "vmm-export") {
+  if (scenario == "vmm-export" || scenario == "memory-return" || scenario == "memory-return-vmm") {
     // VMM buffers exported (vmm_export.h), every call on the direct route: each rank maps its peers' buffers.
     setenv("CONCCL_VMM_EXPORT", "1", 1);
     setenv("CONCCL_STAGED_MAX_BYTES", "0", 1);
@@ -924,6 +928,10 @@ int main(int argc, char** argv) {
       CHECK(conccl::exec::vmmImportCount() > 0, "calls on shareable VMM memory mapped no peer's VMM buffer");
       conccl::mpworker::scenarioVmmRemap(gComm, gRank, gNranks, stream);
       conccl::mpworker::scenarioVmmRetiredUnderLatePeer(gComm, gRank, gNranks, stream);
+    } else if (scenario == "memory-return" || scenario == "memory-return-vmm") {
+      using conccl::mpworker::BufKind;
+      conccl::mpworker::scenarioMemoryReturnWithoutCalls(
+          gComm, gRank, gNranks, stream, scenario == "memory-return" ? BufKind::kMalloc : BufKind::kVmmShareable);
     } else if (scenario == "deferred-kill" || scenario == "deferred-kill-gpu" || scenario == "deferred-abort" ||
                scenario == "graph-kill") {
       if (scenario == "deferred-abort") {
