@@ -336,6 +336,7 @@ class ProcessClique final : public Clique {
   // any).
   void logIdleRetirements();
   void applyPeerRetirementLogs();
+  bool peerLogsHaveNews() const;  // a peer's log has records this rank has not read
   uint64_t peersLogReadThrough() const;
   // Call seq's host part (checks, mapping of the peers' buffers, launch) is over: on the caller's thread or the proxy.
   void noteHostDone(uint64_t seq) { raiseTo(hostDoneThrough_, seq + 1); }

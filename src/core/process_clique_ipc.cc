@@ -62,7 +62,18 @@ void ProcessClique::logIdleRetirements() {
   }
 }
 
+bool ProcessClique::peerLogsHaveNews() const {
+  for (int p = 0; p < nranks_; ++p) {
+    if (p != rank_ && layout_->retireLog(p).written.load(std::memory_order_acquire) !=
+                          layout_->retireRead(rank_, p).load(std::memory_order_relaxed)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void ProcessClique::applyPeerRetirementLogs() {
+  if (!peerLogsHaveNews()) return;  // the usual case, at the start of every call: one load per peer
   // Records of calls this rank has not finished wait (a call of its own may still map the export for one of them).
   const uint64_t done = hostDoneThrough_.load(std::memory_order_acquire);
   std::lock_guard<std::mutex> lock(retireLogMutex_);
@@ -70,7 +81,7 @@ void ProcessClique::applyPeerRetirementLogs() {
     if (p == rank_) continue;
     std::atomic<uint64_t>& cursor = layout_->retireRead(rank_, p);
     const uint64_t from = cursor.load(std::memory_order_relaxed);
-    if (layout_->retireLog(p).written.load(std::memory_order_acquire) == from) continue;  // nothing new: the usual case
+    if (layout_->retireLog(p).written.load(std::memory_order_acquire) == from) continue;
     // A close that throws leaves the cursor where it was: the records are applied again later (closing twice is a
     // no-op).
     const uint64_t to = readRetirements(layout_->retireLog(p), from, done, [&](uint64_t id) { closePeerImport(p, id); });
