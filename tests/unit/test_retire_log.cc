@@ -2,14 +2,21 @@
 // finished every call that may name them, never overwritten before every reader read them, and a writer and readers
 // on different threads see every record exactly once.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "core/process_segment.h"
 #include "core/retire_log.h"
+#include "core/shared_segment.h"
 
 namespace conccl {
 namespace {
@@ -103,6 +110,61 @@ TEST(RetireLog, AWriterAndTwoReadersOnThreadsApplyEveryIdOnceInOrder) {
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(applied[r].size(), kIds) << "reader " << r;
     for (uint64_t i = 0; i < kIds; ++i) ASSERT_EQ(applied[r][i], i) << "reader " << r << ", record " << i;
+  }
+}
+
+// As ProcessClique lays them out in its segment: a log per rank and a cursor per (reader, writer), in memory two
+// processes map. The child reads the parent's log through its own mapping and acks through its cursor, and the parent
+// waits for the ack before it writes over the slots the child has read.
+TEST(RetireLog, AReaderInAnotherProcessSeesEveryRecordThroughTheSegment) {
+  constexpr int kRanks = 2;
+  ProcessClique::Layout layout(kRanks, /*slots=*/4);
+  const std::string name = "/conccl-test-retire-log-" + std::to_string(getpid());
+  SharedSegment segment = SharedSegment::create(name, layout.totalBytes);
+  layout.base = static_cast<char*>(segment.data());
+  constexpr uint64_t kIds = 3 * kRetireLogRecords + 17;  // wraps the ring three times
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Reader (rank 1) of rank 0's log: every id in order, then exit 0; anything else exits 1.
+    SharedSegment mine = SharedSegment::open(name, layout.totalBytes);
+    ProcessClique::Layout view(kRanks, 4);
+    view.base = static_cast<char*>(mine.data());
+    uint64_t cursor = 0, expect = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (expect < kIds && std::chrono::steady_clock::now() < deadline) {
+      bool inOrder = true;
+      cursor = readRetirements(view.retireLog(0), cursor, UINT64_MAX, [&](uint64_t id) { inOrder &= id == expect++; });
+      if (!inOrder) _exit(1);
+      view.retireRead(1, 0).store(cursor, std::memory_order_release);
+    }
+    _exit(expect == kIds ? 0 : 1);
+  }
+  uint64_t next = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (next < kIds && std::chrono::steady_clock::now() < deadline) {
+    std::vector<uint64_t> batch;
+    for (uint64_t i = next; i < std::min(kIds, next + 100); ++i) batch.push_back(i);
+    uint64_t first = 0;
+    next += appendRetirements(layout.retireLog(0), layout.retireRead(1, 0).load(std::memory_order_acquire), batch,
+                              /*beforeSeq=*/0, &first);
+  }
+  EXPECT_EQ(next, kIds) << "the child did not read fast enough for the parent to append everything within 20 s";
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child saw a record missing or out of order";
+  segment.unlink();
+}
+
+TEST(RetireLog, EveryRanksLogAndCursorsLieInsideTheSegmentApart) {
+  for (int n : {1, 2, 3, 8, 64}) {
+    ProcessClique::Layout layout(n, 8);
+    EXPECT_GE(layout.retireLogOffset, layout.p2pOffset) << n << " ranks";
+    EXPECT_EQ(layout.retireLogOffset % 64, 0u);
+    EXPECT_GE(layout.retireLogStride, sizeof(RetireLog));
+    EXPECT_GE(layout.retireReadOffset, layout.retireLogOffset + layout.retireLogStride * static_cast<size_t>(n));
+    EXPECT_EQ(layout.totalBytes,
+              layout.retireReadOffset + sizeof(uint64_t) * static_cast<size_t>(n) * static_cast<size_t>(n));
   }
 }
 
