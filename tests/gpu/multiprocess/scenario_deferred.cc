@@ -299,18 +299,7 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
 }
 
 void scenarioCrossOrder(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
-  // B's id travels on A.
-  concclUniqueId id{};
-  if (rank == 0) ok(concclGetUniqueId(&id), nullptr, "concclGetUniqueId");
-  {
-    Buf idBuf(sizeof(id));
-    cudaOk(cudaMemcpyAsync(idBuf.p, &id, sizeof(id), cudaMemcpyHostToDevice, stream), "h2d");
-    ok(concclBroadcast(idBuf.p, idBuf.p, sizeof(id), concclUint8, 0, comm, stream), comm, "Broadcast of B's id");
-    cudaOk(cudaMemcpyAsync(&id, idBuf.p, sizeof(id), cudaMemcpyDeviceToHost, stream), "d2h");
-    syncBounded(stream, "Broadcast of B's id");
-  }
-  concclComm_t second = nullptr;
-  ok(concclCommInitRank(&second, nranks, id, rank), nullptr, "concclCommInitRank (B)");
+  concclComm_t second = secondCommunicator(comm, rank, nranks, stream);
   cudaStream_t streamB = nullptr;
   cudaOk(cudaStreamCreateWithFlags(&streamB, cudaStreamNonBlocking), "stream B");
   const size_t p2pCount = (size_t{64} << 20) / 4;

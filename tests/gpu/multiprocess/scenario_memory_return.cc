@@ -51,17 +51,9 @@ void allReduceChecked(void* p, size_t count, int rank, int nranks, concclComm_t 
 }  // namespace
 
 void scenarioMemoryReturnWithoutCalls(concclComm_t comm, int rank, int nranks, cudaStream_t stream, BufKind kind) {
-  // B's id travels on A.
-  concclUniqueId id{};
-  if (rank == 0) ok(concclGetUniqueId(&id), nullptr, "concclGetUniqueId");
-  Buf flag(sizeof(id));
-  cudaOk(cudaMemcpyAsync(flag.p, &id, sizeof(id), cudaMemcpyHostToDevice, stream), "h2d");
-  ok(concclBroadcast(flag.p, flag.p, sizeof(id), concclUint8, 0, comm, stream), comm, "Broadcast of B's id");
-  cudaOk(cudaMemcpyAsync(&id, flag.p, sizeof(id), cudaMemcpyDeviceToHost, stream), "d2h");
-  syncBounded(stream, "Broadcast of B's id");
-  concclComm_t second = nullptr;
-  ok(concclCommInitRank(&second, nranks, id, rank), nullptr, "concclCommInitRank (B)");
-  // Both communicators' own exports of `flag` made before the baseline (A's) or not at all (B makes no small call).
+  concclComm_t second = secondCommunicator(comm, rank, nranks, stream);
+  // The votes' buffer, exported by A before the baseline (B never sees it).
+  Buf flag(sizeof(float));
   (void)allVote(0, flag, comm, stream, "barrier");
 
   // The baseline: read by every rank between two barriers, so that no rank has allocated yet.

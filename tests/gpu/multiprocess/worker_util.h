@@ -147,4 +147,20 @@ struct Buf {
   char* c() const { return static_cast<char*>(p); }
 };
 
+// A second communicator of the same ranks ("B"), its unique id broadcast from rank 0 on `comm` ("A").
+inline concclComm_t secondCommunicator(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  concclUniqueId id{};
+  if (rank == 0) ok(concclGetUniqueId(&id), nullptr, "concclGetUniqueId");
+  {
+    Buf idBuf(sizeof(id));
+    cudaOk(cudaMemcpyAsync(idBuf.p, &id, sizeof(id), cudaMemcpyHostToDevice, stream), "h2d");
+    ok(concclBroadcast(idBuf.p, idBuf.p, sizeof(id), concclUint8, 0, comm, stream), comm, "Broadcast of B's id");
+    cudaOk(cudaMemcpyAsync(&id, idBuf.p, sizeof(id), cudaMemcpyDeviceToHost, stream), "d2h");
+    syncBounded(stream, "Broadcast of B's id");
+  }
+  concclComm_t second = nullptr;
+  ok(concclCommInitRank(&second, nranks, id, rank), nullptr, "concclCommInitRank (B)");
+  return second;
+}
+
 }  // namespace conccl::mpworker
