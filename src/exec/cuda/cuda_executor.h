@@ -146,7 +146,8 @@ class CudaExecutor final : public Executor {
   std::map<uint64_t, BufferExport> exports_;        // by allocation id
   std::map<CUdeviceptr, uint64_t> exportedAt_;      // allocation base -> id of the allocation last exported there
   std::vector<uint64_t> retiredExports_;            // ids the peers may unmap (handed out once)
-  std::vector<uint64_t> deregisteredIds_;           // of those, allocations deregistered, not freed (not logged)
+  // Of those, allocations deregistered while their memory lived (id -> base): logged only once found freed too.
+  std::map<uint64_t, CUdeviceptr> deregistered_;
   // VMM buffers exported (Config::exportVmm, asked by every process and checked at init: probeVmmExport), by unit
   // id, with the pieces they retain (vmm_export.h).
   bool exportVmm_ = false;
@@ -169,7 +170,7 @@ class CudaExecutor final : public Executor {
   std::optional<BufferExport> exportVmmLocked(const void* ptr, size_t bytes);  // a new unit (nullopt: staged)
   static BufferExport vmmExportOf(const VmmUnit& unit, const void* ptr);
   void retireVmmUnitLocked(std::map<uint64_t, VmmUnit>::iterator it);
-  // `freed`: its memory was freed (not deregistered: deregisteredIds_).
+  // `freed`: its memory was freed (not deregistered: deregistered_).
   void retireFreedAllocationLocked(std::map<uint64_t, BufferExport>::iterator cached, bool freed = true);
   void retireStaleExportsLocked();
   bool peersAllowed_ = false;  // this executor's peers are allowed to ask the VMM handle server

@@ -23,7 +23,7 @@ namespace conccl::exec {
 
 void CudaExecutor::retireFreedAllocationLocked(std::map<uint64_t, BufferExport>::iterator cached, bool freed) {
   retiredExports_.push_back(cached->first);
-  if (!freed) deregisteredIds_.push_back(cached->first);
+  if (!freed) deregistered_[cached->first] = static_cast<CUdeviceptr>(cached->second.base);
   auto at = exportedAt_.find(static_cast<CUdeviceptr>(cached->second.base));
   if (at != exportedAt_.end() && at->second == cached->first) exportedAt_.erase(at);
   exports_.erase(cached);
@@ -97,7 +97,7 @@ std::vector<uint64_t> CudaExecutor::takeRetiredExports(int rank, uint64_t carryi
   std::lock_guard<std::mutex> lock(exportMutex_);
   retiringGate_.carriedBy(carryingSeq);
   vmmClockAtLastEntry_ = vmmClock_;  // the call being prepared is published: its units may be swept from now on
-  return std::exchange(retiredExports_, {});  // deregisteredIds_ keeps their marks: some may be handed back
+  return std::exchange(retiredExports_, {});  // deregistered_ keeps their marks: some may be handed back
 }
 
 void CudaExecutor::requeueRetiredExports(int rank, const std::vector<uint64_t>& ids) {
@@ -110,16 +110,22 @@ void CudaExecutor::requeueRetiredExports(int rank, const std::vector<uint64_t>& 
 size_t CudaExecutor::logRetiredExports(int rank, const RetireLogAppend& append) {
   if (!processMode_ || rank != localRank_) return 0;
   std::lock_guard<std::mutex> lock(exportMutex_);
-  // Not a deregistered allocation: its memory lives on, and a later call may export it again under the same id, which
-  // a peer applying the record late would then unmap under that call. Those wait for a call's entry (read before the
-  // peer maps anything of that call).
+  if (retiredExports_.empty()) return 0;
+  const RelaxedCaptureScope relaxed(true);  // the watchdog's thread, beside a caller's global-mode capture
+  DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
+  // Not an allocation deregistered while its memory lives: a later call may export it again under the same id, which
+  // a peer applying the record late would then unmap under that call. Such an id waits for a call's entry (read before
+  // the peer maps anything of that call), or until its memory is freed too (PyTorch's registration hook deregisters a
+  // segment right before it frees it): one driver query each, only here, while no call comes.
   auto waiting = [&](uint64_t id) {
     return std::find(retiredExports_.begin(), retiredExports_.end(), id) != retiredExports_.end();
   };
-  std::erase_if(deregisteredIds_, [&](uint64_t id) { return !waiting(id); });  // gone out with calls since
+  std::erase_if(deregistered_, [&](const auto& d) {
+    return !waiting(d.first) || queryPointer(reinterpret_cast<void*>(d.second)).bufferId != d.first;
+  });
   std::vector<uint64_t> loggable;
   for (uint64_t id : retiredExports_) {
-    if (std::find(deregisteredIds_.begin(), deregisteredIds_.end(), id) == deregisteredIds_.end()) loggable.push_back(id);
+    if (!deregistered_.contains(id)) loggable.push_back(id);
   }
   if (loggable.empty()) return 0;
   uint64_t firstIndex = 0;
