@@ -52,6 +52,7 @@ class CopyEngineProgram {
   void wait(const sched::Wait& op);
   void reduce(const sched::Reduce& op);
   void ready(const sched::Ready& op);
+  bool recordsChunk(const sched::Ready& op) const;  // the mark records a chunk event (else it is nothing)
   void finish();
   // concclAllGatherChunked: records block `block`'s event on M (once).
   void recordChunk(size_t block);
