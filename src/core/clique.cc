@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <string>
 
 #include "base/types.h"
@@ -171,8 +172,9 @@ std::string shapeKey(const sched::CollectiveCall& call) {
 }
 }  // namespace
 
-std::shared_ptr<const sched::Schedule> ScheduleCache::get(const sched::CollectiveCall& call) {
+std::shared_ptr<const sched::Schedule> ScheduleCache::get(const sched::CollectiveCall& call, int copyEnginesFor) {
   std::string key = shapeKey(call);
+  if (copyEnginesFor >= 0) key += "|copy engines for rank " + std::to_string(copyEnginesFor);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(key);
@@ -182,6 +184,11 @@ std::shared_ptr<const sched::Schedule> ScheduleCache::get(const sched::Collectiv
   // never reused, so an id cannot name two different schedules even after this cache starts over.
   static std::atomic<uint64_t> nextId{1};
   sched::Schedule built = sched::buildSchedule(call, options_);
+  if (copyEnginesFor >= 0) {
+    for (size_t p = 0; p < built.workBytes.size(); ++p) {
+      if (static_cast<int>(p) != copyEnginesFor) built.workBytes[p] = std::numeric_limits<size_t>::max();
+    }
+  }
   built.id = nextId.fetch_add(1, std::memory_order_relaxed);
   auto schedule = std::make_shared<const sched::Schedule>(std::move(built));
   std::lock_guard<std::mutex> lock(mutex_);

@@ -154,7 +154,10 @@ class ScheduleCache {
  public:
   explicit ScheduleCache(sched::BuildOptions options) : options_(options) {}
   // The schedule of `call` (built, or from the cache). Throws what buildSchedule throws (nothing is cached then).
-  std::shared_ptr<const sched::Schedule> get(const sched::CollectiveCall& call);
+  // `copyEnginesFor` >= 0: every program but that rank's marked unbounded in size (Schedule::workBytes), so that the
+  // rank takes the copy-engine path whatever its peers' sizes (ProcessClique::copyEnginesFor); cached apart, under
+  // its own id.
+  std::shared_ptr<const sched::Schedule> get(const sched::CollectiveCall& call, int copyEnginesFor = -1);
 
  private:
   static constexpr size_t kMaxEntries = 256;

@@ -232,8 +232,9 @@ class ProcessClique final : public Clique {
   // Drops the peers' mirrors and the assumptions of a call that will not launch symmetrically after all.
   void forgetMirrors(PendingCall& pending, std::vector<Assumption>& assumed) const;
   // A staged AllToAllv and every pair-owned call take the copy-engine path on every rank (the path would otherwise
-  // depend on every rank's sizes, which a rank that launches early does not know).
-  void pinCopyEnginePath(PendingCall& pending) const;
+  // depend on every rank's sizes, which a rank that launches early does not know): ScheduleCache::get's
+  // `copyEnginesFor` for such a call (this rank), else -1.
+  int copyEnginesFor(const sched::CollectiveCall& call) const;
   // The route of call seq once some rank claimed it, else kUndecided.
   Route routeOf(uint64_t seq) const;
   // Claims `choice` for call seq unless a rank claimed first; returns the route that holds.

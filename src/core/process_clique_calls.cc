@@ -265,8 +265,7 @@ bool ProcessClique::trySymmetric(PendingCall& pending, const OwnPart& own, std::
   try {
     assembleCall(pending, n);
     pending.call.peerScratchOnly = staged;
-    pending.schedule = schedules_->get(pending.call);
-    if (allToAllv) pinCopyEnginePath(pending);
+    pending.schedule = schedules_->get(pending.call, allToAllv ? copyEnginesFor(pending.call) : -1);
     symmetric = bindSymmetric(pending, own.windows, assumed);
     const RankArgs& self = *pending.args[static_cast<size_t>(rank_)];
     if (symmetric && sched::isRooted(self.kind) && self.root != rank_) {
@@ -310,16 +309,12 @@ RankArgs ProcessClique::mirrorOf(const RankArgs& mine, int peer) const {
   return mirror;
 }
 
-void ProcessClique::pinCopyEnginePath(PendingCall& pending) const {
-  if (!pending.call.peerScratchOnly && pending.call.pairOwner.empty() && pending.call.callOwner < 0) return;
+int ProcessClique::copyEnginesFor(const sched::CollectiveCall& call) const {
   // The peers' programs in a schedule built from mirrors hold only their share with this rank, so their sizes say
   // nothing about the call: take the copy-engine path, as every rank of a staged AllToAllv does whichever view it
-  // built from, so that the ranks never mix paths (as buildP2PCall does for Send/Recv).
-  auto schedule = std::make_shared<sched::Schedule>(*pending.schedule);
-  for (size_t p = 0; p < schedule->workBytes.size(); ++p) {
-    if (static_cast<int>(p) != rank_) schedule->workBytes[p] = std::numeric_limits<size_t>::max();
-  }
-  pending.schedule = std::move(schedule);
+  // built from, so that the ranks never mix paths (as buildP2PCall does for Send/Recv). The schedule cache keeps such
+  // a schedule apart, once per shape.
+  return call.peerScratchOnly || !call.pairOwner.empty() || call.callOwner >= 0 ? rank_ : -1;
 }
 
 void ProcessClique::publish(const PendingCall& pending, const OwnPart& own, bool symmetric) {
@@ -439,8 +434,8 @@ void ProcessClique::bindPeers(PendingCall& pending, const CallTicket& ticket, co
     // Decided as the peers that launched early decided it (trySymmetric): from this rank's arguments, which
     // assembleCall has just found equal to every peer's where the decision depends on them.
     pending.call.peerScratchOnly = staged;
-    pending.schedule = schedules_->get(pending.call);
-    if (pending.call.kind == sched::CollKind::kAllToAllv) pinCopyEnginePath(pending);
+    pending.schedule = schedules_->get(
+        pending.call, pending.call.kind == sched::CollKind::kAllToAllv ? copyEnginesFor(pending.call) : -1);
   } catch (Error& e) {
     // Agreement errors are identical on every rank and leave the communicator usable, unless a peer already
     // launched; a CUDA error (the schedule's scratch, say) is this rank's alone.

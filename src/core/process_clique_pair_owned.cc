@@ -151,8 +151,7 @@ void ProcessClique::buildOwnedCall(PendingCall& pending, const std::vector<int>&
       }
     }
   }
-  pending.schedule = schedules_->get(pending.call);
-  pinCopyEnginePath(pending);
+  pending.schedule = schedules_->get(pending.call, copyEnginesFor(pending.call));
 }
 
 void ProcessClique::launchPairOwned(CallTicket& ticket, const OwnPart& own, bool claimedAll) {

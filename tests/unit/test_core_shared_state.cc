@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "core/clique.h"
@@ -111,6 +112,32 @@ TEST(ScheduleCache, SameShapeSameScheduleOtherShapeOther) {
   EXPECT_EQ(a->algorithm, fresh.algorithm);
   ASSERT_EQ(a->programs.size(), fresh.programs.size());
   for (size_t r = 0; r < fresh.programs.size(); ++r) EXPECT_EQ(a->programs[r].ops.size(), fresh.programs[r].ops.size());
+}
+
+TEST(ScheduleCache, ACopyEnginePinnedScheduleIsCachedApartWithItsPeersUnbounded) {
+  sched::BuildOptions options;
+  options.peerReads = true;  // as a process clique whose processes read each other's memory
+  ScheduleCache cache{options};
+  auto call = allReduce(1000, 3);
+  call.callOwner = 2;  // a late reduction: its programs are built from mirrors of the peers
+  auto plain = cache.get(call);
+  auto pinned = cache.get(call, /*copyEnginesFor=*/1);
+  EXPECT_NE(pinned.get(), plain.get());
+  EXPECT_NE(pinned->id, plain->id) << "executors cache derived work by id: the two differ in their sizes";
+  EXPECT_EQ(cache.get(call, 1).get(), pinned.get()) << "built once";
+  EXPECT_NE(cache.get(call, 0).get(), pinned.get()) << "another rank's view";
+  ASSERT_EQ(pinned->workBytes.size(), plain->workBytes.size());
+  for (size_t r = 0; r < pinned->workBytes.size(); ++r) {
+    if (r == 1) {
+      EXPECT_EQ(pinned->workBytes[r], plain->workBytes[r]);
+    } else {
+      EXPECT_EQ(pinned->workBytes[r], std::numeric_limits<size_t>::max()) << "rank " << r;
+    }
+  }
+  ASSERT_EQ(pinned->programs.size(), plain->programs.size());
+  for (size_t r = 0; r < plain->programs.size(); ++r) {
+    EXPECT_EQ(pinned->programs[r].ops.size(), plain->programs[r].ops.size()) << "the same programs";
+  }
 }
 
 TEST(ScheduleCache, AllToAllvCountsArePartOfTheShapeAndErrorsAreNotCached) {
