@@ -66,6 +66,10 @@ vmm|1+ GPUs|4-9 min|VMM_NPS (2 4)|VMM memory shared across processes (CONCCL_VMM
 late|1+ GPUs|5-9 min|LATE_SKEW_CALLS (5)|host time per call with a peer 2 s late (issue 24 item 1): the C API \
 test at the defaults, with calls up to 8 MiB routed (CONCCL_STAGED_MAX_BYTES=0), and with TRACE laps; the drop-in's \
 skew case with and without TRACE; one line of laps per call kind in the notes
+verify|1+ GPUs|6-9 min|VERIFY_NPS (2)|what was built without a GPU and not yet run (docs/dev/next-steps.md item 0): \
+the VMM piece check, freed memory without further calls, the scenarios the late-call and window changes touch, the \
+late 1 MiB call with 3 processes (one shot), then PyTorch's workloads with expandable segments and the default allocator \
+(memory_return again with TRACE if it fails)
 capture|1+ GPUs|3-8 min|CAPTURE_ROUNDS (8)|CUDA graph capture beside conccl: what CUDA allows beside a global capture (test_gpu_capture_mode, test_gpu_capture_ipc); the unstaged reference scenario (3-4 processes) CAPTURE_ROUNDS times, stopping at the first failure; a peer killed during a graph replay; PyTorch's graph workloads through the drop-in
 repro|1+ GPUs|1-2 min||developer: the fixed hazards reproduced with the fix off (the tests' *Repro.DISABLED_* \
 cases: no queue claim, no call order): each test must FAIL
@@ -846,6 +850,36 @@ phase_late() {
       END {for (k in last) print last[k]}' "$pdir/$f.txt" | sed 's/.*host laps of //' | cut -c1-300 \
       | sed "s/^/$f: /" >>"$notes"
   done
+}
+
+# ==================================================================================================================
+# verify: changes made on the CPU and not yet run on a GPU (docs/dev/next-steps.md item 0), most decisive first.
+phase_verify() {
+  if need "$bin/test_gpu_vmm_piece_check" vmm-piece; then step vmm-piece 60 "$bin/test_gpu_vmm_piece_check"; fi
+  if need "$bin/test_gpu_multiprocess" verify-mp; then
+    step memory-return 150 "$bin/test_gpu_multiprocess" --gtest_filter='*FreedMemoryGoesBackWithoutFurtherCalls/0'
+    step verify-mp 300 env CONCCL_TEST_WORKER_LIMIT_S=120 "$bin/test_gpu_multiprocess" --gtest_brief=1 \
+      --gtest_filter='*ShareableVmmMemoryMovesDirectly/0:*EveryCollectiveMatchesTheReference/1:*PairOwnedLateCallsMatchTheReference/0:*ChunkedCallsAcrossProcesses/0:*SymmetricWindowCallsMatchTheReference/0'
+    step late-one-shot 120 env CONCCL_TEST_MAX_HOST_US=1e6 CONCCL_TEST_WORKER_LIMIT_S=60 \
+      "$bin/test_gpu_multiprocess" --gtest_filter='*CallsDoNotWaitForLatePeers/1'
+  fi
+  if [ -f tests/torch/run_all.sh ]; then
+    step torch-workloads 300 env PY="$PY" NCCL_LIB="$NCCL_LIB" BUDGET_S=270 NO_NCCL=1 CASES=workloads \
+      NPS="${VERIFY_NPS:-2}" ALLOCS=expandable-export bash tests/torch/run_all.sh "$lib/libconccl_nccl.so" \
+      "$pdir/torch-workloads"
+    if [ "$dry" != 1 ] && grep -rqa "CASE memory_return FAIL" "$pdir/torch-workloads" 2>/dev/null; then
+      step memory-return-trace 120 env PY="$PY" NCCL_LIB="$NCCL_LIB" BUDGET_S=100 NO_NCCL=1 CASES=workloads NPS=2 \
+        ALLOCS=expandable-export WORKLOAD_CASES=memory_return CONCCL_DEBUG=TRACE bash tests/torch/run_all.sh \
+        "$lib/libconccl_nccl.so" "$pdir/memory-return-trace"
+      grep -rah "unmapped allocation\|stays mapped\|swept \|logged " "$pdir/memory-return-trace" 2>/dev/null | \
+        sed 's/^[^]]*\] //' | cut -c1-160 | sort | uniq -c | sort -rn | head -8 | sed 's/^/verify: /' >>"$notes"
+    fi
+  fi
+  [ "$dry" = 1 ] && return
+  grep -ah "block ids\|host time per piece" "$pdir/vmm-piece.log" 2>/dev/null | cut -c1-200 | sed 's/^/verify: /' >>"$notes"
+  grep -ah "went back in" "$pdir/memory-return.log" 2>/dev/null | head -4 | cut -c1-200 | sed 's/^/verify: /' >>"$notes"
+  grep -a -A7 "rank 0: host time per call" "$pdir/late-one-shot.log" 2>/dev/null | head -8 | cut -c1-200 | \
+    sed 's/^/verify: late 1 MiB, 3 processes: /' >>"$notes"
 }
 
 # ==================================================================================================================
