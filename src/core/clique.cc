@@ -174,7 +174,7 @@ std::string shapeKey(const sched::CollectiveCall& call) {
 
 std::shared_ptr<const sched::Schedule> ScheduleCache::get(const sched::CollectiveCall& call, int copyEnginesFor) {
   std::string key = shapeKey(call);
-  if (copyEnginesFor >= 0) key += "|copy engines for rank " + std::to_string(copyEnginesFor);
+  key.append(reinterpret_cast<const char*>(&copyEnginesFor), sizeof(copyEnginesFor));  // -1: not pinned
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(key);

@@ -76,7 +76,8 @@ void CopyEngineProgram::enqueue(const sched::RankProgram& program) {
     const bool batched = std::holds_alternative<sched::Wait>(op) || (signalOp != nullptr && onMain(signalOp->lane));
     // A mark is nothing unless the caller asked for chunk events (an AllGather's early program on 4 ranks has three,
     // which split its signals and waits into three batches).
-    if (!batched && !(mark != nullptr && !recordsChunk(*mark))) flushBatch();
+    const bool nothing = mark != nullptr && !recordsChunk(*mark);
+    if (!batched && !nothing) flushBatch();
     if (const auto* c = std::get_if<sched::Copy>(&op)) {
       copy(*c);
     } else if (signalOp != nullptr) {

@@ -170,8 +170,8 @@ class CudaExecutor final : public Executor {
   std::optional<BufferExport> exportVmmLocked(const void* ptr, size_t bytes);  // a new unit (nullopt: staged)
   static BufferExport vmmExportOf(const VmmUnit& unit, const void* ptr);
   void retireVmmUnitLocked(std::map<uint64_t, VmmUnit>::iterator it);
-  // `freed`: its memory was freed (not deregistered: deregistered_).
-  void retireFreedAllocationLocked(std::map<uint64_t, BufferExport>::iterator cached, bool freed = true);
+  // An allocation export ends: its memory was freed (`freed`), or it was deregistered while it lives (deregistered_).
+  void retireAllocationLocked(std::map<uint64_t, BufferExport>::iterator cached, bool freed = true);
   void retireStaleExportsLocked();
   bool peersAllowed_ = false;  // this executor's peers are allowed to ask the VMM handle server
   std::vector<int64_t> otherProcesses() const;  // the peers' pids, without this process's

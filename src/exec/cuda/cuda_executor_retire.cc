@@ -21,7 +21,7 @@
 
 namespace conccl::exec {
 
-void CudaExecutor::retireFreedAllocationLocked(std::map<uint64_t, BufferExport>::iterator cached, bool freed) {
+void CudaExecutor::retireAllocationLocked(std::map<uint64_t, BufferExport>::iterator cached, bool freed) {
   retiredExports_.push_back(cached->first);
   if (!freed) deregistered_[cached->first] = static_cast<CUdeviceptr>(cached->second.base);
   auto at = exportedAt_.find(static_cast<CUdeviceptr>(cached->second.base));
@@ -43,7 +43,7 @@ void CudaExecutor::retireStaleExportsLocked() {
   for (auto cached = exports_.begin(); cached != exports_.end();) {
     auto next = std::next(cached);
     if (queryPointer(reinterpret_cast<void*>(cached->second.base)).bufferId != cached->first) {
-      retireFreedAllocationLocked(cached);
+      retireAllocationLocked(cached);
     }
     cached = next;
   }
@@ -88,7 +88,7 @@ void CudaExecutor::retireExport(int rank, const void* ptr) {
   }
   if (info.bufferId == 0) return;
   if (auto cached = exports_.find(info.bufferId); cached != exports_.end()) {
-    retireFreedAllocationLocked(cached, /*freed=*/false);
+    retireAllocationLocked(cached, /*freed=*/false);
   }
 }
 
@@ -182,7 +182,7 @@ void CudaExecutor::sweepFreedExports(int rank) {
   if (freed.empty() && stale.empty()) return;
   std::lock_guard<std::mutex> lock(exportMutex_);
   for (uint64_t id : freed) {
-    if (auto cached = exports_.find(id); cached != exports_.end()) retireFreedAllocationLocked(cached);
+    if (auto cached = exports_.find(id); cached != exports_.end()) retireAllocationLocked(cached);
   }
   for (uint64_t id : stale) {
     auto unit = vmmUnits_.find(id);
