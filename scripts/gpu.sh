@@ -67,7 +67,7 @@ late|1+ GPUs|5-9 min|LATE_SKEW_CALLS (5)|host time per call with a peer 2 s late
 test at the defaults, with calls up to 8 MiB routed (CONCCL_STAGED_MAX_BYTES=0), and with TRACE laps; the drop-in's \
 skew case with and without TRACE; one line of laps per call kind in the notes
 verify|1+ GPUs|6-9 min|VERIFY_NPS (2)|what was built without a GPU and not yet run (docs/dev/next-steps.md item 0): \
-the VMM piece check, freed memory without further calls, the scenarios the late-call and window changes touch, the \
+the VMM piece check, freed memory without further calls, a freed place used again at once, the scenarios the late-call and window changes touch, the \
 late 1 MiB call with 3 processes (one shot), then PyTorch's workloads with expandable segments and the default allocator \
 (memory_return again with TRACE if it fails)
 capture|1+ GPUs|3-8 min|CAPTURE_ROUNDS (8)|CUDA graph capture beside conccl: what CUDA allows beside a global capture (test_gpu_capture_mode, test_gpu_capture_ipc); the unstaged reference scenario (3-4 processes) CAPTURE_ROUNDS times, stopping at the first failure; a peer killed during a graph replay; PyTorch's graph workloads through the drop-in
@@ -858,6 +858,9 @@ phase_verify() {
   if need "$bin/test_gpu_vmm_piece_check" vmm-piece; then step vmm-piece 60 "$bin/test_gpu_vmm_piece_check"; fi
   if need "$bin/test_gpu_multiprocess" verify-mp; then
     step memory-return 150 "$bin/test_gpu_multiprocess" --gtest_filter='*FreedMemoryGoesBackWithoutFurtherCalls/0'
+    # TRACE: its "superseded" lines say the import table closed a mapping an idle communicator still held.
+    step address-reuse 90 env CONCCL_DEBUG=TRACE "$bin/test_gpu_multiprocess" \
+      --gtest_filter='*FreedPlaceUsedAgainAtOnceOnAnotherCommunicator/0'
     step verify-mp 300 env CONCCL_TEST_WORKER_LIMIT_S=120 "$bin/test_gpu_multiprocess" --gtest_brief=1 \
       --gtest_filter='*ShareableVmmMemoryMovesDirectly/0:*EveryCollectiveMatchesTheReference/1:*PairOwnedLateCallsMatchTheReference/0:*ChunkedCallsAcrossProcesses/0:*SymmetricWindowCallsMatchTheReference/0'
     step late-one-shot 120 env CONCCL_TEST_MAX_HOST_US=1e6 CONCCL_TEST_WORKER_LIMIT_S=60 \
@@ -878,6 +881,9 @@ phase_verify() {
   [ "$dry" = 1 ] && return
   grep -ah "block ids\|host time per piece" "$pdir/vmm-piece.log" 2>/dev/null | cut -c1-200 | sed 's/^/verify: /' >>"$notes"
   grep -ah "went back in" "$pdir/memory-return.log" 2>/dev/null | head -4 | cut -c1-200 | sed 's/^/verify: /' >>"$notes"
+  { grep -ah "allocated again at the same place\|FAILED\|what()" "$pdir/address-reuse.log" 2>/dev/null | head -3
+    echo "superseded mappings closed: $(grep -ac "is superseded by" "$pdir/address-reuse.log" 2>/dev/null)"; } | \
+    cut -c1-200 | sed 's/^/verify: address reuse: /' >>"$notes"
   grep -a -A7 "rank 0: host time per call" "$pdir/late-one-shot.log" 2>/dev/null | head -8 | cut -c1-200 | \
     sed 's/^/verify: late 1 MiB, 3 processes: /' >>"$notes"
 }

@@ -262,6 +262,15 @@ TEST_P(MultiProcess, FreedMemoryGoesBackWithoutFurtherCalls) {
   }
 }
 
+// A freed allocation's place used again at once on another communicator: the peers map the new allocation while the
+// first communicator, idle since, still holds their mappings of the old one (CUDA maps a peer's memory once).
+TEST_P(MultiProcess, FreedPlaceUsedAgainAtOnceOnAnotherCommunicator) {
+  SKIP_WITHOUT_GPU();
+  auto results = runWorkers("address-reuse", GetParam(), 60000, 120);
+  expectAllSucceeded(results);
+  for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
+}
+
 // A peer killed (SIGKILL) while the survivors wait for it on the host (deferred) or on the GPU (staged, launched):
 // every survivor sees the error within 1 s; nothing is left behind. The victim's status is the signal.
 void expectKilledPeerReported(const char* scenario, int nranks) {

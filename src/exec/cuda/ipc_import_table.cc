@@ -31,6 +31,11 @@ void erase(std::vector<Key>& keys, const Key& key) {
   auto it = std::find(keys.begin(), keys.end(), key);
   if (it != keys.end()) keys.erase(it);
 }
+
+std::string describeKey(int64_t pid, uint64_t allocId) {
+  return "allocation " + std::to_string(allocId & ~kVmmUnitIdBit) + ((allocId & kVmmUnitIdBit) ? " (VMM)" : "") +
+         " of pid " + std::to_string(pid);
+}
 }  // namespace
 
 std::string describePointer(const void* p) {
@@ -103,11 +108,17 @@ void* IpcImportTable::acquire(const BufferExport& b, int device, std::chrono::mi
   DeviceGuard guard(device);
   void* base = nullptr;
   cudaError_t err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
-  if (err == cudaErrorAlreadyMapped && closePendingFor(b.pid, device)) {
-    // The peer freed an allocation whose mapping is still waiting to be closed here, and its new allocation reuses
-    // that memory: CUDA refuses to map it twice. Only then does a call wait for the background closes (those of that
-    // peer process on this device: only they can hold its memory).
+  if (err == cudaErrorAlreadyMapped) {
+    // The peer freed an allocation this process still maps, and its new allocation reuses that memory: CUDA refuses
+    // to map it twice. The old mapping is either waiting to be closed already (the peer retired it), or still held
+    // by a communicator that has not heard of the retirement yet (idle since: its log is read within a housekeeping
+    // period); the owner's allocations never overlap while they live, so one that overlaps the new one is gone and
+    // its close is queued now. Only then does a call wait for the background closes (those of that peer process on
+    // this device: only they can hold its memory).
     (void)cudaGetLastError();
+    closeSuperseded(b, device);
+  }
+  if (err == cudaErrorAlreadyMapped && closePendingFor(b.pid, device)) {
     if (!settled_.wait_until(lock, deadline, [&] { return !closePendingFor(b.pid, device); })) {
       CONCCL_THROW(concclUnhandledCudaError,
                    "mapping allocation " + std::to_string(b.allocId) + " of pid " + std::to_string(b.pid) +
@@ -126,8 +137,38 @@ void* IpcImportTable::acquire(const BufferExport& b, int device, std::chrono::mi
                      std::to_string(b.allocBytes) + " B); " + std::to_string(entries_.size()) +
                      " allocations of other processes mapped here");
   }
-  entries_[key] = Entry{base, 1, nullptr};
+  entries_[key] = Entry{base, 1, nullptr, b.base, b.allocBytes};
   return base;
+}
+
+void IpcImportTable::closeSuperseded(const BufferExport& b, int device) {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    const Key& k = it->first;
+    const Entry& e = it->second;
+    const bool overlaps = e.peerBase < b.base + b.allocBytes && b.base < e.peerBase + e.peerBytes;
+    if (k.pid != b.pid || k.device != device || k.allocId == b.allocId || e.vmm || !overlaps) {
+      ++it;
+      continue;
+    }
+    // Its holders' later releases find no entry and do nothing; none of them can name it in a call again (its owner
+    // freed it, and allocation ids are never reused).
+    CONCCL_TRACE(-1, device,
+                 describeKey(k.pid, k.allocId) + " is superseded by " + describeKey(b.pid, b.allocId) +
+                     " at the same place: its mapping here is closed although " + std::to_string(e.refs) +
+                     " communicator(s) of this process have not heard of its retirement yet");
+    queueClose(PendingClose{k, e.base, nullptr});
+    it = entries_.erase(it);
+  }
+}
+
+void IpcImportTable::queueClose(PendingClose close) {
+  pendingCloses_.push_back(std::move(close));
+  if (!closerStarted_) {
+    // Detached: the table lives until the process ends (instance()), and so does the thread, idle between closes.
+    std::thread([this] { closeLoop(); }).detach();
+    closerStarted_ = true;
+  }
+  closeWork_.notify_one();
 }
 
 bool IpcImportTable::closePendingFor(int64_t pid, int device) const {
@@ -157,7 +198,7 @@ void* IpcImportTable::acquireVmm(std::unique_lock<std::mutex>& lock, const Key& 
   }
   lock.lock();
   void* base = reinterpret_cast<void*>(vmm->base);
-  entries_[key] = Entry{base, 1, std::move(vmm)};
+  entries_[key] = Entry{base, 1, std::move(vmm), b.base, b.allocBytes};
   return base;
 }
 
@@ -215,10 +256,6 @@ void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, int device,
                    " ms for GPU work waiting for a peer)");
 }
 
-std::string describeKey(int64_t pid, uint64_t allocId) {
-  return "allocation " + std::to_string(allocId & ~kVmmUnitIdBit) + ((allocId & kVmmUnitIdBit) ? " (VMM)" : "") +
-         " of pid " + std::to_string(pid);
-}
 }  // namespace
 
 void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inBackground) {
@@ -249,13 +286,7 @@ void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inB
     closeMapping(base, vmm, device, describeKey(pid, allocId));
     return;
   }
-  pendingCloses_.push_back(PendingClose{key, base, std::move(vmm)});
-  if (!closerStarted_) {
-    // Detached: the table lives until the process ends (instance()), and so does the thread, idle between closes.
-    std::thread([this] { closeLoop(); }).detach();
-    closerStarted_ = true;
-  }
-  closeWork_.notify_one();
+  queueClose(PendingClose{key, base, std::move(vmm)});
 }
 
 void IpcImportTable::closeLoop() {

@@ -42,7 +42,9 @@ class IpcImportTable {
   static IpcImportTable& instance();
   // Maps (or finds) the allocation `b` of another process on `device`; returns its base here. Waits at most `limit`
   // for another thread's mapping of it, or for the close of an earlier mapping CUDA will not map twice; then throws
-  // Error(concclUnhandledCudaError).
+  // Error(concclUnhandledCudaError). An earlier allocation of the same owner whose place `b` now takes is closed
+  // first, even while communicators still hold it: its owner freed it (they learn of it later, and their releases of
+  // it then do nothing).
   void* acquire(const BufferExport& b, int device, std::chrono::milliseconds limit);
   // Mappings held, including those whose close is still pending in the background.
   size_t size();
@@ -69,6 +71,8 @@ class IpcImportTable {
     void* base;
     int refs;
     std::shared_ptr<VmmImport> vmm;  // a peer's VMM unit (BufferExport::kVmm); null: a CUDA IPC mapping
+    uint64_t peerBase = 0;           // the allocation's range in its owner's address space
+    uint64_t peerBytes = 0;
   };
   struct PendingClose {
     Key key;
@@ -76,6 +80,11 @@ class IpcImportTable {
     std::shared_ptr<VmmImport> vmm;
   };
   void closeLoop();
+  // Queues the close of every CUDA IPC mapping of `b`'s owner on `device` whose memory `b` now occupies in the owner's
+  // address space (lock held): the owner freed those, though communicators here may not have heard of it yet.
+  void closeSuperseded(const BufferExport& b, int device);
+  // Hands a close to the background thread, started at the first (lock held).
+  void queueClose(PendingClose close);
   // A close of a mapping of process `pid` on `device` is waiting or running (lock held).
   bool closePendingFor(int64_t pid, int device) const;
   // Imports a peer's VMM unit with the lock released (acquire's tail for BufferExport::kVmm).

@@ -24,6 +24,8 @@
 //   memory-return / memory-return-vmm
 //                256 MiB used on two communicators and freed: the memory goes back while one of them makes no
 //                further call (scenario_memory_return.h).
+//   address-reuse
+//                a freed allocation's place used again at once on another communicator (scenario_memory_return.h).
 //   symmetric    a concclMemAlloc'd window per rank: every collective on buffers at the same offsets in it (no
 //                host rendezvous), alternating with the regular path, the hot path and a graph on window buffers.
 //   cross-node   a communicator across simulated hosts through the C API (CONCCL_HOSTID per process): every collective,
@@ -853,7 +855,8 @@ int main(int argc, char** argv) {
   setenv("CONCCL_DEFER_CALLS", proxyScenario ? "1" : "0", 1);
   setenv("CONCCL_STAGE_LATE_CALLS", blocking || unstaged || proxyScenario ? "0" : "1", 1);
   if (scenario == "collectives-unstaged") scenario = "collectives";
-  if (scenario == "vmm-export" || scenario == "memory-return" || scenario == "memory-return-vmm") {
+  if (scenario == "vmm-export" || scenario == "memory-return" || scenario == "memory-return-vmm" ||
+      scenario == "address-reuse") {
     // VMM buffers exported (vmm_export.h), every call on the direct route: each rank maps its peers' buffers.
     setenv("CONCCL_VMM_EXPORT", "1", 1);
     setenv("CONCCL_STAGED_MAX_BYTES", "0", 1);
@@ -932,6 +935,8 @@ int main(int argc, char** argv) {
       using conccl::mpworker::BufKind;
       conccl::mpworker::scenarioMemoryReturnWithoutCalls(
           gComm, gRank, gNranks, stream, scenario == "memory-return" ? BufKind::kMalloc : BufKind::kVmmShareable);
+    } else if (scenario == "address-reuse") {
+      conccl::mpworker::scenarioAddressReusedAtOnce(gComm, gRank, gNranks, stream);
     } else if (scenario == "deferred-kill" || scenario == "deferred-kill-gpu" || scenario == "deferred-abort" ||
                scenario == "graph-kill") {
       if (scenario == "deferred-abort") {

@@ -97,4 +97,43 @@ void scenarioMemoryReturnWithoutCalls(concclComm_t comm, int rank, int nranks, c
   ok(concclCommDestroy(second), nullptr, "concclCommDestroy (B)");
 }
 
+void scenarioAddressReusedAtOnce(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  concclComm_t second = secondCommunicator(comm, rank, nranks, stream);
+  Buf flag(sizeof(float));
+  const size_t count = (size_t{64} << 20) / 4;
+  int reused = 0;
+  constexpr int kRounds = 4;
+  for (int round = 0; round < kRounds; ++round) {
+    // Even rounds map the first allocation on A and reuse its place on B; odd rounds the other way round.
+    concclComm_t first = round % 2 == 0 ? comm : second;
+    concclComm_t then = round % 2 == 0 ? second : comm;
+    void* oldPlace = nullptr;
+    {
+      Buf a(count * 4);
+      oldPlace = a.p;
+      allReduceChecked(a.p, count, rank, nranks, first, stream, "AllReduce 64 MiB, first allocation");
+      (void)allVote(0, flag, first, stream, "barrier");  // every rank's call on it is complete before any frees it
+    }
+    // Freed and allocated again at once: cudaMalloc hands the same place back. `first` makes no call before the
+    // call on `then`, so the peers' mappings of the old allocation are held by a communicator that has not heard of
+    // its retirement.
+    Buf b(count * 4);
+    reused += b.p == oldPlace ? 1 : 0;
+    allReduceChecked(b.p, count, rank, nranks, then, stream, "AllReduce 64 MiB at the freed allocation's place");
+    (void)allVote(0, flag, then, stream, "barrier");
+  }
+  // The case is only exercised where the place was reused; every rank must have seen it at least once.
+  const float reusedEverywhere = allVote(reused > 0 ? 1.0f : 0.0f, flag, comm, stream, "vote");
+  if (reusedEverywhere != static_cast<float>(nranks)) {
+    throw std::runtime_error("address reuse: cudaMalloc did not hand the freed place back on every rank (rank " +
+                             std::to_string(rank) + ": " + std::to_string(reused) + " of " +
+                             std::to_string(kRounds) + " rounds), so the case was not exercised");
+  }
+  std::fprintf(stderr,
+               "rank %d: a 64 MiB allocation freed and allocated again at the same place (%d of %d rounds) was "
+               "moved directly on the other communicator at once, right\n",
+               rank, reused, kRounds);
+  ok(concclCommDestroy(second), nullptr, "concclCommDestroy (B)");
+}
+
 }  // namespace conccl::mpworker

@@ -1,5 +1,6 @@
-// Scenario of conccl_mp_worker: memory a rank frees goes back to CUDA without any further call on the communicator that
-// mapped it (its retirement log: src/core/retire_log.h). Throws std::runtime_error on failure.
+// Scenarios of conccl_mp_worker: memory a rank frees goes back to CUDA without any further call on the communicator
+// that mapped it (its retirement log: src/core/retire_log.h), and its place can be used again at once. Throw
+// std::runtime_error on failure.
 #pragma once
 
 #include <conccl/conccl.h>
@@ -16,5 +17,12 @@ namespace conccl::mpworker {
 // memory is back to where it was before the allocation (within 64 MiB), and every result is right. Before the
 // retirement log B's mappings (and, for VMM, the owner's retained pieces) held the memory until B's next call.
 void scenarioMemoryReturnWithoutCalls(concclComm_t comm, int rank, int nranks, cudaStream_t stream, BufKind kind);
+
+// "address-reuse": every rank makes an AllReduce on a 64 MiB cudaMalloc allocation on one communicator, frees it,
+// allocates again (cudaMalloc hands the same place back) and at once makes an AllReduce on the new allocation on the
+// other communicator, which must map it while the first communicator, idle since, still holds the mapping of the old
+// one (CUDA refuses to map a peer's memory twice: the import table closes the superseded mapping first). Four rounds,
+// alternating the communicators; asserted: every result right, and the place reused at least once on every rank.
+void scenarioAddressReusedAtOnce(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
 
 }  // namespace conccl::mpworker
