@@ -881,7 +881,7 @@ phase_verify() {
   [ "$dry" = 1 ] && return
   grep -ah "block ids\|host time per piece" "$pdir/vmm-piece.log" 2>/dev/null | cut -c1-200 | sed 's/^/verify: /' >>"$notes"
   grep -ah "went back in" "$pdir/memory-return.log" 2>/dev/null | head -4 | cut -c1-200 | sed 's/^/verify: /' >>"$notes"
-  { grep -ah "allocated again at the same place\|FAILED\|what()" "$pdir/address-reuse.log" 2>/dev/null | head -3
+  { grep -ah "freed and allocated again (place\|FAILED\|what()" "$pdir/address-reuse.log" 2>/dev/null | head -3
     echo "superseded mappings closed: $(grep -ac "is superseded by" "$pdir/address-reuse.log" 2>/dev/null)"; } | \
     cut -c1-200 | sed 's/^/verify: address reuse: /' >>"$notes"
   grep -a -A7 "rank 0: host time per call" "$pdir/late-one-shot.log" 2>/dev/null | head -8 | cut -c1-200 | \

@@ -18,11 +18,12 @@ namespace conccl::mpworker {
 // retirement log B's mappings (and, for VMM, the owner's retained pieces) held the memory until B's next call.
 void scenarioMemoryReturnWithoutCalls(concclComm_t comm, int rank, int nranks, cudaStream_t stream, BufKind kind);
 
-// "address-reuse": every rank makes an AllReduce on a 64 MiB cudaMalloc allocation on one communicator, frees it,
-// allocates again (cudaMalloc hands the same place back) and at once makes an AllReduce on the new allocation on the
-// other communicator, which must map it while the first communicator, idle since, still holds the mapping of the old
-// one (CUDA refuses to map a peer's memory twice: the import table closes the superseded mapping first). Four rounds,
-// alternating the communicators; asserted: every result right, and the place reused at least once on every rank.
+// "address-reuse": every rank makes an AllReduce on a cudaMalloc allocation on one communicator, frees it, allocates
+// again (cudaMalloc hands the same place back) and at once makes an AllReduce on the new allocation on the other
+// communicator, which must map it while the first communicator, idle since, still holds the mapping of the old one
+// (CUDA refuses to map a peer's memory twice: the import table closes the superseded mapping first). Four rounds
+// (64 MiB twice, 3 KiB twice), alternating the communicators; asserted: every result right, and the place reused at
+// least once on every rank.
 void scenarioAddressReusedAtOnce(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
 
 }  // namespace conccl::mpworker
