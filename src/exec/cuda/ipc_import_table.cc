@@ -117,16 +117,16 @@ void* IpcImportTable::acquire(const BufferExport& b, int device, std::chrono::mi
     // this device: only they can hold its memory).
     (void)cudaGetLastError();
     closeSuperseded(b, device);
-  }
-  if (err == cudaErrorAlreadyMapped && closePendingFor(b.pid, device)) {
-    if (!settled_.wait_until(lock, deadline, [&] { return !closePendingFor(b.pid, device); })) {
-      CONCCL_THROW(concclUnhandledCudaError,
-                   "mapping allocation " + std::to_string(b.allocId) + " of pid " + std::to_string(b.pid) +
-                       ": CUDA refused it while earlier mappings of that process wait to be closed here, and they " +
-                       "were not closed within " + std::to_string(limit.count()) + " ms (closes run only while " +
-                       "no GPU work of this process waits for another process)");
+    if (closePendingFor(b.pid, device)) {
+      if (!settled_.wait_until(lock, deadline, [&] { return !closePendingFor(b.pid, device); })) {
+        CONCCL_THROW(concclUnhandledCudaError,
+                     "mapping allocation " + std::to_string(b.allocId) + " of pid " + std::to_string(b.pid) +
+                         ": CUDA refused it while earlier mappings of that process wait to be closed here, and they " +
+                         "were not closed within " + std::to_string(limit.count()) + " ms (closes run only while " +
+                         "no GPU work of this process waits for another process)");
+      }
+      err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
     }
-    err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
   }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
@@ -198,7 +198,7 @@ void* IpcImportTable::acquireVmm(std::unique_lock<std::mutex>& lock, const Key& 
   }
   lock.lock();
   void* base = reinterpret_cast<void*>(vmm->base);
-  entries_[key] = Entry{base, 1, std::move(vmm), b.base, b.allocBytes};
+  entries_[key] = Entry{base, 1, std::move(vmm)};
   return base;
 }
 

@@ -71,7 +71,7 @@ class IpcImportTable {
     void* base;
     int refs;
     std::shared_ptr<VmmImport> vmm;  // a peer's VMM unit (BufferExport::kVmm); null: a CUDA IPC mapping
-    uint64_t peerBase = 0;           // the allocation's range in its owner's address space
+    uint64_t peerBase = 0;           // a CUDA IPC mapping's range in its owner's address space (closeSuperseded)
     uint64_t peerBytes = 0;
   };
   struct PendingClose {
