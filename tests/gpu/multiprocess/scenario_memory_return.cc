@@ -100,8 +100,9 @@ void scenarioMemoryReturnWithoutCalls(concclComm_t comm, int rank, int nranks, c
 void scenarioAddressReusedAtOnce(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
   concclComm_t second = secondCommunicator(comm, rank, nranks, stream);
   Buf flag(sizeof(float));
-  // A large allocation (its own pages) and a small one (cudaMalloc carves it from a shared 2 MiB page; a peer's
-  // mapping of the old one at the same place made a call fail on 2026-12-01), two rounds each.
+  // A large allocation and a small one, two rounds each. cudaMalloc carves small ones out of larger blocks: a 3072 B
+  // one at offset 0x6400 of its block failed to map with cudaErrorAlreadyMapped (one H200, 2026-12-01,
+  // docs/results/2026-12-01-h200-1gpu-chunked-fused-ops/run8-mp_all.log).
   const size_t sizes[] = {size_t{64} << 20, size_t{64} << 20, 3072, 3072};
   int reused = 0;
   std::string places;
