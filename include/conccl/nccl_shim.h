@@ -38,6 +38,15 @@ CONCCL_API int concclNcclShimGetComm(struct ncclComm* comm, concclComm_t* out);
  * tests/torch/skew_host_time.py reads it after each measured call. */
 CONCCL_API uint64_t concclNcclShimTakeCallNs(uint64_t* calls);
 
+/* Buffer registrations the shim's conccl communicators of this process accepted since it started: successful
+ * ncclCommRegister calls in *registered, ncclCommDeregister in *deregistered, ncclCommWindowRegister /
+ * ncclCommWindowDeregister in *windowsRegistered / *windowsDeregistered (any of them may be NULL). Calls forwarded
+ * to the real NCCL are not counted. Shows whether a framework's registration hooks reach the library (PyTorch's
+ * TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1 registers every segment of its caching allocator;
+ * ProcessGroupNCCL.register_mem_pool a pool's): tests/torch reads it. */
+CONCCL_API void concclNcclShimRegistrationCounts(uint64_t* registered, uint64_t* deregistered,
+                                                 uint64_t* windowsRegistered, uint64_t* windowsDeregistered);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

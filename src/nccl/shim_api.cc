@@ -14,6 +14,7 @@
 
 #include "nccl/call_time.h"
 #include "nccl/nccl_abi.h"
+#include "nccl/registration_counts.h"
 #include "nccl/shim_comm.h"
 #include "nccl/shim_hierarchical.h"
 #include "nccl/type_map.h"
@@ -218,13 +219,17 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* ran
 CONCCL_NCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string("ncclCommRegister: ") + kNullComm);
   if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclCommRegister, realComm(comm), buff, size, handle);
-  return fromConccl(comm, concclCommRegister(comm->conccl, buff, size, handle), "ncclCommRegister");
+  const concclResult_t r = concclCommRegister(comm->conccl, buff, size, handle);
+  if (r == concclSuccess) countRegistration(&RegistrationCounts::registered);
+  return fromConccl(comm, r, "ncclCommRegister");
 }
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string("ncclCommDeregister: ") + kNullComm);
   if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclCommDeregister, realComm(comm), handle);
-  return fromConccl(comm, concclCommDeregister(comm->conccl, handle), "ncclCommDeregister");
+  const concclResult_t r = concclCommDeregister(comm->conccl, handle);
+  if (r == concclSuccess) countRegistration(&RegistrationCounts::deregistered);
+  return fromConccl(comm, r, "ncclCommDeregister");
 }
 
 CONCCL_NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
@@ -240,6 +245,7 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* bu
   concclWindow_t w = nullptr;
   concclResult_t r = concclCommWindowRegister(comm->conccl, buff, size, &w);
   if (r != concclSuccess) return fromConccl(comm, r, "ncclCommWindowRegister");
+  countRegistration(&RegistrationCounts::windowsRegistered);
   *win = reinterpret_cast<ncclWindow_t>(w);
   return ncclSuccess;
 }
@@ -247,8 +253,9 @@ CONCCL_NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* bu
 CONCCL_NCCL_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   if (comm == nullptr) return fail(nullptr, ncclInvalidArgument, std::string("ncclCommWindowDeregister: ") + kNullComm);
   if (forwarded(comm)) CONCCL_NCCL_FORWARD(comm, ncclCommWindowDeregister, realComm(comm), win);
-  return fromConccl(comm, concclCommWindowDeregister(comm->conccl, reinterpret_cast<concclWindow_t>(win)),
-                    "ncclCommWindowDeregister");
+  const concclResult_t r = concclCommWindowDeregister(comm->conccl, reinterpret_cast<concclWindow_t>(win));
+  if (r == concclSuccess) countRegistration(&RegistrationCounts::windowsDeregistered);
+  return fromConccl(comm, r, "ncclCommWindowDeregister");
 }
 
 // With the shim on, memory comes from conccl (cudaMalloc'd: exportable to conccl's peers with CUDA IPC, and

@@ -1,8 +1,10 @@
 // The shim's own exports beside NCCL's API (include/conccl/nccl_shim.h): the NCCL version it was built against and
-// the conccl communicator behind a shim communicator, for the Python package (`conccl run`'s ABI check, conccl.torch).
+// the conccl communicator behind a shim communicator, for the Python package (`conccl run`'s ABI check, conccl.torch);
+// the host time of its calls and the registrations it accepted, for tests/torch.
 #include <conccl/nccl_shim.h>
 
 #include "nccl/call_time.h"
+#include "nccl/registration_counts.h"
 #include "nccl/shim_comm.h"
 
 using namespace conccl::nccl;
@@ -32,4 +34,16 @@ extern "C" uint64_t concclNcclShimTakeCallNs(uint64_t* calls) {
   const ShimCallTime t = takeShimCallTime();
   if (calls != nullptr) *calls = t.calls;
   return t.ns;
+}
+
+extern "C" void concclNcclShimRegistrationCounts(uint64_t* registered, uint64_t* deregistered,
+                                                 uint64_t* windowsRegistered, uint64_t* windowsDeregistered) {
+  const RegistrationCounts& c = registrationCounts();
+  auto put = [](uint64_t* out, const std::atomic<uint64_t>& v) {
+    if (out != nullptr) *out = v.load(std::memory_order_relaxed);
+  };
+  put(registered, c.registered);
+  put(deregistered, c.deregistered);
+  put(windowsRegistered, c.windowsRegistered);
+  put(windowsDeregistered, c.windowsDeregistered);
 }

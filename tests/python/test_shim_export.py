@@ -56,3 +56,25 @@ def test_take_call_ns_counts_each_outermost_call_once(shim):
     ns = take(ctypes.byref(calls))
     assert calls.value == 3 and ns > 0
     assert take(ctypes.byref(calls)) == 0 and calls.value == 0  # reset by the take
+
+
+def test_registration_counts_count_only_accepted_registrations(shim):
+    _, lib = shim
+    counts = lib.concclNcclShimRegistrationCounts
+    counts.restype, counts.argtypes = None, [ctypes.POINTER(ctypes.c_uint64)] * 4
+    lib.ncclCommRegister.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                     ctypes.POINTER(ctypes.c_void_p)]
+    lib.ncclCommDeregister.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+
+    def read():
+        v = [ctypes.c_uint64(7) for _ in range(4)]
+        counts(*[ctypes.byref(x) for x in v])
+        return [x.value for x in v]
+
+    before = read()
+    counts(None, None, None, None)  # every output is optional
+    handle = ctypes.c_void_p()
+    # Refused (NULL communicator): not counted.
+    assert lib.ncclCommRegister(None, None, 16, ctypes.byref(handle)) == 4
+    assert lib.ncclCommDeregister(None, None) == 4
+    assert read() == before

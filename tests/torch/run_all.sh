@@ -24,7 +24,9 @@
 #       exported to the peers, conccl's default) and with the older PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 #       and CONCCL_VMM_EXPORT=0 (staged instead) (--expect-expandable checks it took effect); ordering.py and
 #       pipeline_ddp.py too when ALLOC_SCRIPTS says so. ALLOCS=expandable-export: expandable segments with
-#       CONCCL_VMM_EXPORT=1 set explicitly
+#       CONCCL_VMM_EXPORT=1 set explicitly; ALLOCS=hook: PyTorch's register hook
+#       (TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1: ncclCommRegister / Deregister of every segment of the
+#       default allocator; PyTorch turns it off under expandable segments)
 #
 # Environment: PY (default /opt/torch/.venv/bin/python), NCCL_LIB (the real NCCL's directory; default: torch's
 #   nvidia/nccl/lib), BUDGET_S (default 420), NPS (default "2 4"), ALLOCS (default "expandable expandable-old"),
@@ -55,7 +57,7 @@ NPS="${NPS:-2 4}"
 ALLOCS="${ALLOCS:-expandable expandable-old}"
 ALLOC_SCRIPTS="${ALLOC_SCRIPTS:-workloads}"
 CASES="${CASES:-.}"
-WORKLOAD_CASES="${WORKLOAD_CASES:-collectives,p2p,groups,mesh2d,moe,ddp,fsdp2,fsdp2_bf16,tp,graphs,compile,memory_return}"
+WORKLOAD_CASES="${WORKLOAD_CASES:-collectives,p2p,groups,mesh2d,moe,ddp,fsdp2,fsdp2_bf16,tp,graphs,compile,memory_return,mem_pool}"
 SKEW_ASSERT_US="${SKEW_ASSERT_US:-20}"
 SKEW_COLD_ASSERT_US="${SKEW_COLD_ASSERT_US:-250}"
 SKEW_CALLS="${SKEW_CALLS:-2}"
@@ -136,6 +138,11 @@ set_env() {  # LIB ALLOC
       ENVCMD+=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True CONCCL_VMM_EXPORT=0); ARGS_EXTRA+=(--expect-expandable) ;;
     expandable-export)
       ENVCMD+=(PYTORCH_ALLOC_CONF=expandable_segments:True CONCCL_VMM_EXPORT=1); ARGS_EXTRA+=(--expect-expandable) ;;
+    # PyTorch's allocator hook: every segment registered (ncclCommRegister) on every communicator, and deregistered
+    # right before it is freed; --expect-registered checks that the registrations reach the drop-in
+    # (PyTorch turns the hook off under expandable segments.)
+    hook) ENVCMD+=(TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1); ARGS_EXTRA+=(--expect-registered) ;;
+    *) echo "run_all.sh: unknown allocator configuration '$2' in ALLOCS" >&2; exit 2 ;;
   esac
 }
 
@@ -363,7 +370,7 @@ for np in $NPS; do
   fault_intruder "$np"
 done
 
-# Expandable segments (VMM memory, which CUDA IPC cannot share), under both names of the variable.
+# The allocator variants (ALLOCS): expandable segments (VMM memory) under both names of the variable, the register hook.
 for alloc in $ALLOCS; do
   for np in $NPS; do
     for s in $ALLOC_SCRIPTS; do

@@ -16,6 +16,7 @@ The three ways a script runs (the same flags everywhere):
 NVLink multicast stays off in every process (it can take shared GPUs out of service).
 """
 import argparse
+import ctypes
 import datetime
 import json
 import os
@@ -53,6 +54,9 @@ def add_args(p, timeout_s=120):
     p.add_argument("--expect-expandable", action="store_true",
                    help="fail unless the CUDA caching allocator really uses expandable segments (checks that "
                         "PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF took effect)")
+    p.add_argument("--expect-registered", action="store_true",
+                   help="fail unless the drop-in has accepted buffer registrations once the communicator is up "
+                        "(checks that TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1 reaches it)")
     p.add_argument("--jsonl", help="rank 0 appends one JSON object per case here")
     p.add_argument("--tag", default="", help="label written into the JSON lines (the runner's configuration)")
     return p
@@ -135,6 +139,13 @@ def setup(args, init_probe=True):
         got = paths if paths else (["NCCL"] if not shim else [])
         if got != [args.expect_path]:
             ctx.chk.fail(f"the default communicator took {got or 'an unknown path'}, expected {args.expect_path}")
+    if args.expect_registered and args.device == "cuda":
+        counts = registration_counts()
+        if counts is None:
+            ctx.chk.fail("--expect-registered: the drop-in is not loaded (no concclNcclShimRegistrationCounts)")
+        elif counts["registered"] == 0:
+            ctx.chk.fail("PyTorch's register hook was asked for (TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK) but "
+                         "the drop-in has accepted no ncclCommRegister once the communicator is up")
     if args.expect_expandable and args.device == "cuda":
         exp = expandable_in_use(device)
         if exp is False:
@@ -162,6 +173,19 @@ def shim_loaded():
     except OSError:
         pass
     return None
+
+
+def registration_counts():
+    """The drop-in's registration counts of this process (concclNcclShimRegistrationCounts, conccl/nccl_shim.h) as a
+    dict (registered, deregistered, windows_registered, windows_deregistered), or None without the drop-in."""
+    try:
+        fn = ctypes.CDLL(None).concclNcclShimRegistrationCounts  # LD_PRELOAD put the drop-in's symbols in scope
+    except (AttributeError, OSError):
+        return None
+    fn.restype, fn.argtypes = None, [ctypes.POINTER(ctypes.c_uint64)] * 4
+    v = [ctypes.c_uint64(0) for _ in range(4)]
+    fn(*[ctypes.byref(x) for x in v])
+    return dict(zip(("registered", "deregistered", "windows_registered", "windows_deregistered"), (x.value for x in v)))
 
 
 def expandable_in_use(device):
@@ -268,14 +292,17 @@ def run_cases(ctx, cases, selected=None):
     """cases: [(name, fn(ctx))]. Prints 'CASE <name> PASS|FAIL <secs>s <detail>' on rank 0 for each, as it goes (a
     run cut by a timeout still shows how far it got). Returns the number of failed cases."""
     failed = 0
-    if ctx.args.expect_path or ctx.args.expect_expandable:
-        # The setup checks (which library took the communicator, whether expandable segments are on) as a case.
+    if ctx.args.expect_path or ctx.args.expect_expandable or ctx.args.expect_registered:
+        # The setup checks (which library took the communicator, whether expandable segments are on, whether buffer
+        # registrations reach the drop-in) as a case.
         mine = list(ctx.chk.failures)
         total = agree(ctx, len(mine))
         failed += total != 0
+        regs = registration_counts() if ctx.args.device == "cuda" else None
         if ctx.rank == 0:
             print(f"CASE setup {'PASS' if total == 0 else 'FAIL'} 0.0s path {','.join(ctx.paths) or '?'}, "
-                  f"expandable {ctx.expandable}" + (f"; {mine[0]}" if mine else ""), flush=True)
+                  f"expandable {ctx.expandable}" + (f", registrations {regs['registered']}" if regs else "") +
+                  (f"; {mine[0]}" if mine else ""), flush=True)
         ctx.chk.failures = []
     for name, fn in cases:
         if selected and name not in selected:

@@ -32,6 +32,8 @@ Cases (--cases to pick; all by default):
   compile      torch.compile of functional collectives (all_reduce, all_gather, reduce_scatter) vs closed forms
   memory_return  256 MiB tensors used by collectives, freed, cache emptied: the GPU's free memory comes back once the
                ranks made eight calls on new memory (how much was held right after the release is reported)
+  mem_pool     a MemPool on ProcessGroupNCCL.mem_allocator (ncclMemAlloc), register_mem_pool with symm False / True,
+               collectives on its 12 MiB tensors, deregister_mem_pool; the drop-in's registration counts (GPU only)
 
 Tolerances: sums within the any-order rounding bound (tcommon.Checker.sum_close); data movement bit-exact; training:
 losses within 1e-4 (fp32) / 1e-2 (bf16) relative and the parameter updates (p_final - p_init) within 2e-3 (fp32) /
@@ -54,7 +56,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 ALL_CASES = ["collectives", "p2p", "groups", "mesh2d", "moe", "ddp", "fsdp2", "fsdp2_bf16", "tp", "graphs", "compile",
-             "memory_return"]
+             "memory_return", "mem_pool"]
 
 
 def sc_module():
@@ -370,6 +372,66 @@ def case_memory_return(ctx):
                  f"after the release; each of the {world} ranks freed about {2 * 256 + 256 // world} MiB)")
 
 
+def case_mem_pool(ctx):
+    """Buffers from the communicator's own allocator, registered with it, as NCCL user-buffer setups (Megatron's
+    NCCL-UB) make them: a torch.cuda.MemPool on ProcessGroupNCCL's mem_allocator (ncclMemAlloc / ncclMemFree),
+    register_mem_pool (ncclCommRegister of each segment; symm=True: ncclCommWindowRegister, collective), one tensor
+    allocated after the registration (the allocator hook registers its segment), deregister_mem_pool, the pool freed.
+    all_gather_into_tensor, reduce_scatter_tensor, all_reduce and all_to_all_single on 12 MiB pool tensors (above the
+    staged size), checked against closed forms. Through the drop-in its registration counts must rise and the
+    registrations end with deregister_mem_pool."""
+    if not ctx.cuda or ctx.args.backend != "nccl":
+        ctx.notes["skipped"] = "needs ProcessGroupNCCL on a GPU"
+        return
+    rank, world, dev = ctx.rank, ctx.world, ctx.device
+    backend = dist.group.WORLD._get_backend(dev)
+    n = 3 << 20  # floats per rank: 12 MiB
+    f32 = torch.float32
+    for symm in (False, True):
+        tag = f"mem_pool symm={symm}"
+        before = tcommon.registration_counts()
+        pool = torch.cuda.MemPool(backend.mem_allocator)
+        with torch.cuda.use_mem_pool(pool):
+            x = gen(("mempool", symm, rank), n, f32, dev)
+            gathered = torch.empty(n * world, dtype=f32, device=dev)
+        backend.register_mem_pool(pool, symm=symm)
+        with torch.cuda.use_mem_pool(pool):
+            late = torch.empty(n, dtype=f32, device=dev)  # a segment made after the registration
+            a2a = torch.empty(n, dtype=f32, device=dev)
+        mid = tcommon.registration_counts()
+        xs = [gen(("mempool", symm, p), n, f32, dev) for p in range(world)]
+        dist.all_gather_into_tensor(gathered, x)
+        ctx.chk.exact(f"{tag} all_gather_into_tensor", gathered, torch.cat(xs))
+        # Every rank reduces the same gathered tensor: rank r gets world copies of x_r summed.
+        dist.reduce_scatter_tensor(late, gathered)
+        ctx.chk.sum_close(f"{tag} reduce_scatter_tensor", late, world * xs[rank].double(),
+                          world * xs[rank].double().abs(), world, f32)
+        dist.all_to_all_single(a2a, x)
+        chunk = n // world
+        ctx.chk.exact(f"{tag} all_to_all_single", a2a,
+                      torch.cat([xs[p][rank * chunk:(rank + 1) * chunk] for p in range(world)]))
+        dist.all_reduce(x)
+        ctx.chk.sum_close(f"{tag} all_reduce", x, sum(t.double() for t in xs), sum(t.double().abs() for t in xs),
+                          world, f32)
+        ctx.sync()
+        backend.deregister_mem_pool(pool)
+        del x, gathered, late, a2a, xs
+        del pool  # its segments go back through ncclMemFree once no tensor holds them
+        gc.collect()
+        torch.cuda.empty_cache()
+        after = tcommon.registration_counts()
+        if before is None:
+            continue  # plain NCCL: it counts nothing for us
+        key = "windows_registered" if symm else "registered"
+        made = mid[key] - before[key]
+        ctx.notes[f"symm={symm}"] = {k: after[k] - before[k] for k in after}
+        ctx.chk.true(f"{tag} registered", made >= 1,
+                     f"register_mem_pool(symm={symm}) made {made} {key.replace('_', ' ')} call(s) in the drop-in")
+        gone = after[key.replace("registered", "deregistered")] - before[key.replace("registered", "deregistered")]
+        ctx.chk.true(f"{tag} deregistered", gone >= made,
+                     f"deregister_mem_pool ended {gone} of the {made} registration(s) made by register_mem_pool")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Training cases: the same model and data on every rank; the reference trains a local copy on the global batch.
 
@@ -608,7 +670,7 @@ CASES = {
     "collectives": case_collectives, "p2p": case_p2p, "groups": case_groups, "mesh2d": case_mesh2d,
     "moe": case_moe, "ddp": case_ddp, "fsdp2": case_fsdp2, "fsdp2_bf16": lambda c: case_fsdp2(c, bf16=True),
     "tp": case_tp, "graphs": case_graphs, "compile": case_compile, "hsdp": lambda c: case_fsdp2(c, hsdp=True),
-    "tp_in_node": lambda c: case_tp(c, in_node=True), "memory_return": case_memory_return,
+    "tp_in_node": lambda c: case_tp(c, in_node=True), "memory_return": case_memory_return, "mem_pool": case_mem_pool,
 }
 
 
