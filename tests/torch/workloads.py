@@ -394,7 +394,10 @@ def case_mem_pool(ctx):
         with torch.cuda.use_mem_pool(pool):
             x = gen(("mempool", symm, rank), n, f32, dev)
             gathered = torch.empty(n * world, dtype=f32, device=dev)
-        backend.register_mem_pool(pool, symm=symm)
+        if symm:
+            backend.register_mem_pool(pool, symm=True)  # PyTorch >= 2.9
+        else:
+            backend.register_mem_pool(pool)
         with torch.cuda.use_mem_pool(pool):
             late = torch.empty(n, dtype=f32, device=dev)  # a segment made after the registration
             a2a = torch.empty(n, dtype=f32, device=dev)
