@@ -121,6 +121,9 @@ concclResult_t concclCommRegister(concclComm_t comm, void* buff, size_t size, vo
     CONCCL_REQUIRE(buff != nullptr, "buff is NULL");
     CONCCL_REQUIRE(size > 0, "size is 0");
     CONCCL_REQUIRE(handle != nullptr, "handle is NULL");
+    // PyTorch's register hook calls this from its allocator, also while the calling thread captures a CUDA graph
+    // (a segment of the graph's pool): making the export handle must not invalidate that capture.
+    const conccl::exec::RelaxedCaptureScope relaxed(true);
     if (comm->crossNode != nullptr) return conccl::api::crossNodeRegister(comm, buff, size, handle);
     conccl::exec::Executor& executor = comm->clique->executor();
     if (comm->multiProcess) {
