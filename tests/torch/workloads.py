@@ -372,9 +372,22 @@ def case_memory_return(ctx):
                  f"after the release; each of the {world} ranks freed about {2 * 256 + 256 // world} MiB)")
 
 
+def pool_allocator(backend, ctx):
+    """ProcessGroupNCCL's ncclMemAlloc allocator where PyTorch offers it (it asks for a device with multicast, for
+    NVLS), else None: the pool then takes cudaMalloc memory, which register_mem_pool registers all the same."""
+    try:
+        return backend.mem_allocator
+    except RuntimeError as e:
+        if "not supported" not in str(e):
+            raise
+        ctx.notes["pool_allocator"] = "cudaMalloc (PyTorch: " + str(e).splitlines()[0][:80] + ")"
+        return None
+
+
 def case_mem_pool(ctx):
     """Buffers from the communicator's own allocator, registered with it, as NCCL user-buffer setups (Megatron's
-    NCCL-UB) make them: a torch.cuda.MemPool on ProcessGroupNCCL's mem_allocator (ncclMemAlloc / ncclMemFree),
+    NCCL-UB) make them: a torch.cuda.MemPool on ProcessGroupNCCL's mem_allocator (ncclMemAlloc / ncclMemFree; where
+    PyTorch refuses it, on a device without multicast, cudaMalloc memory),
     register_mem_pool (ncclCommRegister of each segment; symm=True: ncclCommWindowRegister, collective), one tensor
     allocated after the registration (the allocator hook registers its segment), deregister_mem_pool, the pool freed.
     all_gather_into_tensor, reduce_scatter_tensor, all_reduce and all_to_all_single on 12 MiB pool tensors (above the
@@ -390,7 +403,7 @@ def case_mem_pool(ctx):
     for symm in (False, True):
         tag = f"mem_pool symm={symm}"
         before = tcommon.registration_counts()
-        pool = torch.cuda.MemPool(backend.mem_allocator)
+        pool = torch.cuda.MemPool(pool_allocator(backend, ctx))
         with torch.cuda.use_mem_pool(pool):
             x = gen(("mempool", symm, rank), n, f32, dev)
             gathered = torch.empty(n * world, dtype=f32, device=dev)
