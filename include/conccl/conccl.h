@@ -277,7 +277,9 @@ CONCCL_API concclResult_t concclCommInitRankConfig(concclComm_t* comm, int nrank
  * so that the work of exporting the allocation happens now, not in the first collective that uses it. Local
  * (not collective). *handle identifies the registration for concclCommDeregister, which drops the
  * allocation from this rank's export cache and tells the peers, at this rank's next collective, to unmap it.
- * On single-process communicators both calls only validate their arguments (nothing needs mapping). */
+ * Device memory that cannot be shared with other processes (a cudaMallocAsync pool, VMM memory not exported) is
+ * registered all the same: calls on it are staged, registered or not. On single-process communicators both calls
+ * only validate their arguments (nothing needs mapping). */
 CONCCL_API concclResult_t concclCommRegister(concclComm_t comm, void* buff, size_t size, void** handle);
 CONCCL_API concclResult_t concclCommDeregister(concclComm_t comm, void* handle);
 
@@ -295,9 +297,13 @@ CONCCL_API concclResult_t concclCommDeregister(concclComm_t comm, void* handle);
  * call is undefined but no access leaves the registered windows. AllToAllv and calls with a buffer outside the
  * windows take the regular path (the host waits for the peers' arguments).
  * Single-process communicators (concclCommInitAll) need no windows: the calls only validate and return a handle.
- * Deregister is collective too (same order on every rank); it waits for this rank's outstanding work, after
- * which the memory may be freed. Errors: concclInvalidArgument for NULL, size 0, a range that is not inside one
- * cudaMalloc allocation of this rank's device, or ranks that disagree on the size (every rank gets the error);
+ * Deregister is collective too: every rank ends one of its windows at the same position of its call sequence,
+ * not necessarily the same one (ranks may end their windows in different orders, as PyTorch's
+ * deregister_mem_pool does; a window that some rank has ended is not used in calls until every rank has). It
+ * waits for this rank's outstanding work, after which the memory may be freed. Errors: concclInvalidArgument for
+ * NULL, size 0, a range that is not inside one allocation of this rank's device that the peers can map
+ * (cudaMalloc, or VMM memory exported as docs/multiprocess.md says), or ranks that disagree on the size (every
+ * rank gets the error);
  * concclInvalidUsage inside a group; concclTimeout if a peer does not call in time. */
 typedef struct concclWindow* concclWindow_t;
 CONCCL_API concclResult_t concclCommWindowRegister(concclComm_t comm, void* buff, size_t size, concclWindow_t* win);

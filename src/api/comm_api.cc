@@ -127,7 +127,14 @@ concclResult_t concclCommRegister(concclComm_t comm, void* buff, size_t size, vo
     if (comm->crossNode != nullptr) return conccl::api::crossNodeRegister(comm, buff, size, handle);
     conccl::exec::Executor& executor = comm->clique->executor();
     if (comm->multiProcess) {
-      executor.exportBuffer(comm->rank, buff, size, "buff");  // checks it, and makes the IPC handle now
+      // Checks it, and makes the IPC handle now. Device memory that cannot be shared (a cudaMallocAsync pool, VMM
+      // memory not exported) is registered all the same, as NCCL registers it: calls on it are staged anyway.
+      if (!executor.exportIfShareable(comm->rank, buff, size, "buff")) {
+        CONCCL_INFO(comm->rank, comm->device,
+                    "concclCommRegister: the " + std::to_string(size) +
+                        " bytes registered cannot be shared with the other processes (pool or VMM memory that is "
+                        "not exported): registered, and calls on them are staged");
+      }
     } else if (comm->clique->config().backend == concclBackendCuda) {
       executor.checkBuffer(comm->rank, buff, size, "buff");
     }

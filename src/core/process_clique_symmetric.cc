@@ -205,15 +205,19 @@ std::vector<exec::BufferExport> ProcessClique::windowRendezvous(uint64_t seq, in
     if (e.errorCode != 0 && !firstError) {
       firstError = Error(static_cast<concclResult_t>(e.errorCode), "rank " + std::to_string(p) + ": " + e.error);
     }
-    if (!firstError && e.count != value) {
+    if (!firstError && kind == kWindowRegisterKind && e.count != value) {
       firstError = Error(concclInvalidArgument,
-                         kind == kWindowRegisterKind
-                             ? "ranks disagree on the window size: rank " + std::to_string(rank_) + " registers " +
-                                   std::to_string(value) + " bytes, rank " + std::to_string(p) + " " +
-                                   std::to_string(e.count) + " (a symmetric window has one size on every rank)"
-                             : "ranks deregister different windows: rank " + std::to_string(rank_) + " its window #" +
-                                   std::to_string(value) + ", rank " + std::to_string(p) + " its window #" +
-                                   std::to_string(e.count) + " (deregister in the same order)");
+                         "ranks disagree on the window size: rank " + std::to_string(rank_) + " registers " +
+                             std::to_string(value) + " bytes, rank " + std::to_string(p) + " " +
+                             std::to_string(e.count) + " (a symmetric window has one size on every rank)");
+    }
+    if (kind == kWindowDeregisterKind && e.count != value) {
+      // As NCCL allows (PyTorch's deregister_mem_pool goes through a pool's segments in address order, which differs
+      // between processes): each rank ends its own window; what the rendezvous guarantees (every rank's work done,
+      // so no peer reads or writes any window any more) does not depend on which.
+      CONCCL_TRACE(rank_, device_,
+                   what + ": rank " + std::to_string(p) + " deregisters its window #" + std::to_string(e.count) +
+                       " where this rank deregisters #" + std::to_string(value));
     }
     exports[static_cast<size_t>(p)] = e.buffers[0];
   }

@@ -400,10 +400,16 @@ def case_mem_pool(ctx):
     backend = dist.group.WORLD._get_backend(dev)
     n = 3 << 20  # floats per rank: 12 MiB
     f32 = torch.float32
+    allocator = pool_allocator(backend, ctx)
+    if allocator is None and tcommon.shim_loaded() is None:
+        # Seen on one H100 with plain NCCL 2.28.9 as simulated hosts (2026-12-05): ncclCommRegister of a cudaMalloc
+        # segment fails ("unhandled cuda error"), and PyTorch offers its ncclMemAlloc pool only with multicast.
+        ctx.notes["skipped"] = "plain NCCL registers no cudaMalloc segment, and no ncclMemAlloc pool is offered here"
+        return
     for symm in (False, True):
         tag = f"mem_pool symm={symm}"
         before = tcommon.registration_counts()
-        pool = torch.cuda.MemPool(pool_allocator(backend, ctx))
+        pool = torch.cuda.MemPool(allocator)
         with torch.cuda.use_mem_pool(pool):
             x = gen(("mempool", symm, rank), n, f32, dev)
             gathered = torch.empty(n * world, dtype=f32, device=dev)

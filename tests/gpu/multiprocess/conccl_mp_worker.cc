@@ -411,7 +411,8 @@ void scenarioPairOwned(cudaStream_t stream) {
 
 // A window per rank (concclMemAlloc + concclCommWindowRegister): every collective on buffers carved out of it at
 // the same offsets (symmetric: no host rendezvous), interleaved with calls on buffers outside it (the regular
-// path), the hot path and a graph on window buffers, then deregister and free.
+// path), the hot path and a graph on window buffers, then deregister and free; then three windows ended in a
+// different order on each rank.
 void scenarioSymmetric(cudaStream_t stream) {
   void* base = nullptr;
   ok(concclMemAlloc(&base, kWindowBytes), "concclMemAlloc");
@@ -442,6 +443,26 @@ void scenarioSymmetric(cudaStream_t stream) {
   // Still usable after the window is gone.
   wrong = runCase(Coll::kAllReduce, concclFloat32, concclSum, 4099, true, 0, seed++, stream);
   CHECK(wrong == 0, "AllReduce after deregister: " + std::to_string(wrong) + " wrong");
+  // Three windows ended in a different order on each rank (as PyTorch's deregister_mem_pool goes through a pool's
+  // segments in address order, which differs between processes), each used by a symmetric call first.
+  std::vector<void*> bases(3, nullptr);
+  std::vector<concclWindow_t> wins(3, nullptr);
+  for (size_t i = 0; i < 3; ++i) {
+    ok(concclMemAlloc(&bases[i], kWindowBytes), "concclMemAlloc");
+    ok(concclCommWindowRegister(gComm, bases[i], kWindowBytes, &wins[i]), "concclCommWindowRegister");
+  }
+  for (size_t i = 0; i < 3; ++i, ++seed) {
+    wrong = runCase(Coll::kAllReduce, concclFloat32, concclSum, 4099, false, 0, seed, stream,
+                    static_cast<char*>(bases[i]));
+    CHECK(wrong == 0, "AllReduce in window " + std::to_string(i) + " of 3: " + std::to_string(wrong) + " wrong");
+  }
+  for (size_t k = 0; k < 3; ++k) {
+    const size_t i = (k + static_cast<size_t>(gRank)) % 3;  // rank r ends window r % 3 first
+    ok(concclCommWindowDeregister(gComm, wins[i]), "concclCommWindowDeregister (rank-dependent order)");
+    ok(concclMemFree(bases[i]), "concclMemFree");
+  }
+  wrong = runCase(Coll::kAllGather, concclFloat32, concclSum, 4099, false, 0, seed++, stream);
+  CHECK(wrong == 0, "AllGather after windows ended in different orders: " + std::to_string(wrong) + " wrong");
   std::fprintf(stderr,
                "rank %d: %d symmetric and alternating cases, hot path %.1f us (regular %.1f), 20 graph "
                "replays OK\n",
