@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Run 3 (one H100, 2026-12-05, session 46), after run 2's mem_pool failures: windows ended in a different order on
+# each rank (test_gpu_multiprocess SymmetricWindowCallsMatchTheReference/0, 2 processes), then workloads.py's mem_pool
+# (register_mem_pool, symm off and on), 2 processes: conccl with the default allocator and with expandable segments
+# staged (CONCCL_VMM_EXPORT=0), plain NCCL.
+set -u
+OUT="${OUT:-/tmp/out}"
+[ ! -f gpu-stage/bin.tgz ] || tar xzf gpu-stage/bin.tgz -C gpu-stage
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+s="$OUT/summary.txt"
+say() { echo "$*" | tee -a "$s"; }
+say "date: $(date -u +%FT%TZ) $(nvidia-smi -L | head -1 | cut -c1-40) stage: $(head -1 gpu-stage/BUILD_INFO)"
+t0=$SECONDS
+( cd gpu-stage/bin && LD_LIBRARY_PATH="$PWD/../lib:${LD_LIBRARY_PATH:-}" timeout 60 ./test_gpu_multiprocess \
+    --gtest_filter='*SymmetricWindowCallsMatchTheReference/0' ) >"$OUT/symmetric.log" 2>&1
+say "SymmetricWindowCallsMatchTheReference/0: rc=$? ($((SECONDS - t0)) s)"
+grep -aE "^\[  (PASSED|FAILED) |symmetric and alternating|windows ended|CHECK|wrong" "$OUT/symmetric.log" | head -8 | cut -c1-300 | tee -a "$s"
+t0=$SECONDS
+LD_LIBRARY_PATH="$PWD/gpu-stage/lib:${LD_LIBRARY_PATH:-}" PY=/opt/torch/.venv/bin/python CASES='workloads' NPS=2 \
+  WORKLOAD_CASES=mem_pool ALLOCS=expandable-old BUDGET_S=100 timeout 115 \
+  bash tests/torch/run_all.sh gpu-stage/lib/libconccl_nccl.so "$OUT/mempool" >"$OUT/mempool.log" 2>&1
+say "mem_pool, 2 processes: rc=$? ($((SECONDS - t0)) s)"
+grep -aE "^(PASS|FAIL|SKIP)|passed" "$OUT/mempool.log" | cut -c1-500 | tee -a "$s"
+gzip -f "$OUT"/*.log 2>/dev/null
+tar czf "$OUT/torch.tgz" -C "$OUT" mempool 2>/dev/null && rm -rf "$OUT/mempool"
+true
