@@ -76,6 +76,7 @@ class Ctx:
         self.device, self.cpu_pg = device, cpu_pg
         self.chk = Checker()
         self.notes = {}  # per case: measured values rank 0 reports
+        self.registrations = None  # the drop-in's registration counts at setup (registration_counts())
 
     @property
     def cuda(self):
@@ -139,8 +140,10 @@ def setup(args, init_probe=True):
         got = paths if paths else (["NCCL"] if not shim else [])
         if got != [args.expect_path]:
             ctx.chk.fail(f"the default communicator took {got or 'an unknown path'}, expected {args.expect_path}")
+    # The drop-in's registration counts once the communicator is up (None without the drop-in): the setup line says them.
+    ctx.registrations = registration_counts() if args.device == "cuda" else None
     if args.expect_registered and args.device == "cuda":
-        counts = registration_counts()
+        counts = ctx.registrations
         if counts is None:
             ctx.chk.fail("--expect-registered: the drop-in is not loaded (no concclNcclShimRegistrationCounts)")
         elif counts["registered"] == 0:
@@ -298,7 +301,7 @@ def run_cases(ctx, cases, selected=None):
         mine = list(ctx.chk.failures)
         total = agree(ctx, len(mine))
         failed += total != 0
-        regs = registration_counts() if ctx.args.device == "cuda" else None
+        regs = ctx.registrations
         if ctx.rank == 0:
             print(f"CASE setup {'PASS' if total == 0 else 'FAIL'} 0.0s path {','.join(ctx.paths) or '?'}, "
                   f"expandable {ctx.expandable}" + (f", registrations {regs['registered']}" if regs else "") +
