@@ -1,8 +1,14 @@
 #include "base/host_laps.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <mutex>
+#include <utility>
 
 #include "base/logging.h"
 
@@ -24,10 +30,49 @@ struct Record {
 
 thread_local Record tls;
 
+// The tallied calls of one key: each lap's samples (laps named by the same literal share a pointer, but equal text
+// from two literals is one lap: compared as text), in the order first seen. Bounded: a long job keeps the first
+// kMaxSamples calls of each key and at most kMaxKeys keys.
+constexpr size_t kMaxSamples = 4096;
+constexpr size_t kMaxKeys = 256;
+
+struct KeyTally {
+  std::string key;
+  size_t calls = 0;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> laps;  // the last entry is "total"
+};
+
+struct Tally {
+  std::mutex mutex;
+  std::vector<KeyTally> keys;
+};
+
+Tally& tally() {
+  static Tally* t = new Tally;  // never destroyed: communicators may be destroyed during static destruction
+  return *t;
+}
+
+std::vector<int64_t>& samplesOf(KeyTally& k, const char* name) {
+  for (auto& [n, v] : k.laps) {
+    if (n == name) return v;
+  }
+  return k.laps.emplace_back(name, std::vector<int64_t>{}).second;
+}
+
+std::string usText(int64_t ns) { return std::to_string((ns + 500) / 1000) + " us"; }
+
 }  // namespace
 
+bool HostLaps::tallying() {
+  static const bool on = [] {
+    const char* env = std::getenv("CONCCL_HOST_LAPS");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  return on;
+}
+
 bool HostLaps::start() {
-  if (tls.open || logLevel() < LogLevel::kTrace) return false;
+  if (tls.open || (logLevel() < LogLevel::kTrace && !tallying())) return false;
   tls.open = true;
   tls.used = 0;
   tls.begin = tls.last = Clock::now();
@@ -51,13 +96,65 @@ void HostLaps::lap(const char* name) {
 std::string HostLaps::take() {
   if (!tls.open) return "";
   tls.open = false;
-  auto us = [](int64_t ns) { return std::to_string((ns + 500) / 1000) + " us"; };
   std::string out;
-  for (size_t i = 0; i < tls.used; ++i) out += std::string(tls.names[i]) + " " + us(tls.ns[i]) + ", ";
+  for (size_t i = 0; i < tls.used; ++i) out += std::string(tls.names[i]) + " " + usText(tls.ns[i]) + ", ";
   const int64_t total = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - tls.begin).count();
-  return out + "total " + us(total);
+  return out + "total " + usText(total);
+}
+
+void HostLaps::tally(const std::string& key) {
+  if (!tls.open || !tallying()) return;
+  const int64_t total = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - tls.begin).count();
+  Tally& t = ::conccl::tally();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  auto it = std::find_if(t.keys.begin(), t.keys.end(), [&](const KeyTally& k) { return k.key == key; });
+  if (it == t.keys.end()) {
+    if (t.keys.size() >= kMaxKeys) return;
+    t.keys.push_back(KeyTally{key, 0, {}});
+    it = std::prev(t.keys.end());
+  }
+  if (it->calls >= kMaxSamples) return;
+  ++it->calls;
+  // A lap named twice in one call counts once, summed.
+  std::array<bool, kMaxLaps> counted{};
+  for (size_t i = 0; i < tls.used; ++i) {
+    if (counted[i]) continue;
+    int64_t ns = tls.ns[i];
+    for (size_t j = i + 1; j < tls.used; ++j) {
+      if (!counted[j] && std::strcmp(tls.names[j], tls.names[i]) == 0) {
+        ns += tls.ns[j];
+        counted[j] = true;
+      }
+    }
+    samplesOf(*it, tls.names[i]).push_back(ns);
+  }
+  samplesOf(*it, "total").push_back(total);
 }
 
 void HostLaps::drop() { tls.open = false; }
+
+std::vector<std::string> HostLaps::tallyLines() {
+  Tally& t = ::conccl::tally();
+  std::vector<KeyTally> keys;
+  {
+    std::lock_guard<std::mutex> lock(t.mutex);
+    keys.swap(t.keys);
+  }
+  std::vector<std::string> lines;
+  for (KeyTally& k : keys) {
+    std::string line = k.key + ", " + std::to_string(k.calls) + " call(s), median:";
+    const char* sep = " ";
+    // "total" last, wherever it was first seen.
+    std::stable_partition(k.laps.begin(), k.laps.end(), [](const auto& lap) { return lap.first != "total"; });
+    for (auto& [name, v] : k.laps) {
+      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+      line += sep + name + " " + usText(v[v.size() / 2]);
+      if (v.size() != k.calls) line += " (" + std::to_string(v.size()) + " calls)";
+      sep = ", ";
+    }
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
 
 }  // namespace conccl

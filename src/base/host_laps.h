@@ -1,10 +1,14 @@
-// Where one call's host time goes, for CONCCL_DEBUG=TRACE: the calling thread's laps since its API entry, printed as
-// one line when the call launches ("host laps of concclAllReduce #3: api and group 1 us, own checks 2 us, ...").
-// Without TRACE nothing is recorded: start() reads the log level once per call and every lap() is a thread-local
-// test. A lap is the time since the previous mark, named by a string literal (stored as a pointer).
+// Where one call's host time goes: the calling thread's laps since its API entry. Under CONCCL_DEBUG=TRACE they are
+// printed as one line when the call launches ("host laps of concclAllReduce #3: api and group 1 us, own checks 2 us,
+// ..."). With CONCCL_HOST_LAPS=1 they are also tallied per call kind and size, without a log line per call (the
+// per-call lines themselves cost host time: a hostname lookup and a write each), and tallyLines() gives each kind's
+// medians, logged when a communicator is destroyed. With neither nothing is recorded: start() reads the level once
+// per call and every lap() is a thread-local test. A lap is the time since the previous mark, named by a string
+// literal (stored as a pointer).
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace conccl {
 
@@ -18,8 +22,16 @@ class HostLaps {
   static void lap(const char* name);
   // The open record as text ("name N us, ..., total N us") and closes it; "" when none was open.
   static std::string take();
+  // With CONCCL_HOST_LAPS=1: adds the open record to the tally under `key` (e.g. "concclAllReduce 64 MiB"); the
+  // record stays open for take(). Nothing otherwise.
+  static void tally(const std::string& key);
   // Closes the record without reading it (calls that end without a launch).
   static void drop();
+  // Whether CONCCL_HOST_LAPS=1 (read once per process).
+  static bool tallying();
+  // One line per tallied key, in the order first seen: "concclAllReduce 64 MiB, 9 calls, median: api and group 1 us,
+  // ..., total 14 us" (each lap's median over the calls that had it, in the order first seen), and empties the tally.
+  static std::vector<std::string> tallyLines();
 };
 
 }  // namespace conccl

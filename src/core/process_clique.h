@@ -294,6 +294,8 @@ class ProcessClique final : public Clique {
   void failIfPeerLaunched(const Error& e, bool peerLaunchedEarly);
   // Launches this rank's program; a failure fails the communicator (the peers may be waiting for it).
   void launchProgram(PendingCall& pending, const CallTicket& ticket);
+  // CONCCL_HOST_LAPS=1: the key a launched call's laps are tallied under (base/host_laps.h).
+  std::string lapTallyKey(const PendingCall& pending, const CallTicket& ticket) const;
   // launchSendRecv's steps (process_clique_p2p.cc). This rank's side of each op: the window it lies in, else its
   // checked buffer (a Send's, or a Recv from itself) or its export (a Recv from another process); an error is kept.
   struct OwnP2P {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <thread>
 #include <variant>
@@ -490,6 +491,20 @@ void ProcessClique::failIfPeerLaunched(const Error& e, bool peerLaunchedEarly) {
   if (peerLaunchedEarly) fail(e.code(), e.message() + " (a peer had already launched its part)");
 }
 
+std::string ProcessClique::lapTallyKey(const PendingCall& pending, const CallTicket& ticket) const {
+  // "concclAllReduce 64 MiB": the call's name without its number, and its largest buffer on this rank.
+  const std::string name = ticket.what.substr(0, ticket.what.find(" #"));
+  size_t bytes = 0;
+  for (size_t b : sched::bufferBytes(pending.call, rank_)) bytes = std::max(bytes, b);
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  size_t unit = 0;
+  while (unit + 1 < std::size(units) && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return name + " " + std::to_string(bytes) + " " + units[unit];
+}
+
 void ProcessClique::launchProgram(PendingCall& pending, const CallTicket& ticket) {
   // A deferred call never captures a graph: instantiating can wait for the device, and the caller's stream waits on
   // the device for this very call.
@@ -506,6 +521,7 @@ void ProcessClique::launchProgram(PendingCall& pending, const CallTicket& ticket
     executor_->launch(*pending.schedule, pending.binding, rank_);
     if (gpuWatchdog_) gpuWatchdog_->launched(rank_, ticket.what);
     HostLaps::lap("after the launch");  // the executor's laps come before: entry, then graph launch or eager enqueue
+    if (HostLaps::tallying()) HostLaps::tally(lapTallyKey(pending, ticket));
     if (std::string laps = HostLaps::take(); !laps.empty()) {
       CONCCL_TRACE(rank_, device_, "host laps of " + ticket.what + ": " + laps);
     }

@@ -390,6 +390,8 @@ def case_mem_pool(ctx):
     PyTorch refuses it, on a device without multicast, cudaMalloc memory),
     register_mem_pool (ncclCommRegister of each segment; symm=True: ncclCommWindowRegister, collective), one tensor
     allocated after the registration (the allocator hook registers its segment), deregister_mem_pool, the pool freed.
+    With expandable segments and CONCCL_VMM_EXPORT=0 the drop-in must refuse symm=True (the peers cannot map the
+    memory) on every rank and stay in service; the calls on the pool's tensors are then staged.
     all_gather_into_tensor, reduce_scatter_tensor, all_reduce and all_to_all_single on 12 MiB pool tensors (above the
     staged size), checked against closed forms. Through the drop-in its registration counts must rise and the
     registrations end with deregister_mem_pool."""
@@ -413,7 +415,19 @@ def case_mem_pool(ctx):
         with torch.cuda.use_mem_pool(pool):
             x = gen(("mempool", symm, rank), n, f32, dev)
             gathered = torch.empty(n * world, dtype=f32, device=dev)
-        if symm:
+        # Expandable segments that the drop-in was told not to share (CONCCL_VMM_EXPORT=0) cannot be a window: the
+        # registration must be refused on every rank, with the communicator still in service, and the calls on the
+        # (unregistered) pool tensors below are staged and right all the same.
+        window_refused = (symm and tcommon.shim_loaded() is not None and ctx.expandable
+                          and os.environ.get("CONCCL_VMM_EXPORT") == "0")
+        if window_refused:
+            try:
+                backend.register_mem_pool(pool, symm=True)
+                ctx.chk.fail(f"{tag}: register_mem_pool(symm=True) was accepted on expandable segments with "
+                             "CONCCL_VMM_EXPORT=0, which the peers cannot map")
+            except (RuntimeError, dist.DistBackendError) as e:
+                ctx.notes["window_refused"] = str(e).splitlines()[0][:120]
+        elif symm:
             backend.register_mem_pool(pool, symm=True)  # PyTorch >= 2.9
         else:
             backend.register_mem_pool(pool)
@@ -436,7 +450,8 @@ def case_mem_pool(ctx):
         ctx.chk.sum_close(f"{tag} all_reduce", x, sum(t.double() for t in xs), sum(t.double().abs() for t in xs),
                           world, f32)
         ctx.sync()
-        backend.deregister_mem_pool(pool)
+        if not window_refused:
+            backend.deregister_mem_pool(pool)
         del x, gathered, late, a2a, xs
         del pool  # its segments go back through ncclMemFree once no tensor holds them
         gc.collect()
@@ -447,6 +462,10 @@ def case_mem_pool(ctx):
         key = "windows_registered" if symm else "registered"
         made = mid[key] - before[key]
         ctx.notes[f"symm={symm}"] = {k: after[k] - before[k] for k in after}
+        if window_refused:
+            ctx.chk.true(f"{tag} refused", after[key] == before[key],
+                         f"the drop-in counted {after[key] - before[key]} window(s) accepted on memory it must refuse")
+            continue
         ctx.chk.true(f"{tag} registered", made >= 1,
                      f"register_mem_pool(symm={symm}) made {made} {key.replace('_', ' ')} call(s) in the drop-in")
         gone = after[key.replace("registered", "deregistered")] - before[key.replace("registered", "deregistered")]

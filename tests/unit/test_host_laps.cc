@@ -1,4 +1,5 @@
-// HostLaps (base/host_laps.h): a call's host time split into named laps under CONCCL_DEBUG=TRACE.
+// HostLaps (base/host_laps.h): a call's host time split into named laps under CONCCL_DEBUG=TRACE, and tallied per key
+// with CONCCL_HOST_LAPS=1.
 //
 // The log level is read once per process, at the first use: this file sets CONCCL_DEBUG before anything can log
 // (ctest runs each test in its own process; run alone, the binary's tests share the TRACE level, which they all want).
@@ -11,13 +12,17 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace conccl {
 namespace {
 
 class HostLapsTest : public testing::Test {
  protected:
-  static void SetUpTestSuite() { ASSERT_EQ(setenv("CONCCL_DEBUG", "TRACE", 1), 0); }
+  static void SetUpTestSuite() {
+    ASSERT_EQ(setenv("CONCCL_DEBUG", "TRACE", 1), 0);
+    ASSERT_EQ(setenv("CONCCL_HOST_LAPS", "1", 1), 0);
+  }
 };
 
 TEST_F(HostLapsTest, LapsAreNamedTimedAndSumToTheTotal) {
@@ -74,6 +79,45 @@ TEST_F(HostLapsTest, RecordsArePerThread) {
   t.join();
   EXPECT_EQ(other, "");
   EXPECT_NE(HostLaps::take().find("main "), std::string::npos);
+}
+
+TEST_F(HostLapsTest, TallyGivesEachKeysMediansAndEmpties) {
+  ASSERT_TRUE(HostLaps::tallying());
+  (void)HostLaps::tallyLines();  // whatever an earlier test left
+  // Three calls of one key: "wait" takes 1, 4 and 2 ms (median 2 ms); a lap named twice in a call counts once, summed
+  // (2 x 1 ms); "rare" is in one call only. One call of another key.
+  const int waitMs[] = {1, 4, 2};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(HostLaps::start());
+    std::this_thread::sleep_for(std::chrono::milliseconds(waitMs[i]));
+    HostLaps::lap("wait");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    HostLaps::lap("twice");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    HostLaps::lap("twice");
+    if (i == 0) HostLaps::lap("rare");
+    HostLaps::tally("concclAllReduce 64 MiB");
+    EXPECT_NE(HostLaps::take(), "") << "tally() leaves the record open for take()";
+  }
+  ASSERT_TRUE(HostLaps::start());
+  HostLaps::lap("other");
+  HostLaps::tally("concclBroadcast 1 KiB");
+  HostLaps::drop();
+
+  const std::vector<std::string> lines = HostLaps::tallyLines();
+  ASSERT_EQ(lines.size(), 2u);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(lines[0], m,
+                               std::regex(R"(concclAllReduce 64 MiB, 3 call\(s\), median: wait (\d+) us, twice (\d+) us, )"
+                                          R"(rare \d+ us \(1 calls\), total (\d+) us)")))
+      << lines[0];
+  EXPECT_GE(std::stol(m[1]), 2000);
+  EXPECT_LT(std::stol(m[1]), 4000) << "the median of 1, 4 and 2 ms, not the mean or the largest";
+  EXPECT_GE(std::stol(m[2]), 2000) << "both laps named twice, summed";
+  EXPECT_GE(std::stol(m[3]), 4000);
+  EXPECT_TRUE(std::regex_match(lines[1], std::regex(R"(concclBroadcast 1 KiB, 1 call\(s\), median: other \d+ us, total \d+ us)")))
+      << lines[1];
+  EXPECT_TRUE(HostLaps::tallyLines().empty()) << "tallyLines() empties the tally";
 }
 
 }  // namespace

@@ -65,6 +65,16 @@ PointerInfo CudaExecutor::checkedPointer(int rank, const void* ptr, size_t bytes
 BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes, const char* what) {
   std::optional<BufferExport> e = exportIfShareable(rank, ptr, bytes, what);
   if (!e) {
+    DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
+    if (!exportVmm_ && isShareableVmm(ptr)) {
+      // PyTorch's expandable segments with CONCCL_VMM_EXPORT=0: say so rather than blame the allocator.
+      CONCCL_THROW(concclInvalidArgument,
+                   std::string(what) + " (" + describePointer(ptr) +
+                       ") is VMM memory created shareable, but this communicator does not share VMM memory with its "
+                       "peers (CONCCL_VMM_EXPORT=0, or the check at initialization found that its processes cannot: "
+                       "docs/multiprocess.md). Leave CONCCL_VMM_EXPORT at its default, or allocate with cudaMalloc "
+                       "or concclMemAlloc");
+    }
     CONCCL_THROW(concclInvalidArgument,
                  std::string(what) + " (" + describePointer(ptr) +
                      ") cannot be shared with the other processes: CUDA IPC takes only cudaMalloc allocations (memory "
