@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Run 2 (2026-12-05, session 47), stage 84e2b94: (1) the late-call test with 3 processes (CallsDoNotWaitForLatePeers/1,
+# peers 2 s late, the default late route) with CONCCL_HOST_LAPS=1: each rank's median laps per call kind and size,
+# without TRACE's log line per call; (2) tests/torch/run_all.sh whole through the drop-in (2 and 4 processes, every
+# script, the allocator variants; NO_NCCL=1: no plain NCCL references, for time), incl. mem_pool's fix of run 1.
+set -u
+OUT="${OUT:-/tmp/out}"
+[ ! -f gpu-stage/bin.tgz ] || tar xzf gpu-stage/bin.tgz -C gpu-stage
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+s="$OUT/summary.txt"
+say() { echo "$*" | tee -a "$s"; }
+say "date: $(date -u +%FT%TZ) $(nvidia-smi -L | head -1 | cut -c1-40) stage: $(head -1 gpu-stage/BUILD_INFO)"
+t0=$SECONDS
+( cd gpu-stage/bin && LD_LIBRARY_PATH="$PWD/../lib:${LD_LIBRARY_PATH:-}" CONCCL_HOST_LAPS=1 CONCCL_TEST_MAX_HOST_US=1e6 \
+    CONCCL_TEST_WORKER_LIMIT_S=60 timeout 100 ./test_gpu_multiprocess \
+    --gtest_filter='Ranks/MultiProcess.CallsDoNotWaitForLatePeers/1' ) >"$OUT/late3-tally.log" 2>&1
+say "late 3 processes, CONCCL_HOST_LAPS=1: rc=$? ($((SECONDS - t0)) s)"
+grep -a -A4 "host time per call" "$OUT/late3-tally.log" | grep -a "host time\|AllReduce" | cut -c1-120 | tee -a "$s"
+grep -a "host laps of concclAllReduce" "$OUT/late3-tally.log" | sed 's/^[^[]*//' | cut -c1-400 | tee -a "$s"
+t0=$SECONDS
+PY=/opt/torch/.venv/bin/python NO_NCCL=1 BUDGET_S=450 timeout 480 bash tests/torch/run_all.sh \
+  gpu-stage/lib/libconccl_nccl.so "$OUT/torch" >"$OUT/torch.log" 2>&1
+say "tests/torch/run_all.sh whole, conccl: rc=$? ($((SECONDS - t0)) s)"
+grep -aE "^(FAIL|SKIP)|passed" "$OUT/torch.log" | cut -c1-400 | tee -a "$s"
+gzip -f "$OUT"/*.log 2>/dev/null
+tar czf "$OUT/torch.tgz" -C "$OUT" torch 2>/dev/null && rm -rf "$OUT/torch"
+true
