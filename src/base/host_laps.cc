@@ -18,7 +18,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Enough for the marks of one call's path (API, group, clique, launch); later marks are folded into the last one.
-constexpr size_t kMaxLaps = 12;
+constexpr size_t kMaxLaps = 16;
 
 struct Record {
   bool open = false;
@@ -26,6 +26,7 @@ struct Record {
   size_t used = 0;
   std::array<const char*, kMaxLaps> names{};
   std::array<int64_t, kMaxLaps> ns{};
+  std::string tallyKey;  // set by tally(): the record is tallied under it when the call returns (drop())
 };
 
 thread_local Record tls;
@@ -61,49 +62,7 @@ std::vector<int64_t>& samplesOf(KeyTally& k, const char* name) {
 
 std::string usText(int64_t ns) { return std::to_string((ns + 500) / 1000) + " us"; }
 
-}  // namespace
-
-bool HostLaps::tallying() {
-  static const bool on = [] {
-    const char* env = std::getenv("CONCCL_HOST_LAPS");
-    return env != nullptr && std::strcmp(env, "1") == 0;
-  }();
-  return on;
-}
-
-bool HostLaps::start() {
-  if (tls.open || (logLevel() < LogLevel::kTrace && !tallying())) return false;
-  tls.open = true;
-  tls.used = 0;
-  tls.begin = tls.last = Clock::now();
-  return true;
-}
-
-void HostLaps::lap(const char* name) {
-  if (!tls.open) return;
-  const Clock::time_point now = Clock::now();
-  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - tls.last).count();
-  tls.last = now;
-  if (tls.used < kMaxLaps) {
-    tls.names[tls.used] = name;
-    tls.ns[tls.used] = ns;
-    ++tls.used;
-  } else {
-    tls.ns[kMaxLaps - 1] += ns;
-  }
-}
-
-std::string HostLaps::take() {
-  if (!tls.open) return "";
-  tls.open = false;
-  std::string out;
-  for (size_t i = 0; i < tls.used; ++i) out += std::string(tls.names[i]) + " " + usText(tls.ns[i]) + ", ";
-  const int64_t total = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - tls.begin).count();
-  return out + "total " + usText(total);
-}
-
-void HostLaps::tally(const std::string& key) {
-  if (!tls.open || !tallying()) return;
+void addToTally(const std::string& key) {
   const int64_t total = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - tls.begin).count();
   Tally& t = ::conccl::tally();
   std::lock_guard<std::mutex> lock(t.mutex);
@@ -131,7 +90,62 @@ void HostLaps::tally(const std::string& key) {
   samplesOf(*it, "total").push_back(total);
 }
 
-void HostLaps::drop() { tls.open = false; }
+}  // namespace
+
+bool HostLaps::tallying() {
+  static const bool on = [] {
+    const char* env = std::getenv("CONCCL_HOST_LAPS");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  return on;
+}
+
+bool HostLaps::start() {
+  if (tls.open || (logLevel() < LogLevel::kTrace && !tallying())) return false;
+  tls.open = true;
+  tls.used = 0;
+  tls.tallyKey.clear();
+  tls.begin = tls.last = Clock::now();
+  return true;
+}
+
+void HostLaps::lap(const char* name) {
+  if (!tls.open) return;
+  const Clock::time_point now = Clock::now();
+  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - tls.last).count();
+  tls.last = now;
+  if (tls.used < kMaxLaps) {
+    tls.names[tls.used] = name;
+    tls.ns[tls.used] = ns;
+    ++tls.used;
+  } else {
+    tls.ns[kMaxLaps - 1] += ns;
+  }
+}
+
+std::string HostLaps::take() {
+  if (!tls.open) return "";
+  if (tls.tallyKey.empty()) tls.open = false;  // a tallied record stays open until the call returns
+  std::string out;
+  for (size_t i = 0; i < tls.used; ++i) out += std::string(tls.names[i]) + " " + usText(tls.ns[i]) + ", ";
+  const int64_t total = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - tls.begin).count();
+  return out + "total " + usText(total);
+}
+
+void HostLaps::tally(const std::string& key) {
+  if (tls.open && tallying()) tls.tallyKey = key;
+}
+
+void HostLaps::drop() {
+  if (tls.open && !tls.tallyKey.empty()) {
+    // The call's way back to its caller (its clean-up, the group layer, the API guard) is a lap too.
+    lap("return");
+    addToTally(tls.tallyKey);
+    tls.tallyKey.clear();
+  }
+  tls.open = false;
+}
+
 
 std::vector<std::string> HostLaps::tallyLines() {
   Tally& t = ::conccl::tally();

@@ -20,12 +20,14 @@ class HostLaps {
   static bool start();
   // Marks the time since the previous mark as `name` (a string literal); nothing when no record is open.
   static void lap(const char* name);
-  // The open record as text ("name N us, ..., total N us") and closes it; "" when none was open.
+  // The open record as text ("name N us, ..., total N us"); "" when none was open. Closes it, unless it is to be
+  // tallied (then drop() closes it).
   static std::string take();
-  // With CONCCL_HOST_LAPS=1: adds the open record to the tally under `key` (e.g. "concclAllReduce 64 MiB"); the
-  // record stays open for take(). Nothing otherwise.
+  // With CONCCL_HOST_LAPS=1: the open record is to be tallied under `key` (e.g. "concclAllReduce 64 MiB") when the
+  // call returns. Nothing otherwise.
   static void tally(const std::string& key);
-  // Closes the record without reading it (calls that end without a launch).
+  // At the API's exit: a record to be tallied gets a last lap, "return" (the way back from the launch to the
+  // caller), and goes into the tally; any record is closed (calls that end without a launch are not tallied).
   static void drop();
   // Whether CONCCL_HOST_LAPS=1 (read once per process).
   static bool tallying();

@@ -195,8 +195,8 @@ void CudaExecutor::enqueueProgram(RankState& s, const sched::Schedule& schedule,
       graphCacheable(schedule, rank)) {
     s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
     CallShape& shape = s.graphs->scratchShape();
+    // Its laps (graph_cache.cc): "graph lookup" (or the capture of a new shape), "graph launch", "done marker".
     if (makeCallShape(schedule.id, rank, binding, shape) && s.graphs->launch(s, shape, setup, resolve, program)) {
-      HostLaps::lap("graph launch");
       return;
     }
   }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/host_laps.h"
 #include "base/logging.h"
 #include "exec/cuda/copy_engine_program.h"
 #include "exec/cuda/cuda_check.h"
@@ -64,13 +65,16 @@ bool RankGraphCache::launch(RankState& s, const CallShape& shape, const CopyEngi
   if (prepared) --preparedLaunches_;
   auto* entry = prepared ? cache_.find(shape) : &record(s, shape, setup, resolve, program);
   if (entry == nullptr || !entry->value) return false;
+  HostLaps::lap("graph lookup");
   CUDA_CHECK(cudaGraphLaunch(entry->value->get(), setup.main));
+  HostLaps::lap("graph launch");
   // The done marker, as the eager path writes it (copy_engine_program.cc, finish): after everything of the call on
   // M, with a memory barrier. Not in the graph, because its value changes with every launch.
   const uint32_t marker = s.launches + 1;
   CU_CHECK(driverApi().streamWriteValue32(reinterpret_cast<CUstream>(setup.main), s.doneCounterDevice, marker,
                                           CU_STREAM_WRITE_VALUE_DEFAULT));
   ++s.launches;
+  HostLaps::lap("done marker");
   graphCacheReplayCount.fetch_add(1, std::memory_order_relaxed);
   if (!setup.singleStream) graphCacheLaneReplayCount.fetch_add(1, std::memory_order_relaxed);
   return true;
