@@ -15,6 +15,7 @@
 #include <thread>
 #include <variant>
 
+#include "base/host_laps.h"
 #include "base/logging.h"
 #include "base/types.h"
 
@@ -38,13 +39,17 @@ void ProcessClique::launchSendRecv(CallTicket& ticket) {
   const OwnP2P own = checkOwnP2P(mine, config_.stageLateCalls);
   for (size_t i = 0; i < mine.p2p.size(); ++i) mine.p2p[i].viaScratch = own.viaScratch[i];
   const bool early = config_.stageLateCalls && !own.error;
+  HostLaps::lap("own checks");
   // 1. Publish this rank's side (an error travels in every record); 2. read the partners' side, in the same order
   // (or, launching early, assume it).
   const std::vector<uint64_t> pairIndex = publishP2P(ticket, mine, own);
+  HostLaps::lap("publish");
   std::vector<RankArgs> mirrors =
       early ? mirrorP2PPartners(ticket, mine, pairIndex) : readP2PPartners(ticket, mine, pairIndex, own.error);
+  HostLaps::lap(early ? "partners assumed" : "wait for the partners");
   // 3. Build from this rank's ops and the partners' mirrors, then launch.
   buildP2PCall(pending, ticket, std::move(mirrors));
+  HostLaps::lap("build");
   launchProgram(pending, ticket);
 }
 
@@ -237,13 +242,10 @@ void ProcessClique::buildP2PCall(PendingCall& pending, const CallTicket& ticket,
       pending.args[static_cast<size_t>(p)] = std::move(a);
     }
     assembleCall(pending, nranks_);
-    auto schedule = std::make_shared<sched::Schedule>(*schedules_->get(pending.call));
     // The partners' programs here are only their share with this rank, so their copy volume is unknown: take the
-    // copy-engine path, as every rank of a Send/Recv group across processes does, so partners never mix paths.
-    for (size_t p = 0; p < schedule->workBytes.size(); ++p) {
-      if (static_cast<int>(p) != rank_) schedule->workBytes[p] = std::numeric_limits<size_t>::max();
-    }
-    pending.schedule = std::move(schedule);
+    // copy-engine path, as every rank of a Send/Recv group across processes does, so partners never mix paths. The
+    // cache keeps that schedule once per shape, under its own id (no copy per call).
+    pending.schedule = schedules_->get(pending.call, rank_);
   } catch (Error& e) {
     e.addContext(ticket.what + " on rank " + std::to_string(rank_));
     fail(e.code(), e.message());

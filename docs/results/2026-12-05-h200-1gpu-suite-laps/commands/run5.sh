@@ -2,7 +2,9 @@
 # Run 5 (2026-12-05, session 47): host laps without a log line per call (CONCCL_HOST_LAPS=1: each rank's median laps
 # per call kind and size, logged at destroy): (1) the late-call test with 3 processes (CallsDoNotWaitForLatePeers/1,
 # peers 2 s late, the default late route); (2) the drop-in's skew case (skew_host_time.py, 2 processes, a peer
-# 2 s late, every call kind), conccl only. Stage with the laps "graph lookup", "graph launch", "done marker" and "return".
+# 2 s late, every call kind), conccl only. Stage with the laps "graph lookup", "graph launch", "done marker" and "return",
+# laps on the Send/Recv path, and its schedule from the cache (no copy per call): first Send/Recv across processes
+# checked (2-4 processes; p2p against every collective on two communicators, 3 processes).
 set -u
 OUT="${OUT:-/tmp/out}"
 [ ! -f gpu-stage/bin.tgz ] || tar xzf gpu-stage/bin.tgz -C gpu-stage
@@ -10,6 +12,13 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 s="$OUT/summary.txt"
 say() { echo "$*" | tee -a "$s"; }
 say "date: $(date -u +%FT%TZ) $(nvidia-smi -L | head -1 | cut -c1-40) stage: $(head -1 gpu-stage/BUILD_INFO)"
+t0=$SECONDS
+( cd gpu-stage/bin && LD_LIBRARY_PATH="$PWD/../lib:${LD_LIBRARY_PATH:-}" CONCCL_TEST_WORKER_LIMIT_S=60 timeout 150 \
+    ./test_gpu_multiprocess --gtest_brief=1 \
+    --gtest_filter='*SendRecvAcrossProcesses*:*CallsOnTwoCommunicatorsInDifferentOrdersFinish/1:*EveryCollectiveMatchesTheReference/0' ) \
+  >"$OUT/p2p.log" 2>&1
+say "Send/Recv checks: rc=$? ($((SECONDS - t0)) s)"
+grep -aE "^\[  (PASSED|FAILED) |FAILED|tests ran" "$OUT/p2p.log" | head -8 | cut -c1-200 | tee -a "$s"
 t0=$SECONDS
 ( cd gpu-stage/bin && LD_LIBRARY_PATH="$PWD/../lib:${LD_LIBRARY_PATH:-}" CONCCL_HOST_LAPS=1 CONCCL_TEST_MAX_HOST_US=1e6 \
     CONCCL_TEST_WORKER_LIMIT_S=60 timeout 100 ./test_gpu_multiprocess \
