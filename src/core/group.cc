@@ -212,6 +212,21 @@ class GroupRun {
 
 void runCalls(std::vector<RecordedCall> recorded) { GroupRun(std::move(recorded)).run(); }
 
+// A call outside a group, the common case, as a group of one would run it (GroupRun: post, then launch; the error
+// recorded on the communicator and thrown) without a group run's bookkeeping: its maps of uses, tickets and ranks cost
+// microseconds of allocation on every call. The caller (the API guard) holds the communicator's use.
+void runAlone(concclComm* comm, RankArgs args) {
+  args.soleRankInGroup = true;
+  try {
+    const std::shared_ptr<CallTicket> ticket = comm->clique->post(comm->rank, std::move(args));
+    comm->clique->waitAndLaunch(*ticket);
+  } catch (...) {
+    Error e = toError(std::current_exception());
+    setCommError(comm, e.message());
+    throw e;
+  }
+}
+
 }  // namespace
 
 void groupStart() { ++tGroup.depth; }
@@ -254,9 +269,7 @@ void enqueueCall(concclComm* comm, RankArgs args) {
     tGroup.calls.push_back(RecordedCall{comm, std::move(args)});
     return;
   }
-  std::vector<RecordedCall> one;
-  one.push_back(RecordedCall{comm, std::move(args)});
-  runCalls(std::move(one));
+  runAlone(comm, std::move(args));
 }
 
 }  // namespace conccl

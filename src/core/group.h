@@ -22,7 +22,8 @@ size_t groupDiscard();
 // destroy/abort so that concclGroupEnd never touches a freed communicator.
 size_t groupForgetComm(concclComm* comm);
 
-// Records (inside a group) or runs at once (outside) one rank's call.
+// Records (inside a group) or runs at once (outside) one rank's call. Outside a group the caller must hold a use of
+// `comm` (CommUse: the API guard's).
 void enqueueCall(concclComm* comm, RankArgs args);
 
 }  // namespace conccl
