@@ -133,7 +133,13 @@ std::string HostLaps::take() {
 }
 
 void HostLaps::tally(const std::string& key) {
-  if (tls.open && tallying()) tls.tallyKey = key;
+  if (!tls.open || !tallying()) return;
+  tls.tallyKey = key;
+  // The time since the last mark went into making `key` (measurement, not the call): left out of the laps and the
+  // total.
+  const Clock::time_point now = Clock::now();
+  tls.begin += now - tls.last;
+  tls.last = now;
 }
 
 void HostLaps::drop() {

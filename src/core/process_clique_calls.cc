@@ -521,9 +521,11 @@ void ProcessClique::launchProgram(PendingCall& pending, const CallTicket& ticket
     executor_->launch(*pending.schedule, pending.binding, rank_);
     if (gpuWatchdog_) gpuWatchdog_->launched(rank_, ticket.what);
     HostLaps::lap("after the launch");  // the executor's laps come before: entry, then graph launch or eager enqueue
-    if (HostLaps::tallying()) HostLaps::tally(lapTallyKey(pending, ticket));
-    if (std::string laps = HostLaps::take(); !laps.empty()) {
-      CONCCL_TRACE(rank_, device_, "host laps of " + ticket.what + ": " + laps);
+    if (HostLaps::tallying()) HostLaps::tally(lapTallyKey(pending, ticket));  // the key's own cost is not a lap
+    if (logLevel() >= LogLevel::kTrace) {
+      if (std::string laps = HostLaps::take(); !laps.empty()) {
+        CONCCL_TRACE(rank_, device_, "host laps of " + ticket.what + ": " + laps);
+      }
     }
   } catch (Error& e) {
     e.addContext(ticket.what + " on rank " + std::to_string(rank_));
