@@ -398,7 +398,12 @@ class ProcessClique final : public Clique {
     uint64_t k = 0;
     uint64_t bytes = 0;
     std::chrono::steady_clock::time_point launched;
-    std::string what;
+    std::string call;  // the group's call, e.g. "concclSend #12"
+    // "Send #3 of rank 0 to rank 1 (concclSend #12)", for messages: made only when one is written, not per op.
+    std::string describe(int rank) const {
+      return std::string(isSend ? "Send #" : "Recv #") + std::to_string(k) + " of rank " + std::to_string(rank) +
+             (isSend ? " to" : " from") + " rank " + std::to_string(peer) + " (" + call + ")";
+    }
   };
   std::deque<UnmatchedP2P> unmatchedP2P_;
   std::vector<std::pair<int, uint64_t>> retiredFromPeers_;  // (peer, allocation id) read by matchPublishedLocked

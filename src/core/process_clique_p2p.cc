@@ -186,10 +186,7 @@ std::vector<RankArgs> ProcessClique::mirrorP2PPartners(const CallTicket& ticket,
       theirs.viaScratch = op.isSend;  // the partner's Recv of this rank's Send: into the partner's scratch
       mirror.p2p.push_back(theirs);
       mirror.p2pBuffers.push_back(nullptr);  // never touched: every byte crosses through scratch
-      const std::string where = std::string(op.isSend ? "Send #" : "Recv #") + std::to_string(pairIndex[i]) +
-                                " of rank " + std::to_string(rank_) + (op.isSend ? " to" : " from") + " rank " +
-                                std::to_string(op.peer) + " (" + ticket.what + ")";
-      unmatchedP2P_.push_back(UnmatchedP2P{op.peer, op.isSend, pairIndex[i], op.count, now, where});
+      unmatchedP2P_.push_back(UnmatchedP2P{op.peer, op.isSend, pairIndex[i], op.count, now, ticket.what});
     }
     matchP2PLocked();  // partners that posted first are checked before anything is launched
   }
@@ -213,9 +210,9 @@ bool ProcessClique::matchP2PLocked() {
     }
     std::string problem;
     if (rec.errorCode != 0) {
-      problem = "rank " + std::to_string(u.peer) + " failed its side of " + u.what + ": " + rec.error;
+      problem = "rank " + std::to_string(u.peer) + " failed its side of " + u.describe(rank_) + ": " + rec.error;
     } else if (rec.bytes != u.bytes) {
-      problem = u.what + " moves " + std::to_string(u.bytes) + " bytes but rank " + std::to_string(u.peer) +
+      problem = u.describe(rank_) + " moves " + std::to_string(u.bytes) + " bytes but rank " + std::to_string(u.peer) +
                 " posted " + std::to_string(rec.bytes) + " bytes for it (a Send and its Recv must have the same size)";
     }
     layout_->p2pRing(u.peer, rank_, !u.isSend).consumed.store(u.k + 1, std::memory_order_release);

@@ -122,7 +122,7 @@ void ProcessClique::watchdogLoop() {
     } else {
       const UnmatchedP2P& u = unmatchedP2P_.front();
       waitingFor.push_back(u.peer);
-      what = u.what;
+      what = u.describe(rank_);
       launched = u.launched;
     }
     const auto now = Clock::now();
