@@ -152,7 +152,6 @@ void HostLaps::drop() {
   tls.open = false;
 }
 
-
 std::vector<std::string> HostLaps::tallyLines() {
   Tally& t = ::conccl::tally();
   std::vector<KeyTally> keys;

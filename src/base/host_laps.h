@@ -24,7 +24,8 @@ class HostLaps {
   // tallied (then drop() closes it).
   static std::string take();
   // With CONCCL_HOST_LAPS=1: the open record is to be tallied under `key` (e.g. "concclAllReduce 64 MiB") when the
-  // call returns; the time since the last mark (making the key) is left out. Nothing otherwise.
+  // call returns; the time since the last mark (making the key) is left out. A group whose end launches several
+  // calls is one record: tallied once, under its last launch's key. Nothing otherwise.
   static void tally(const std::string& key);
   // At the API's exit: a record to be tallied gets a last lap, "return" (the way back from the launch to the
   // caller), and goes into the tally; any record is closed (calls that end without a launch are not tallied).

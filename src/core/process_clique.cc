@@ -147,7 +147,9 @@ ProcessClique::ProcessClique(const Config& config, const UniqueIdData& id, int r
 ProcessClique::~ProcessClique() {
   if (HostLaps::tallying() && logLevel() != LogLevel::kNone) {
     // Asked for with CONCCL_HOST_LAPS=1, so logged at any level but NONE: the process's calls since the last report.
-    for (const std::string& line : HostLaps::tallyLines()) logMessage(LogLevel::kInfo, rank_, device_, "host laps of " + line);
+    for (const std::string& line : HostLaps::tallyLines()) {
+      logMessage(LogLevel::kInfo, rank_, device_, "host laps of " + line);
+    }
   }
   stopProxy();                             // it uses everything below
   if (gpuWatchdog_) gpuWatchdog_->stop();  // it uses the executor
