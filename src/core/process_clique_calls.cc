@@ -12,11 +12,11 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <limits>
 #include <thread>
 #include <variant>
 
+#include "base/bytes_text.h"
 #include "base/host_laps.h"
 #include "base/logging.h"
 #include "base/scope_exit.h"
@@ -496,13 +496,7 @@ std::string ProcessClique::lapTallyKey(const PendingCall& pending, const CallTic
   const std::string name = ticket.what.substr(0, ticket.what.find(" #"));
   size_t bytes = 0;
   for (size_t b : sched::bufferBytes(pending.call, rank_)) bytes = std::max(bytes, b);
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  size_t unit = 0;
-  while (unit + 1 < std::size(units) && bytes >= 1024 && bytes % 1024 == 0) {
-    bytes /= 1024;
-    ++unit;
-  }
-  return name + " " + std::to_string(bytes) + " " + units[unit];
+  return name + " " + bytesText(bytes);
 }
 
 void ProcessClique::launchProgram(PendingCall& pending, const CallTicket& ticket) {

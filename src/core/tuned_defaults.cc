@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "base/bytes_text.h"
 #include "base/error.h"
 
 namespace conccl {
@@ -27,12 +28,6 @@ const std::vector<TunedDefaults>& table() {
       {8, 2, 4 * kMiB, 8 * kMiB, 64 * kKiB, "never measured on 8 GPUs; the 2-GPU values"},
   };
   return rows;
-}
-
-std::string bytesText(size_t bytes) {
-  if (bytes >= kMiB && bytes % kMiB == 0) return std::to_string(bytes / kMiB) + " MiB";
-  if (bytes >= kKiB && bytes % kKiB == 0) return std::to_string(bytes / kKiB) + " KiB";
-  return std::to_string(bytes) + " B";
 }
 
 }  // namespace
