@@ -17,8 +17,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Enough for the marks of one call's path (API, group, clique, launch); later marks are folded into the last one.
-constexpr size_t kMaxLaps = 16;
+constexpr size_t kMaxLaps = HostLaps::kMaxLaps;
 
 struct Record {
   bool open = false;

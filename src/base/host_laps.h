@@ -7,6 +7,7 @@
 // literal (stored as a pointer).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,9 @@ namespace conccl {
 
 class HostLaps {
  public:
+  // Marks one record keeps; later marks are folded into the last one. A call's path has about 15 (API, group, clique,
+  // launch); 32 leaves room for the finer marks one adds while looking for where a lap's time goes.
+  static constexpr size_t kMaxLaps = 32;
   // At an API entry (apiCall): starts the calling thread's record when TRACE is on; a nested start keeps the outer
   // record.
   // Returns whether this call opened the record (then it must drop() it on its way out).

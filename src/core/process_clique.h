@@ -390,6 +390,10 @@ class ProcessClique final : public Clique {
 
   std::mutex matchMutex_;  // unmatched_, stopWatchdog_; taken before mutex_ (fail) when both are needed
   std::condition_variable matchCv_;
+  // The watchdog waits on matchCv_ with nothing to match (not napping between checks): only then must a new unmatched
+  // call wake it. Waking a napping watchdog cost the caller a futex wake and the watchdog a pass, 2-3 us of every early
+  // launch's host time while the peers were late (CONCCL_HOST_LAPS=1, one H100, 2026-12-05).
+  bool watchdogParked_ = false;
   std::deque<Unmatched> unmatched_;
   // A Send or Recv launched before its partner posted it (mirrorP2PPartners): the partner's record k is checked later.
   struct UnmatchedP2P {

@@ -365,14 +365,16 @@ void ProcessClique::publish(const PendingCall& pending, const OwnPart& own, bool
 void ProcessClique::launchEarly(PendingCall& pending, const CallTicket& ticket, std::vector<Assumption> assumed) {
   // Peers that called before this rank are compared first: a mismatch found here is reported before any work is
   // enqueued.
+  bool wakeWatchdog = false;
   {
     std::lock_guard<std::mutex> lock(matchMutex_);
     unmatched_.push_back(Unmatched{pending.seq, true, Clock::now(), ticket.what, std::move(assumed)});
     matchPublishedLocked();
+    wakeWatchdog = watchdogParked_;
   }
   checkHealthy();
   startWatchdog();
-  matchCv_.notify_all();
+  if (wakeWatchdog) matchCv_.notify_all();
   launchProgram(pending, ticket);
 }
 

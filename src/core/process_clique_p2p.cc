@@ -176,6 +176,7 @@ std::vector<RankArgs> ProcessClique::mirrorP2PPartners(const CallTicket& ticket,
                                                        const std::vector<uint64_t>& pairIndex) {
   std::vector<RankArgs> mirrors(static_cast<size_t>(nranks_));
   const auto now = Clock::now();
+  bool wakeWatchdog = false;
   {
     std::lock_guard<std::mutex> lock(matchMutex_);
     for (size_t i = 0; i < mine.p2p.size(); ++i) {
@@ -189,10 +190,11 @@ std::vector<RankArgs> ProcessClique::mirrorP2PPartners(const CallTicket& ticket,
       unmatchedP2P_.push_back(UnmatchedP2P{op.peer, op.isSend, pairIndex[i], op.count, now, ticket.what});
     }
     matchP2PLocked();  // partners that posted first are checked before anything is launched
+    wakeWatchdog = watchdogParked_;  // a napping watchdog finds these records at its next pass
   }
   checkHealthy();
   startWatchdog();
-  matchCv_.notify_all();
+  if (wakeWatchdog) matchCv_.notify_all();
   return mirrors;
 }
 

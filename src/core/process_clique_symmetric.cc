@@ -91,7 +91,9 @@ void ProcessClique::watchdogLoop() {
   bool cancelled = false;
   while (!stopWatchdog_) {
     if (unmatched_.empty() && unmatchedP2P_.empty()) {
+      watchdogParked_ = true;
       matchCv_.wait(lock, [&] { return stopWatchdog_ || !unmatched_.empty() || !unmatchedP2P_.empty(); });
+      watchdogParked_ = false;
       nap = std::chrono::microseconds(20);
       continue;
     }
@@ -136,7 +138,8 @@ void ProcessClique::watchdogLoop() {
       cancelled = true;
       continue;
     }
-    // Peers usually follow within microseconds; back off to 1 ms for a straggler.
+    // Peers usually follow within microseconds; back off to 1 ms for a straggler. A call launched meanwhile does not
+    // wake the nap (its entry waits for the next pass); stopWatchdog does.
     matchCv_.wait_for(lock, nap);
     if (nap < std::chrono::microseconds(1000)) nap *= 2;
   }
