@@ -51,7 +51,7 @@ ProcessClique::Route ProcessClique::decideRoute(uint64_t seq, Route late) {
     std::this_thread::yield();
   }
   const Route r = claimRoute(seq, late);
-  if (r == late) {
+  if (r == late && logLevel() >= LogLevel::kTrace) {  // its text costs host time on every late call
     std::string why;
     switch (spin.why) {
       case RouteSpin::Why::kSpin:

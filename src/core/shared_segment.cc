@@ -27,7 +27,10 @@ struct Fd {
 };
 
 void* mapShared(int fd, size_t bytes, const std::string& name) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // Populated at once: otherwise each page of the mailbox ring faults at its first write, inside a call (a call
+  // publishes into the next ring slot, about one page of it). Those faults were 1-3 us of the host time of a
+  // communicator's first calls, until the ring wrapped (one H100, 2026-12-05). The segment is small (KiBs per rank).
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) throwErrno("mmap of shared memory " + name + " (" + std::to_string(bytes) + " bytes)");
   return p;
 }
