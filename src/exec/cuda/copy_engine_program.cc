@@ -77,9 +77,12 @@ void CopyEngineProgram::enqueue(const sched::RankProgram& program) {
     // A mark is nothing unless the caller asked for chunk events (an AllGather's early program on 4 ranks has three,
     // which split its signals and waits into three batches).
     const bool nothing = mark != nullptr && !recordsChunk(*mark);
+    // A pending copy goes before anything else is enqueued, unless this op is a copy that extends it.
+    const auto* copyOp = std::get_if<sched::Copy>(&op);
+    if (!nothing && !(copyOp != nullptr && continuesPendingCopy(*copyOp))) flushCopy();
     if (!batched && !nothing) flushBatch();
-    if (const auto* c = std::get_if<sched::Copy>(&op)) {
-      copy(*c);
+    if (copyOp != nullptr) {
+      copy(*copyOp);
     } else if (signalOp != nullptr) {
       signal(*signalOp);
     } else if (const auto* w = std::get_if<sched::Wait>(&op)) {
@@ -136,8 +139,36 @@ void CopyEngineProgram::flushBatch() {
   batch.clear();
 }
 
+bool CopyEngineProgram::continuesPendingCopy(const sched::Copy& op) const {
+  if (!pendingCopy_ || !onMain(op.lane)) return false;
+  const sched::Copy& p = *pendingCopy_;
+  auto continues = [&](const sched::Location& next, const sched::Location& first) {
+    return next.rank == first.rank && next.buffer == first.buffer && next.offset == first.offset + p.bytes;
+  };
+  return continues(op.src, p.src) && continues(op.dst, p.dst);
+}
+
+void CopyEngineProgram::flushCopy() {
+  if (!pendingCopy_) return;
+  const sched::Copy p = *pendingCopy_;
+  pendingCopy_.reset();
+  CUDA_CHECK(cudaMemcpyAsync(resolve_(p.dst), resolve_(p.src), p.bytes, cudaMemcpyDefault, streamFor(p.lane)));
+}
+
 void CopyEngineProgram::copy(const sched::Copy& op) {
   if (op.bytes == 0) return;
+  const bool hasPieces = setup_.inputPieces != nullptr && !setup_.inputPieces->events.empty();
+  if (onMain(op.lane) && !hasPieces) {
+    // Held back so that the next copy can extend it (a graph node or CUDA call fewer); enqueue() issues it before
+    // any other op.
+    if (continuesPendingCopy(op)) {
+      pendingCopy_->bytes += op.bytes;
+    } else {
+      CONCCL_ASSERT(!pendingCopy_);
+      pendingCopy_ = op;
+    }
+    return;
+  }
   char* dst = resolve_(op.dst);
   const char* src = resolve_(op.src);
   cudaStream_t stream = streamFor(op.lane);
@@ -199,6 +230,7 @@ void CopyEngineProgram::finish() {
   // are the caller's to synchronise. Eager launches write it after everything else on M (the write carries a
   // memory barrier), in the last batch when no lane must be joined first.
   const bool lanesUsed = std::find(s_.laneUsed.begin(), s_.laneUsed.end(), true) != s_.laneUsed.end();
+  flushCopy();
   const uint32_t marker = s_.launches + 1;
   if (setup_.eager && !lanesUsed) s_.pendingWaits.push_back(writeOp(s_.doneCounterDevice, marker));
   flushBatch();

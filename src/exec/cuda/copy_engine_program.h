@@ -5,7 +5,9 @@
 //   Wait   -> stream wait for 1, then write 0 (on M)       Reduce -> the reduction kernel on M
 //
 // Lanes are forked off M with one event when M moved since the lane last synchronised, and joined back at the
-// end; consecutive memory operations on M share one cuStreamBatchMemOp. Everything is capturable.
+// end; consecutive memory operations on M share one cuStreamBatchMemOp, and consecutive copies on M that continue each
+// other in the same two buffers (a transfer the builder cut into pieces for lanes, run on M alone) are one copy.
+// Everything is capturable.
 #pragma once
 
 #include <cuda.h>
@@ -13,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +51,10 @@ class CopyEngineProgram {
 
  private:
   void copy(const sched::Copy& op);
+  // Whether `op` (a copy) continues the pending copy on M: the same source and destination buffers, each at the
+  // offset where the pending one ends.
+  bool continuesPendingCopy(const sched::Copy& op) const;
+  void flushCopy();  // issues the pending copy on M, if any
   void signal(const sched::Signal& op);
   void wait(const sched::Wait& op);
   void reduce(const sched::Reduce& op);
@@ -76,6 +83,8 @@ class CopyEngineProgram {
   int64_t forkRecordedAt_ = -1;  // mainOps_ when the fork event was last recorded
   std::vector<bool> chunkRecorded_;  // [block]: its chunk event was recorded in this call
   std::vector<std::vector<bool>> inputAwaited_;  // [stream index][piece]: that stream waited for the piece's event
+  // A copy on M not issued yet, so that the next one can extend it (no input pieces: those are awaited per copy).
+  std::optional<sched::Copy> pendingCopy_;
 };
 
 }  // namespace conccl::exec
