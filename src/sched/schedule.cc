@@ -378,6 +378,13 @@ size_t programCopyBytes(const RankProgram& program) {
   return bytes;
 }
 
+bool copyContinues(const Copy& first, const Copy& next) {
+  auto follows = [&](const Location& after, const Location& before) {
+    return after.rank == before.rank && after.buffer == before.buffer && after.offset == before.offset + first.bytes;
+  };
+  return follows(next.src, first.src) && follows(next.dst, first.dst);
+}
+
 size_t programWorkBytes(const RankProgram& program) {
   size_t bytes = programCopyBytes(program);
   for (const Op& op : program.ops) {

@@ -147,6 +147,10 @@ void forEachPeerLocation(const RankProgram& program, int rank, F&& f) {
 
 // Bytes the Copy ops of `program` move.
 size_t programCopyBytes(const RankProgram& program);
+// Whether copy `next` continues copy `first`: the same source and destination buffers (rank, buffer), each at the
+// offset where `first` ends. Executors may issue the two as one copy where they run on one stream.
+bool copyContinues(const Copy& first, const Copy& next);
+
 // What Schedule::workBytes holds for `program`.
 size_t programWorkBytes(const RankProgram& program);
 // What Schedule::activeOps and Schedule::reduceInputs hold for `program`.

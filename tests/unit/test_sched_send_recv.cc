@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <variant>
 #include <vector>
 
 #include "test_sched_util.h"
@@ -192,6 +193,43 @@ TEST(SchedSendRecv, EmptyGroup) {
   const Schedule s = buildSchedule(c, BuildOptions{});
   EXPECT_TRUE(checkSchedule(c, s).ok);
   for (const RankProgram& p : s.programs) EXPECT_TRUE(p.ops.empty());
+}
+
+// A self-send cut into pieces for the lanes: each piece continues the one before in the same two buffers, which is
+// what lets an executor running the program on one stream issue them as one copy (sched::copyContinues).
+TEST(SchedSendRecv, SelfSendPiecesContinueEachOther) {
+  CollectiveCall c = p2pCall(2);
+  post(c, 0, true, 0, 87381);
+  post(c, 0, false, 0, 87381);
+  BuildOptions options;
+  options.lanes = 2;
+  const Schedule s = buildSchedule(c, options);
+  std::vector<Copy> pieces;
+  for (const Op& op : s.programs[0].ops) {
+    if (const auto* copy = std::get_if<Copy>(&op)) pieces.push_back(*copy);
+  }
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_TRUE(copyContinues(pieces[0], pieces[1]));
+  EXPECT_FALSE(copyContinues(pieces[1], pieces[0]));
+  EXPECT_EQ(pieces[0].bytes + pieces[1].bytes, size_t{87381} * 4);
+}
+
+TEST(SchedSendRecv, CopiesContinueOnlyInTheSameBuffersAtTheEnd) {
+  const Copy first{Location{0, 0, 64}, Location{1, kScratch, 128}, 32, 0};
+  Copy next{Location{0, 0, 96}, Location{1, kScratch, 160}, 16, 1};
+  EXPECT_TRUE(copyContinues(first, next));
+  Copy other = next;
+  other.src.buffer = 1;  // another source buffer
+  EXPECT_FALSE(copyContinues(first, other));
+  other = next;
+  other.dst.rank = 0;  // another rank's scratch
+  EXPECT_FALSE(copyContinues(first, other));
+  other = next;
+  other.dst.offset = 161;  // a gap in the destination
+  EXPECT_FALSE(copyContinues(first, other));
+  other = next;
+  other.src.offset = 64;  // the same source bytes again
+  EXPECT_FALSE(copyContinues(first, other));
 }
 
 }  // namespace

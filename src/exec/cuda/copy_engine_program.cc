@@ -140,12 +140,7 @@ void CopyEngineProgram::flushBatch() {
 }
 
 bool CopyEngineProgram::continuesPendingCopy(const sched::Copy& op) const {
-  if (!pendingCopy_ || !onMain(op.lane)) return false;
-  const sched::Copy& p = *pendingCopy_;
-  auto continues = [&](const sched::Location& next, const sched::Location& first) {
-    return next.rank == first.rank && next.buffer == first.buffer && next.offset == first.offset + p.bytes;
-  };
-  return continues(op.src, p.src) && continues(op.dst, p.dst);
+  return pendingCopy_ && onMain(op.lane) && sched::copyContinues(*pendingCopy_, op);
 }
 
 void CopyEngineProgram::flushCopy() {

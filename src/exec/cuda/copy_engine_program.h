@@ -51,8 +51,7 @@ class CopyEngineProgram {
 
  private:
   void copy(const sched::Copy& op);
-  // Whether `op` (a copy) continues the pending copy on M: the same source and destination buffers, each at the
-  // offset where the pending one ends.
+  // Whether `op` (a copy on M) continues the pending copy (sched::copyContinues).
   bool continuesPendingCopy(const sched::Copy& op) const;
   void flushCopy();  // issues the pending copy on M, if any
   void signal(const sched::Signal& op);
