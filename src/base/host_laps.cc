@@ -22,6 +22,7 @@ constexpr size_t kMaxLaps = HostLaps::kMaxLaps;
 struct Record {
   bool open = false;
   Clock::time_point begin, last;
+  Clock::time_point entered;  // begin as start() set it (tally() moves begin past the time spent making the key)
   size_t used = 0;
   std::array<const char*, kMaxLaps> names{};
   std::array<int64_t, kMaxLaps> ns{};
@@ -29,6 +30,8 @@ struct Record {
 };
 
 thread_local Record tls;
+// When an API call of this thread last returned (drop() of an open record); none yet: the epoch.
+thread_local Clock::time_point lastReturn{};
 
 // The tallied calls of one key: each lap's samples (laps named by the same literal share a pointer, but equal text
 // from two literals is one lap: compared as text), in the order first seen. Bounded: a long job keeps the first
@@ -104,7 +107,7 @@ bool HostLaps::start() {
   tls.open = true;
   tls.used = 0;
   tls.tallyKey.clear();
-  tls.begin = tls.last = Clock::now();
+  tls.begin = tls.last = tls.entered = Clock::now();
   return true;
 }
 
@@ -145,9 +148,12 @@ void HostLaps::drop() {
   if (tls.open && !tls.tallyKey.empty()) {
     // The call's way back to its caller (its clean-up, the group layer, the API guard) is a lap too.
     lap("return");
-    addToTally(tls.tallyKey);
+    const bool afterIdle = lastReturn != Clock::time_point{} &&
+                           tls.entered - lastReturn >= std::chrono::milliseconds(kIdleGapMs);
+    addToTally(afterIdle ? tls.tallyKey + kAfterIdleSuffix : tls.tallyKey);
     tls.tallyKey.clear();
   }
+  if (tls.open) lastReturn = Clock::now();
   tls.open = false;
 }
 

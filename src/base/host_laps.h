@@ -18,6 +18,8 @@ class HostLaps {
   // Marks one record keeps; later marks are folded into the last one. A call's path has about 15 (API, group, clique,
   // launch); 32 leaves room for the finer marks one adds while looking for where a lap's time goes.
   static constexpr size_t kMaxLaps = 32;
+  static constexpr int kIdleGapMs = 10;
+  static constexpr const char* kAfterIdleSuffix = " after an idle wait";
   // At an API entry (apiCall): starts the calling thread's record when TRACE is on; a nested start keeps the outer
   // record.
   // Returns whether this call opened the record (then it must drop() it on its way out).
@@ -29,7 +31,10 @@ class HostLaps {
   static std::string take();
   // With CONCCL_HOST_LAPS=1: the open record is to be tallied under `key` (e.g. "concclAllReduce 64 MiB") when the
   // call returns; the time since the last mark (making the key) is left out. A group whose end launches several
-  // calls is one record: tallied once, under its last launch's key. Nothing otherwise.
+  // calls is one record: tallied once, under its last launch's key. A call that starts kIdleGap or more after the
+  // thread's previous API call returned is tallied apart, under `key` + kAfterIdleSuffix: every step of a call on a
+  // cold CPU is several times slower, and mixed with calls made back to back it would make every median meaningless.
+  // Nothing otherwise.
   static void tally(const std::string& key);
   // At the API's exit: a record to be tallied gets a last lap, "return" (the way back from the launch to the
   // caller), and goes into the tally; any record is closed (calls that end without a launch are not tallied).

@@ -87,6 +87,8 @@ TEST_F(HostLapsTest, TallyGivesEachKeysMediansAndEmpties) {
   // Three calls of one key: "wait" takes 1, 4 and 2 ms (median 2 ms); a lap named twice in a call counts once, summed
   // (2 x 1 ms); "rare" is in one call only. One call of another key.
   const int waitMs[] = {1, 4, 2};
+  ASSERT_TRUE(HostLaps::start());  // a call that returns just before: the calls below are not after an idle wait
+  HostLaps::drop();
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(HostLaps::start());
     std::this_thread::sleep_for(std::chrono::milliseconds(waitMs[i]));
@@ -128,6 +130,35 @@ TEST_F(HostLapsTest, TallyGivesEachKeysMediansAndEmpties) {
                                                     R"(return \d+ us, total \d+ us)")))
       << lines[1];
   EXPECT_TRUE(HostLaps::tallyLines().empty()) << "tallyLines() empties the tally";
+}
+
+TEST_F(HostLapsTest, CallsAfterAnIdleWaitAreTalliedApart) {
+  ASSERT_TRUE(HostLaps::tallying());
+  (void)HostLaps::tallyLines();
+  auto call = [](const char* key) {
+    ASSERT_TRUE(HostLaps::start());
+    HostLaps::lap("work");
+    HostLaps::tally(key);
+    HostLaps::drop();
+  };
+  call("concclAllReduce 1 MiB");  // whatever came before it
+  std::this_thread::sleep_for(std::chrono::milliseconds(HostLaps::kIdleGapMs + 5));
+  call("concclAllReduce 1 MiB");  // after an idle wait
+  call("concclAllReduce 1 MiB");  // back to back
+  call("concclAllReduce 1 MiB");
+  const std::vector<std::string> lines = HostLaps::tallyLines();
+  size_t idle = 0, backToBack = 0;
+  for (const std::string& line : lines) {
+    if (line.rfind(std::string("concclAllReduce 1 MiB") + HostLaps::kAfterIdleSuffix + ", ", 0) == 0) {
+      idle += static_cast<size_t>(std::stoul(line.substr(line.find(", ") + 2)));
+    } else if (line.rfind("concclAllReduce 1 MiB, ", 0) == 0) {
+      backToBack = static_cast<size_t>(std::stoul(line.substr(line.find(", ") + 2)));
+    }
+  }
+  EXPECT_GE(idle, 1u) << "the call after the wait";
+  EXPECT_LE(idle, 2u) << "and at most the first one (whatever came before it)";
+  EXPECT_GE(backToBack, 2u);
+  EXPECT_EQ(idle + backToBack, 4u);
 }
 
 }  // namespace
