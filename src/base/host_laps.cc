@@ -22,7 +22,7 @@ constexpr size_t kMaxLaps = HostLaps::kMaxLaps;
 struct Record {
   bool open = false;
   Clock::time_point begin, last;
-  Clock::time_point entered;  // begin as start() set it (tally() moves begin past the time spent making the key)
+  bool afterIdle = false;  // started kIdleGapMs or more after the thread's previous API call returned
   size_t used = 0;
   std::array<const char*, kMaxLaps> names{};
   std::array<int64_t, kMaxLaps> ns{};
@@ -107,7 +107,8 @@ bool HostLaps::start() {
   tls.open = true;
   tls.used = 0;
   tls.tallyKey.clear();
-  tls.begin = tls.last = tls.entered = Clock::now();
+  tls.begin = tls.last = Clock::now();
+  tls.afterIdle = lastReturn != Clock::time_point{} && tls.begin - lastReturn >= std::chrono::milliseconds(kIdleGapMs);
   return true;
 }
 
@@ -148,9 +149,7 @@ void HostLaps::drop() {
   if (tls.open && !tls.tallyKey.empty()) {
     // The call's way back to its caller (its clean-up, the group layer, the API guard) is a lap too.
     lap("return");
-    const bool afterIdle = lastReturn != Clock::time_point{} &&
-                           tls.entered - lastReturn >= std::chrono::milliseconds(kIdleGapMs);
-    addToTally(afterIdle ? tls.tallyKey + kAfterIdleSuffix : tls.tallyKey);
+    addToTally(tls.afterIdle ? tls.tallyKey + kAfterIdleSuffix : tls.tallyKey);
     tls.tallyKey.clear();
   }
   if (tls.open) lastReturn = Clock::now();

@@ -154,12 +154,11 @@ void CopyEngineProgram::copy(const sched::Copy& op) {
   if (op.bytes == 0) return;
   const bool hasPieces = setup_.inputPieces != nullptr && !setup_.inputPieces->events.empty();
   if (onMain(op.lane) && !hasPieces) {
-    // Held back so that the next copy can extend it (a graph node or CUDA call fewer); enqueue() issues it before
-    // any other op.
-    if (continuesPendingCopy(op)) {
+    // Held back so that the next copy can extend it (a graph node or CUDA call fewer). enqueue() issued any pending
+    // copy this one does not continue, and issues this one before any other op.
+    if (pendingCopy_) {
       pendingCopy_->bytes += op.bytes;
     } else {
-      CONCCL_ASSERT(!pendingCopy_);
       pendingCopy_ = op;
     }
     return;
