@@ -1,5 +1,6 @@
 #include "core/group.h"
 
+#include <algorithm>
 #include <exception>
 #include <map>
 #include <memory>
@@ -46,20 +47,19 @@ void setCommError(concclComm* comm, const std::string& message) {
 // the same launch order.
 std::vector<RecordedCall> fuseP2P(std::vector<RecordedCall> calls) {
   std::vector<RecordedCall> fused;
-  std::vector<RecordedCall> p2p;
-  std::map<concclComm*, size_t> p2pEntry;
+  fused.reserve(calls.size());
+  std::vector<RecordedCall> p2p;  // one per communicator, in first-use order (a group holds a few: searched in turn)
   for (auto& c : calls) {
     if (c.args.kind != sched::CollKind::kSendRecv) {
       fused.push_back(std::move(c));
       continue;
     }
-    auto it = p2pEntry.find(c.comm);
-    if (it == p2pEntry.end()) {
-      p2pEntry[c.comm] = p2p.size();
+    auto it = std::find_if(p2p.begin(), p2p.end(), [&](const RecordedCall& f) { return f.comm == c.comm; });
+    if (it == p2p.end()) {
       p2p.push_back(std::move(c));
       continue;
     }
-    RankArgs& into = p2p[it->second].args;
+    RankArgs& into = it->args;
     for (size_t i = 0; i < c.args.p2p.size(); ++i) {
       sched::P2POp op = c.args.p2p[i];
       op.buffer = static_cast<int>(into.p2pBuffers.size());
@@ -210,7 +210,54 @@ class GroupRun {
   std::mutex errorMutex_;
 };
 
-void runCalls(std::vector<RecordedCall> recorded) { GroupRun(std::move(recorded)).run(); }
+// A group whose calls are all on one communicator (PyTorch's batched Send/Recv, the 2n Send/Recv calls of an uneven
+// all_to_all_single, coalesced collectives) runs as GroupRun would run it (post every call, then launch them in
+// order; a failure recorded on the communicator, the calls after it abandoned, the first failure thrown) without its
+// maps of uses, tickets and ranks, which cost about a microsecond of allocation per group.
+void runOnOneComm(std::vector<RecordedCall> recorded) {
+  concclComm* comm = recorded.front().comm;
+  const CommUse use(comm);  // held until the run ends, as GroupRun holds each communicator's
+  // Destroyed by another thread after its calls were recorded: never dereferenced.
+  if (!use.taken()) {
+    CONCCL_THROW(concclInvalidUsage, "a communicator used in this group was destroyed before concclGroupEnd");
+  }
+  std::vector<RecordedCall> calls = fuseP2P(std::move(recorded));
+  std::vector<std::shared_ptr<CallTicket>> tickets;
+  tickets.reserve(calls.size());
+  std::optional<Error> firstError;
+  for (auto& c : calls) {
+    c.args.soleRankInGroup = true;  // the group holds this rank alone of its clique
+    try {
+      tickets.push_back(comm->clique->post(comm->rank, std::move(c.args)));
+    } catch (...) {
+      // Out of service: the calls already posted still launch (their peers wait for them), the rest never run.
+      firstError = toError(std::current_exception());
+      setCommError(comm, firstError->message());
+      break;
+    }
+  }
+  for (size_t i = 0; i < tickets.size(); ++i) {
+    try {
+      comm->clique->waitAndLaunch(*tickets[i]);
+    } catch (...) {
+      const Error e = toError(std::current_exception());
+      setCommError(comm, e.message());
+      if (!firstError) firstError = e;
+      for (size_t j = i + 1; j < tickets.size(); ++j) comm->clique->abandon(*tickets[j]);
+      break;
+    }
+  }
+  if (firstError) throw *firstError;
+}
+
+void runCalls(std::vector<RecordedCall> recorded) {
+  if (recorded.empty()) return;
+  const concclComm* first = recorded.front().comm;
+  const bool oneComm =
+      std::all_of(recorded.begin(), recorded.end(), [&](const RecordedCall& c) { return c.comm == first; });
+  if (oneComm) return runOnOneComm(std::move(recorded));
+  GroupRun(std::move(recorded)).run();
+}
 
 // A call outside a group, the common case, as a group of one would run it (GroupRun: post, then launch; the error
 // recorded on the communicator and thrown) without a group run's bookkeeping: its maps of uses, tickets and ranks cost
