@@ -33,7 +33,8 @@
 #   ALLOC_SCRIPTS (default "workloads"; e.g. "workloads ordering pipeline"), CASES (an extended regex: only run cases
 #   whose name matches, e.g. 'workloads|skew'), WORKLOAD_CASES (workloads.py --cases), SKEW_ASSERT_US (default 20: calls back to
 #   back), SKEW_COLD_ASSERT_US (250: with SKEW_BURST=1, one call per round after an idle wait), SKEW_CALLS (rounds: 2),
-#   SKEW_BURST (calls per round, back to back: 9), ORDERING_TIMEOUT_MS (5000), NO_NCCL=1 (skip the
+#   SKEW_BURST (calls per round, back to back: 9), SKEW_ALLOCS (the allocator settings the skew case runs under, as in
+#   ALLOCS: default "default"; e.g. "default expandable"), ORDERING_TIMEOUT_MS (5000), NO_NCCL=1 (skip the
 #   plain NCCL references),
 #   SMOKE_CPU=1 (no GPU: every script with --backend gloo --device cpu, no drop-in; checks the scripts' plumbing).
 # Kept for every process: NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
@@ -62,6 +63,7 @@ SKEW_ASSERT_US="${SKEW_ASSERT_US:-20}"
 SKEW_COLD_ASSERT_US="${SKEW_COLD_ASSERT_US:-250}"
 SKEW_CALLS="${SKEW_CALLS:-2}"
 SKEW_BURST="${SKEW_BURST:-9}"
+SKEW_ALLOCS="${SKEW_ALLOCS:-default}"
 ORDERING_TIMEOUT_MS="${ORDERING_TIMEOUT_MS:-5000}"
 NO_NCCL="${NO_NCCL:-0}"
 ORDERING_CASES="send_first_all_reduce,recv_first_all_reduce,send_first_all_gather,recv_first_all_gather"
@@ -338,19 +340,23 @@ has_np 2 && matrix 2
 
 # Host time under skew: NP=2 (the peer, rank 1, is late).
 if wanted skew; then
-  for lib in "${LIBS_MAIN[@]}" $REF_LIB; do
-    skew_args=(--calls "$SKEW_CALLS" --burst "$SKEW_BURST" --out "$OUTDIR/skew-$lib.jsonl")
-    sleep_s=2
-    # The 20 us bound is for calls back to back (the peer two or more calls behind); a call after an idle wait is
-    # bounded like the C API's test (CONCCL_TEST_MAX_COLD_HOST_US): the real NCCL's own time there is 67-115 us.
-    skew_bound="$SKEW_ASSERT_US"
-    [ "$SKEW_BURST" = 1 ] && skew_bound="$SKEW_COLD_ASSERT_US"
-    [ "$lib" = conccl ] && skew_args+=(--assert-max-us "$skew_bound")
-    [ "$lib" = nccl ] && sleep_s=1  # NCCL never waits for the peer: 1 s shows it as well, in half the time
-    [ "$SMOKE_CPU" = 1 ] && { sleep_s=0.2; skew_args+=(--max-mib 64); }
-    rm -f "$OUTDIR/skew-$lib.jsonl"
-    torchrun_cases skew_host_time.py 2 "$lib" default 180 skew "${skew_args[@]}" --sleep-s "$sleep_s"
-    grep -h -A12 '^host time per call' "$logs/skew_host_time-np2-$lib-default.log" 2>/dev/null >>"$summary"
+  for skew_alloc in $SKEW_ALLOCS; do
+    for lib in "${LIBS_MAIN[@]}" $REF_LIB; do
+      skew_out="$OUTDIR/skew-$lib.jsonl"
+      [ "$skew_alloc" = default ] || skew_out="$OUTDIR/skew-$lib-$skew_alloc.jsonl"
+      skew_args=(--calls "$SKEW_CALLS" --burst "$SKEW_BURST" --out "$skew_out")
+      sleep_s=2
+      # The 20 us bound is for calls back to back (the peer two or more calls behind); a call after an idle wait is
+      # bounded like the C API's test (CONCCL_TEST_MAX_COLD_HOST_US): the real NCCL's own time there is 67-115 us.
+      skew_bound="$SKEW_ASSERT_US"
+      [ "$SKEW_BURST" = 1 ] && skew_bound="$SKEW_COLD_ASSERT_US"
+      [ "$lib" = conccl ] && skew_args+=(--assert-max-us "$skew_bound")
+      [ "$lib" = nccl ] && sleep_s=1  # NCCL never waits for the peer: 1 s shows it as well, in half the time
+      [ "$SMOKE_CPU" = 1 ] && { sleep_s=0.2; skew_args+=(--max-mib 64); }
+      rm -f "$skew_out"
+      torchrun_cases skew_host_time.py 2 "$lib" "$skew_alloc" 180 skew "${skew_args[@]}" --sleep-s "$sleep_s"
+      grep -h -A12 '^host time per call' "$logs/skew_host_time-np2-$lib-$skew_alloc.log" 2>/dev/null >>"$summary"
+    done
   done
 fi
 

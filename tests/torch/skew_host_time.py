@@ -33,6 +33,7 @@ time where the drop-in is loaded, of the Python call's otherwise (--assert-on).
 """
 import ctypes
 import json
+import os
 import statistics
 import sys
 import time
@@ -208,7 +209,8 @@ def main():
             torch.cuda.empty_cache()
     failed = 0
     if rank == 0:
-        print(f"\nhost time per call on rank 0, peer {args.sleep_s:g} s late, {world} ranks, {lib}, "
+        alloc = os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or "default allocator"
+        print(f"\nhost time per call on rank 0, peer {args.sleep_s:g} s late, {world} ranks, {lib}, {alloc}, "
               f"{args.burst} call(s) per round:")
         print("| op | Python call p50 us | max us | drop-in's own p50 us | max us | calls |\n|---|---|---|---|---|---|")
         for r in results:

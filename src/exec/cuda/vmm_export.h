@@ -41,6 +41,9 @@ struct VmmPiece {
   CUdeviceptr va = 0;
   size_t bytes = 0;
   CUmemGenericAllocationHandle handle = 0;  // retained by the unit (released with it)
+  // The driver's id of the physical allocation mapped at `va` (CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: unique in the
+  // process while the allocation lives, and the unit's handle keeps it alive), or 0 when the driver gave none.
+  uint64_t blockId = 0;
 };
 
 // The pieces covering one exported buffer, contiguous from `base`.
@@ -64,7 +67,8 @@ bool isShareableVmm(const void* ptr);
 // device; the caller then stages the call.
 std::optional<VmmUnit> makeVmmUnit(const void* ptr, size_t bytes, int device, std::string* why);
 // Whether the pieces of `u` that overlap [ptr, ptr + bytes) (every piece: the default) are still mapped where they
-// were (the same handle at the piece's address: two driver calls a piece). A call checks only the pieces it uses.
+// were: the same block id at the piece's address (one driver call a piece), or where the driver gave no id the same
+// handle (two). A call checks only the pieces it uses.
 bool vmmUnitStillMapped(const VmmUnit& u, const void* ptr = nullptr, size_t bytes = SIZE_MAX);
 // Whether `u` covers [ptr, ptr + bytes).
 inline bool vmmUnitCovers(const VmmUnit& u, const void* ptr, size_t bytes) {
