@@ -26,7 +26,8 @@
 #       pipeline_ddp.py too when ALLOC_SCRIPTS says so. ALLOCS=expandable-export: expandable segments with
 #       CONCCL_VMM_EXPORT=1 set explicitly; ALLOCS=hook: PyTorch's register hook
 #       (TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1: ncclCommRegister / Deregister of every segment of the
-#       default allocator; PyTorch turns it off under expandable segments)
+#       default allocator; PyTorch turns it off under expandable segments); ALLOCS=async: PyTorch's cudaMallocAsync
+#       backend (PYTORCH_ALLOC_CONF=backend:cudaMallocAsync)
 #
 # Environment: PY (default /opt/torch/.venv/bin/python), NCCL_LIB (the real NCCL's directory; default: torch's
 #   nvidia/nccl/lib), BUDGET_S (default 420), NPS (default "2 4"), ALLOCS (default "expandable expandable-old"),
@@ -144,6 +145,8 @@ set_env() {  # LIB ALLOC
     # right before it is freed; --expect-registered checks that the registrations reach the drop-in
     # (PyTorch turns the hook off under expandable segments.)
     hook) ENVCMD+=(TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1); ARGS_EXTRA+=(--expect-registered) ;;
+    # PyTorch on cudaMallocAsync pools (memory no peer can map: conccl stages every call on it at once).
+    async) ENVCMD+=(PYTORCH_ALLOC_CONF=backend:cudaMallocAsync) ;;
     *) echo "run_all.sh: unknown allocator configuration '$2' in ALLOCS" >&2; exit 2 ;;
   esac
 }
