@@ -180,6 +180,28 @@ TEST(ApiLifecycle, GroupWithOneCommOutOfService) {
   for (auto c : good) EXPECT_EQ(concclCommDestroy(c), concclSuccess);
 }
 
+// A group whose calls are all on one communicator (run without the general group run, group.cc runOnOneComm), on a
+// communicator out of service: GroupEnd reports the failure, records it on the communicator, and none of the calls
+// runs.
+TEST(ApiLifecycle, GroupOnOneCommOutOfService) {
+  auto bad = makeHostComms(2, /*timeoutMs=*/100);
+  std::vector<float> x(4, 1.0f);
+  ASSERT_EQ(concclAllReduce(x.data(), x.data(), 4, concclFloat32, concclSum, bad[0], nullptr), concclTimeout);
+  std::vector<float> a(4, 2.0f), b(4, 3.0f);
+  ASSERT_EQ(concclGroupStart(), concclSuccess);
+  ASSERT_EQ(concclAllReduce(a.data(), a.data(), 4, concclFloat32, concclSum, bad[1], nullptr), concclSuccess);
+  ASSERT_EQ(concclAllReduce(b.data(), b.data(), 4, concclFloat32, concclMax, bad[1], nullptr), concclSuccess);
+  EXPECT_EQ(concclGroupEnd(), concclInvalidUsage);
+  EXPECT_EQ(a[0], 2.0f);
+  EXPECT_EQ(b[0], 3.0f);
+  const std::string onComm = concclGetLastError(bad[1]);
+  EXPECT_NE(onComm.find("out of service"), std::string::npos) << onComm;
+  const std::string onThread = concclGetLastError(nullptr);
+  EXPECT_NE(onThread.find("concclGroupEnd"), std::string::npos) << onThread;
+  EXPECT_NE(onThread.find(onComm), std::string::npos) << onThread;
+  for (auto c : bad) EXPECT_EQ(concclCommAbort(c), concclSuccess);
+}
+
 // Destroying a communicator whose call is recorded in the calling thread's open group: the group must not touch
 // the freed handle at concclGroupEnd.
 TEST(ApiLifecycle, DestroyInsideOpenGroup) {
