@@ -85,6 +85,24 @@ Error toError(std::exception_ptr error) {
   }
 }
 
+// Launches one rank's posted calls in order and returns the first failure; nothing escapes (GroupRun runs this on
+// std::threads, where an escaping exception would terminate the process). Later calls of the rank cannot run once one
+// has failed (an earlier call's output may be a later call's input): they are forgotten. A failure that lets this
+// rank skip a call is one that every other rank of that call sees too (agreement errors are reported to all, anything
+// else puts the clique out of service).
+std::optional<Error> launchInOrder(concclComm* comm, const std::vector<std::shared_ptr<CallTicket>>& tickets) {
+  for (size_t i = 0; i < tickets.size(); ++i) {
+    try {
+      comm->clique->waitAndLaunch(*tickets[i]);
+    } catch (...) {
+      Error failure = toError(std::current_exception());
+      for (size_t j = i + 1; j < tickets.size(); ++j) comm->clique->abandon(*tickets[j]);
+      return failure;
+    }
+  }
+  return std::nullopt;
+}
+
 // One concclGroupEnd (or one call outside a group): posts every call, then launches each rank's calls in order.
 // Host ranks run their programs synchronously, so when one thread drives several host ranks each rank gets a thread
 // of its own for the launch. The first failure is rethrown at the end; every failure is recorded on its communicator.
@@ -163,23 +181,11 @@ class GroupRun {
     return false;
   }
 
-  // One rank's posted calls, launched in order. Any exception is caught: this may run on a std::thread, where an
-  // escaping exception would terminate the process.
+  // One rank's posted calls, launched in order (launchInOrder).
   void launchAll(concclComm* comm) {
     auto& tickets = perComm_[comm];
     if (tickets.empty()) return;  // nothing posted (e.g. a destroyed communicator: do not touch it)
-    for (size_t i = 0; i < tickets.size(); ++i) {
-      try {
-        comm->clique->waitAndLaunch(*tickets[i]);
-      } catch (...) {
-        recordFailure(comm, toError(std::current_exception()));
-        // Later calls of this rank cannot run once one has failed (an earlier call's output may be a later
-        // call's input). Forget them; a failure that lets this rank skip a call is one that every other rank of
-        // that call sees too (agreement errors are reported to all, anything else puts the clique out of service).
-        for (size_t j = i + 1; j < tickets.size(); ++j) comm->clique->abandon(*tickets[j]);
-        return;
-      }
-    }
+    if (std::optional<Error> failure = launchInOrder(comm, tickets)) recordFailure(comm, *failure);
   }
 
   void launchInThreads() {
@@ -236,16 +242,9 @@ void runOnOneComm(std::vector<RecordedCall> recorded) {
       break;
     }
   }
-  for (size_t i = 0; i < tickets.size(); ++i) {
-    try {
-      comm->clique->waitAndLaunch(*tickets[i]);
-    } catch (...) {
-      const Error e = toError(std::current_exception());
-      setCommError(comm, e.message());
-      if (!firstError) firstError = e;
-      for (size_t j = i + 1; j < tickets.size(); ++j) comm->clique->abandon(*tickets[j]);
-      break;
-    }
+  if (std::optional<Error> failure = launchInOrder(comm, tickets)) {
+    setCommError(comm, failure->message());
+    if (!firstError) firstError = failure;
   }
   if (firstError) throw *firstError;
 }
