@@ -75,15 +75,15 @@ bool ProcessClique::peersPublished(uint64_t seq) const {
 }
 
 bool ProcessClique::deferToProxy(CallTicket& ticket, std::optional<OwnPart> own) {
-  return enqueueDeferred(ticket, std::move(own), std::nullopt);
+  return enqueueDeferred(ticket, std::move(own), nullptr);
 }
 
 bool ProcessClique::deferEarlyLaunch(CallTicket& ticket, std::vector<Assumption>& assumed) {
-  return enqueueDeferred(ticket, std::nullopt, std::move(assumed));
+  return enqueueDeferred(ticket, std::nullopt, &assumed);
 }
 
 bool ProcessClique::enqueueDeferred(CallTicket& ticket, std::optional<OwnPart> own,
-                                    std::optional<std::vector<Assumption>> earlyLaunch) {
+                                    std::vector<Assumption>* earlyLaunch) {
   RankArgs& mine = *ticket.call->args[static_cast<size_t>(rank_)];
   std::string whyNot;
   std::optional<exec::DeferredCall> gate = executor_->deferCall(rank_, mine.stream, &whyNot);
@@ -107,8 +107,11 @@ bool ProcessClique::enqueueDeferred(CallTicket& ticket, std::optional<OwnPart> o
   std::string startFailure;
   {
     std::lock_guard<std::mutex> lock(proxyMutex_);
-    proxyQueue_.push_back(DeferredItem{ticket, *gate, std::move(own), std::move(earlyLaunch), false});
+    std::optional<std::vector<Assumption>> assumed;
+    if (earlyLaunch) assumed = std::move(*earlyLaunch);
+    proxyQueue_.push_back(DeferredItem{ticket, *gate, std::move(own), std::move(assumed), false});
     ++proxyPending_;
+    if (earlyLaunch) ++proxyLaunchesOnly_;
     if (!proxy_.joinable()) {
       stopProxy_ = false;
       try {
@@ -116,6 +119,7 @@ bool ProcessClique::enqueueDeferred(CallTicket& ticket, std::optional<OwnPart> o
       } catch (const std::system_error& e) {
         proxyQueue_.pop_back();
         --proxyPending_;
+        if (earlyLaunch) --proxyLaunchesOnly_;
         startFailure = std::string("cannot start the proxy thread: ") + e.what();
       }
     }
@@ -132,15 +136,26 @@ bool ProcessClique::enqueueDeferred(CallTicket& ticket, std::optional<OwnPart> o
 }
 
 void ProcessClique::waitForProxyIdle(const std::string& what) {
+  waitForProxy(what, "to be finished", [this] { return proxyPending_ == 0; });
+}
+
+void ProcessClique::waitUntilProxyOnlyLaunches(const std::string& what) {
+  waitForProxy(what, "to be published", [this] {
+    return proxyPending_ == 0 || (proxyPending_ == proxyLaunchesOnly_ && proxyPending_ < kRingEntries);
+  });
+}
+
+template <typename Done>
+void ProcessClique::waitForProxy(const std::string& what, const char* until, Done done) {
   std::unique_lock<std::mutex> lock(proxyMutex_);
-  if (proxyPending_ == 0) return;
+  if (done()) return;
   // Each deferred call is bounded by the timeout, and once one fails the others fail at once: one timeout and a
   // margin bound the whole queue.
   const auto limit = std::chrono::milliseconds(config_.timeoutMs) + std::chrono::seconds(1);
-  if (!proxyCv_.wait_for(lock, limit, [this] { return proxyPending_ == 0; })) {
+  if (!proxyCv_.wait_for(lock, limit, done)) {
     lock.unlock();
     const std::string reason = what + " on rank " + std::to_string(rank_) + " waited " +
-                               std::to_string(limit.count()) + " ms for the deferred calls before it";
+                               std::to_string(limit.count()) + " ms for the deferred calls before it " + until;
     fail(concclTimeout, reason);
     CONCCL_THROW(concclTimeout, reason);
   }
@@ -157,10 +172,12 @@ void ProcessClique::proxyLoop() {
       item = std::move(proxyQueue_.front());
       proxyQueue_.pop_front();
     }
+    const bool launchOnly = item.earlyLaunch.has_value();
     runDeferred(item);
     {
       std::lock_guard<std::mutex> lock(proxyMutex_);
       --proxyPending_;
+      if (launchOnly) --proxyLaunchesOnly_;
     }
     proxyCv_.notify_all();
   }

@@ -212,6 +212,78 @@ std::vector<double> oneCallRounds(int rank, int calls, int delayMs, cudaStream_t
   return us;
 }
 
+// A value of rank r's input at element j: small integers, so that every sum is exact, different on every rank and
+// element, and computable at any element without the other ranks' inputs.
+float poolInput(int r, size_t j) {
+  return static_cast<float>(((static_cast<uint64_t>(r) + 1) * 2654435761u ^ (j * 40503u)) % 97);
+}
+
+// `calls` in-place calls of `coll` (AllReduce, AllGather or ReduceScatter) on `bytes` of cudaMallocAsync memory, each
+// on a buffer allocated from the pool on `stream` before the call and freed with cudaFreeAsync right after it; the
+// peers of rank 0 start `delayMs` late. Returns rank 0's host time of each call (the call alone). The first and last
+// KiBs of each call's result are copied aside before the free and checked.
+std::vector<double> poolBurst(concclComm_t comm, t::Coll coll, size_t bytes, int rank, int nranks, int delayMs,
+                              cudaStream_t stream, const std::string& what) {
+  constexpr int kCalls = 9;
+  constexpr size_t kSample = 256;  // elements at each end of the result
+  const size_t elems = bytes / 4;
+  const size_t part = elems / static_cast<size_t>(nranks);  // AllGather's and ReduceScatter's count
+  std::vector<float> host(elems);
+  for (size_t j = 0; j < elems; ++j) host[j] = poolInput(rank, j);
+  Buf src(bytes), samples(kCalls * 2 * kSample * 4);
+  cudaOk(cudaMemcpyAsync(src.p, host.data(), bytes, cudaMemcpyHostToDevice, stream), "h2d");
+  syncBounded(stream, "inputs", 120);
+  // The result: every element for AllReduce and AllGather, this rank's part for ReduceScatter (in place: its part of
+  // the buffer).
+  const size_t resultFirst = coll == t::Coll::kReduceScatter ? static_cast<size_t>(rank) * part : 0;
+  const size_t resultElems = coll == t::Coll::kReduceScatter ? part : coll == t::Coll::kAllGather
+                                                                          ? part * static_cast<size_t>(nranks)
+                                                                          : elems;
+  std::vector<double> us;
+  if (rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+  for (int i = 0; i < kCalls; ++i) {
+    float* buf = nullptr;
+    cudaOk(cudaMallocAsync(reinterpret_cast<void**>(&buf), bytes, stream), "cudaMallocAsync");
+    cudaOk(cudaMemcpyAsync(buf, src.p, bytes, cudaMemcpyDeviceToDevice, stream), "d2d");
+    float* mine = buf + static_cast<size_t>(rank) * part;
+    const auto t0 = Clock::now();
+    if (coll == t::Coll::kAllReduce) {
+      ok(concclAllReduce(buf, buf, elems, concclFloat32, concclSum, comm, stream), comm, what.c_str());
+    } else if (coll == t::Coll::kAllGather) {
+      ok(concclAllGather(mine, buf, part, concclFloat32, comm, stream), comm, what.c_str());
+    } else {
+      ok(concclReduceScatter(buf, mine, part, concclFloat32, concclSum, comm, stream), comm, what.c_str());
+    }
+    us.push_back(usSince(t0));
+    char* out = samples.c() + static_cast<size_t>(i) * 2 * kSample * 4;
+    cudaOk(cudaMemcpyAsync(out, buf + resultFirst, kSample * 4, cudaMemcpyDeviceToDevice, stream), "sample");
+    cudaOk(cudaMemcpyAsync(out + kSample * 4, buf + resultFirst + resultElems - kSample, kSample * 4,
+                           cudaMemcpyDeviceToDevice, stream),
+           "sample");
+    cudaOk(cudaFreeAsync(buf, stream), "cudaFreeAsync");
+  }
+  std::vector<float> got(kCalls * 2 * kSample);
+  cudaOk(cudaMemcpyAsync(got.data(), samples.p, got.size() * 4, cudaMemcpyDeviceToHost, stream), "d2h");
+  syncBounded(stream, what.c_str(), 240);
+  for (int i = 0; i < kCalls; ++i) {
+    for (size_t k = 0; k < 2 * kSample; ++k) {
+      const size_t j = resultFirst + (k < kSample ? k : resultElems - 2 * kSample + k);
+      float want = 0;
+      if (coll == t::Coll::kAllGather) {
+        want = poolInput(static_cast<int>(j / part), j);
+      } else {
+        for (int r = 0; r < nranks; ++r) want += poolInput(r, j);
+      }
+      const float have = got[static_cast<size_t>(i) * 2 * kSample + k];
+      if (have != want) {
+        throw std::runtime_error(what + ": call " + std::to_string(i + 1) + ", element " + std::to_string(j) + " is " +
+                                 std::to_string(have) + ", want " + std::to_string(want));
+      }
+    }
+  }
+  return us;
+}
+
 }  // namespace
 
 void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
@@ -258,6 +330,18 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
   // One AllReduce of 64 MiB per round: the peer is one call behind each time, and late for the call before, so no
   // call waits for it (core/route_spin.h).
   allReduceRounds(size_t{64} << 20, 5, true, "AllReduce 64 MiB, one call a round");
+  // cudaMallocAsync pool memory as PyTorch's cudaMallocAsync backend hands it out: each call's buffer is taken from
+  // the pool on the stream right before the call and given back (cudaFreeAsync) right after it returns, so nothing
+  // conccl does once the call has returned may name it (core/process_clique_calls.cc, finishPoolCall). In place, nine
+  // calls in a burst; the call alone is timed; samples of every call's result are checked.
+  for (size_t bytes : {size_t{1} << 20, size_t{64} << 20, size_t{1} << 30}) {
+    const std::string what = "pool memory, AllReduce " + std::to_string(bytes >> 20) + " MiB";
+    record(what, poolBurst(comm, t::Coll::kAllReduce, bytes, rank, nranks, kDelayMs, stream, what), limitUs);
+  }
+  for (t::Coll c : {t::Coll::kAllGather, t::Coll::kReduceScatter}) {
+    const std::string what = std::string("pool memory, ") + collKindName(c) + " 64 MiB";
+    record(what, poolBurst(comm, c, size_t{64} << 20, rank, nranks, kDelayMs, stream, what), limitUs);
+  }
   // Every other collective at 64 MiB in the largest buffer, then AllToAllv (uneven) and a Send/Recv ring of 1 MiB.
   const t::Coll colls[] = {t::Coll::kAllGather, t::Coll::kReduceScatter, t::Coll::kBroadcast, t::Coll::kReduce,
                            t::Coll::kAllToAll,  t::Coll::kGather,        t::Coll::kScatter};
