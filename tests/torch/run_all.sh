@@ -32,7 +32,8 @@
 # Environment: PY (default /opt/torch/.venv/bin/python), NCCL_LIB (the real NCCL's directory; default: torch's
 #   nvidia/nccl/lib), BUDGET_S (default 420), NPS (default "2 4"), ALLOCS (default "expandable expandable-old"),
 #   ALLOC_SCRIPTS (default "workloads"; e.g. "workloads ordering pipeline"), CASES (an extended regex: only run cases
-#   whose name matches, e.g. 'workloads|skew'), WORKLOAD_CASES (workloads.py --cases), SKEW_ASSERT_US (default 20: calls back to
+#   whose name matches, e.g. 'workloads|skew'; a script's runs are named script/case@allocator, e.g. '@async$' runs
+#   only the runs under ALLOCS=async), WORKLOAD_CASES (workloads.py --cases), SKEW_ASSERT_US (default 20: calls back to
 #   back), SKEW_COLD_ASSERT_US (250: with SKEW_BURST=1, one call per round after an idle wait), SKEW_CALLS (rounds: 2),
 #   SKEW_BURST (calls per round, back to back: 9), SKEW_ALLOCS (the allocator settings the skew case runs under, as in
 #   ALLOCS: default "default"; e.g. "default expandable"), ORDERING_TIMEOUT_MS (5000), NO_NCCL=1 (skip the
@@ -185,7 +186,7 @@ torchrun_cases() {
   local base="${script%.py}" cfg="[np=$np $lib $alloc]" logname c seen line name verdict rest
   logname="$base-np$np-$lib-$alloc"
   local any=0
-  for c in ${caselist//,/ }; do wanted "$base/$c" && any=1; done
+  for c in ${caselist//,/ }; do wanted "$base/$c@$alloc" && any=1; done
   [ "$any" = 1 ] || return 0
   set_env "$lib" "$alloc"
   [ -n "${RUN_ENV:-}" ] && ENVCMD+=("$RUN_ENV")
