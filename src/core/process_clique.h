@@ -157,47 +157,29 @@ class ProcessClique final : public Clique {
   // when the executor refuses to defer the caller's stream.
   bool deferToProxy(CallTicket& ticket, std::optional<OwnPart> own);
   // What deferToProxy and deferEarlyLaunch share: the gate on the caller's stream, then the queue. `earlyLaunch`
-  // (a symmetric call's assumptions) is moved into the queue only when the call is deferred.
+  // (a symmetric call's assumptions, else null) is moved into the queue only when the call is deferred.
   bool enqueueDeferred(CallTicket& ticket, std::optional<OwnPart> own, std::vector<Assumption>* earlyLaunch);
   bool proxyBusy();
   // Blocks until every deferred call has been finished (bounded: each one is bounded by the timeout, and a failure
   // makes the later ones fail at once).
   void waitForProxyIdle(const std::string& what);
-  // Blocks (bounded, as waitForProxyIdle) until the proxy holds only launches of calls published already, fewer than
-  // the mailbox ring holds (so every call whose slot a new call reuses has been launched and is matched in order),
-  // or nothing.
-  void waitUntilProxyOnlyLaunches(const std::string& what);
-  template <typename Done>
-  void waitForProxy(const std::string& what, const char* until, Done done);
-  // A call on cudaMallocAsync pool memory (usesPoolMemory), on the caller's thread: everything that names its buffers
-  // happens here, before it returns; only the replay of a cached graph, pinned here, may be left to the proxy.
-  void finishPoolCall(CallTicket& ticket);
   void proxyLoop();
   void runDeferred(DeferredItem& item);
   void stopProxy();
   // The blocking forms: a whole call, and a regular call's second half (read the peers, bind, launch).
   void finishCall(CallTicket& ticket);
   void finishRegular(CallTicket& ticket, const OwnPart& own);
-  // Who launches a symmetric or staged call that checkAndPublish built.
-  enum class LaunchHandoff {
-    kHere,            // this thread (the proxy's own calls; calls that found the proxy busy and drained it)
-    kLongToProxy,     // the proxy when the program is long enough that enqueueing it would cost the caller more
-    kPinnedToProxy,   // pool memory (finishPoolCall): the proxy only when the launch is a graph pinned here (a staged
-                      // call's: it names no peer mapping a later call could close); else this thread, once the proxy
-                      // has drained
-  };
   // Steps 1-3 of a collective (its slot free): checks, the symmetric attempt, publish; a symmetric or staged call is
-  // launched (nullopt) as `handoff` says. A regular call returns what the second half needs.
-  std::optional<OwnPart> checkAndPublish(CallTicket& ticket, LaunchHandoff handoff);
-  // Hands a symmetric call's launch to the proxy when `handoff` allows it; false when it stays on this thread.
-  bool handOverLaunch(CallTicket& ticket, LaunchHandoff handoff, std::vector<Assumption>& assumed);
+  // launched (nullopt): on this thread, or by the proxy when `mayDeferLaunch` and its program is long enough that
+  // enqueueing it would cost the caller more than handing it over (deferEarlyLaunch). A regular call returns what the
+  // second half needs.
+  std::optional<OwnPart> checkAndPublish(CallTicket& ticket, bool mayDeferLaunch);
   // Hands a symmetric call's launch to the proxy; false when the caller's stream cannot be deferred (`assumed` is
-  // then left as it was).
+  // then left as it was, for the caller's own launch).
   bool deferEarlyLaunch(CallTicket& ticket, std::vector<Assumption>& assumed);
   // Whether any buffer of the call is cudaMallocAsync pool memory. The caller may free such memory with
   // cudaFreeAsync right after the call returns, after which CUDA refuses the pointer in any later API call (the
-  // driver faulted on it, 2026-12-02), so everything of such a call that names them happens on the caller's thread
-  // (finishPoolCall); the proxy may only replay a graph pinned there.
+  // driver faulted on it, 2026-12-02), so such calls are enqueued on the caller's thread, never by the proxy.
   bool usesPoolMemory(const RankArgs& mine) const;
   // Non-blocking checks of what the blocking forms would wait for.
   bool slotFreeNow(uint64_t seq);
@@ -436,8 +418,7 @@ class ProcessClique final : public Clique {
   std::mutex proxyMutex_;
   std::condition_variable proxyCv_;
   std::deque<DeferredItem> proxyQueue_;
-  size_t proxyPending_ = 0;      // queued + being finished
-  size_t proxyLaunchesOnly_ = 0;  // of which early launches (published on the caller's thread; the proxy only launches)
+  size_t proxyPending_ = 0;  // queued + being finished
   bool stopProxy_ = false;
   std::thread proxy_;
   std::string lastNoDeferReason_;  // logged once per reason

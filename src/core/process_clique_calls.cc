@@ -55,13 +55,9 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
 
 void ProcessClique::matchAndLaunch(CallTicket& ticket) {
   RankArgs& mine = *ticket.call->args[static_cast<size_t>(rank_)];
-  if (!deferrable(mine)) {
+  if (!deferrable(mine) || usesPoolMemory(mine)) {
     waitForProxyIdle(ticket.what);
     finishCall(ticket);
-    return;
-  }
-  if (usesPoolMemory(mine)) {
-    finishPoolCall(ticket);
     return;
   }
   // Calls that always wait for their peers' arguments (unless late calls are staged: then a Send/Recv group launches
@@ -81,7 +77,7 @@ void ProcessClique::matchAndLaunch(CallTicket& ticket) {
   }
   // The proxy is idle and the slot free: the call starts here, and is handed over only if the peers are late.
   closeRetiredPeerImports();
-  std::optional<OwnPart> own = checkAndPublish(ticket, LaunchHandoff::kLongToProxy);
+  std::optional<OwnPart> own = checkAndPublish(ticket, /*mayDeferLaunch=*/true);
   if (!own) return;  // symmetric or staged: launched, or handed to the proxy to launch
   if (!peersPublished(ticket.call->seq) && deferToProxy(ticket, own)) return;
   finishRegular(ticket, *own);
@@ -95,36 +91,7 @@ void ProcessClique::finishCall(CallTicket& ticket) {
     return;
   }
   waitForFreeSlot(ticket.call->seq, ticket.what);
-  if (std::optional<OwnPart> own = checkAndPublish(ticket, LaunchHandoff::kHere)) finishRegular(ticket, *own);
-}
-
-void ProcessClique::finishPoolCall(CallTicket& ticket) {
-  // The caller may cudaFreeAsync pool memory as soon as this returns; CUDA then refuses the pointer in any API call,
-  // whatever the stream order. Everything that names the buffers (checks, the eager enqueue or capture of the shape's
-  // first calls) therefore happens here, and such a call is never deferred whole. What may still go to the proxy is
-  // the replay of the staged call's cached graph (a graph launch names no pointer, and the caller's stream waits for it
-  // on the GPU, before its free): the long chunk chain of a call larger than the scratch cost its caller 28-147 us to
-  // launch (docs/results/2026-12-05-h100-1gpu-bound/). Earlier launches the proxy still holds were published already,
-  // so this call can check and publish beside them; anything else there (a call waiting for its peers) is waited for.
-  const bool sendRecv = ticket.call->args[static_cast<size_t>(rank_)]->kind == sched::CollKind::kSendRecv;
-  if (sendRecv) {
-    waitForProxyIdle(ticket.what);
-  } else {
-    waitUntilProxyOnlyLaunches(ticket.what);
-  }
-  checkHealthy();
-  // A peer's retired mapping is closed only where no launch of this rank is pending: one handed to the proxy may
-  // still be enqueued against it. Left for the next idle call otherwise.
-  if (!proxyBusy()) closeRetiredPeerImports();
-  if (sendRecv) {
-    launchSendRecv(ticket);
-    return;
-  }
-  waitForFreeSlot(ticket.call->seq, ticket.what);
-  if (std::optional<OwnPart> own = checkAndPublish(ticket, LaunchHandoff::kPinnedToProxy)) {
-    waitForProxyIdle(ticket.what);  // its launch comes after the proxy's, in call order
-    finishRegular(ticket, *own);
-  }
+  if (std::optional<OwnPart> own = checkAndPublish(ticket, /*mayDeferLaunch=*/false)) finishRegular(ticket, *own);
 }
 
 namespace {
@@ -135,7 +102,7 @@ namespace {
 constexpr size_t kInlineLaunchMaxOps = 4;
 }  // namespace
 
-std::optional<ProcessClique::OwnPart> ProcessClique::checkAndPublish(CallTicket& ticket, LaunchHandoff handoff) {
+std::optional<ProcessClique::OwnPart> ProcessClique::checkAndPublish(CallTicket& ticket, bool mayDeferLaunch) {
   PendingCall& pending = *ticket.call;
   // 1. This rank's own checks and exports, before the peers hear of the call: an error is published instead.
   OwnPart own = checkOwnPart(*pending.args[static_cast<size_t>(rank_)]);
@@ -192,40 +159,19 @@ std::optional<ProcessClique::OwnPart> ProcessClique::checkAndPublish(CallTicket&
     }
     pairOwned = route == Route::kPairOwned;
   }
-  // Launched on this thread: after whatever the proxy still launches (only finishPoolCall leaves it any).
-  const auto afterProxy = [&] {
-    if (handoff == LaunchHandoff::kPinnedToProxy) waitForProxyIdle(ticket.what);
-  };
   if (pairOwned) {
-    afterProxy();
     launchPairOwned(ticket, own, claimedAll);
     return std::nullopt;
   }
   if (symmetric) {
-    if (handOverLaunch(ticket, handoff, assumed)) return std::nullopt;
-    afterProxy();
+    const size_t ops = pending.schedule->programs[static_cast<size_t>(rank_)].ops.size();
+    if (mayDeferLaunch && config_.deferLongLaunches && ops > kInlineLaunchMaxOps && deferEarlyLaunch(ticket, assumed)) {
+      return std::nullopt;
+    }
     launchEarly(pending, ticket, std::move(assumed));
     return std::nullopt;
   }
   return own;
-}
-
-bool ProcessClique::handOverLaunch(CallTicket& ticket, LaunchHandoff handoff, std::vector<Assumption>& assumed) {
-  PendingCall& pending = *ticket.call;
-  const bool shortProgram =
-      pending.schedule->programs[static_cast<size_t>(rank_)].ops.size() <= kInlineLaunchMaxOps;
-  if (handoff == LaunchHandoff::kHere || !config_.deferLongLaunches) return false;
-  if (handoff == LaunchHandoff::kLongToProxy) return !shortProgram && deferEarlyLaunch(ticket, assumed);
-  // Pool memory: a long program, or a short one while the proxy still launches earlier calls (this one would wait for
-  // them); only a staged call (its graph names the caller's buffers and the peers' scratch, mapped for the
-  // communicator's life), and only once its graph is cached.
-  if (shortProgram && !proxyBusy()) return false;
-  if (!pending.call.peerScratchOnly || !executor_->pinCachedLaunch(*pending.schedule, pending.binding, rank_)) {
-    return false;
-  }
-  if (deferEarlyLaunch(ticket, assumed)) return true;
-  pending.binding.pinned.reset();
-  return false;
 }
 
 void ProcessClique::finishRegular(CallTicket& ticket, const OwnPart& own) {

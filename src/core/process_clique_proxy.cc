@@ -107,11 +107,11 @@ bool ProcessClique::enqueueDeferred(CallTicket& ticket, std::optional<OwnPart> o
   std::string startFailure;
   {
     std::lock_guard<std::mutex> lock(proxyMutex_);
+    // Moved only now: a call the executor refused to defer is launched by its caller with its assumptions whole.
     std::optional<std::vector<Assumption>> assumed;
     if (earlyLaunch) assumed = std::move(*earlyLaunch);
     proxyQueue_.push_back(DeferredItem{ticket, *gate, std::move(own), std::move(assumed), false});
     ++proxyPending_;
-    if (earlyLaunch) ++proxyLaunchesOnly_;
     if (!proxy_.joinable()) {
       stopProxy_ = false;
       try {
@@ -119,7 +119,6 @@ bool ProcessClique::enqueueDeferred(CallTicket& ticket, std::optional<OwnPart> o
       } catch (const std::system_error& e) {
         proxyQueue_.pop_back();
         --proxyPending_;
-        if (earlyLaunch) --proxyLaunchesOnly_;
         startFailure = std::string("cannot start the proxy thread: ") + e.what();
       }
     }
@@ -136,26 +135,15 @@ bool ProcessClique::enqueueDeferred(CallTicket& ticket, std::optional<OwnPart> o
 }
 
 void ProcessClique::waitForProxyIdle(const std::string& what) {
-  waitForProxy(what, "to be finished", [this] { return proxyPending_ == 0; });
-}
-
-void ProcessClique::waitUntilProxyOnlyLaunches(const std::string& what) {
-  waitForProxy(what, "to be published", [this] {
-    return proxyPending_ == 0 || (proxyPending_ == proxyLaunchesOnly_ && proxyPending_ < kRingEntries);
-  });
-}
-
-template <typename Done>
-void ProcessClique::waitForProxy(const std::string& what, const char* until, Done done) {
   std::unique_lock<std::mutex> lock(proxyMutex_);
-  if (done()) return;
+  if (proxyPending_ == 0) return;
   // Each deferred call is bounded by the timeout, and once one fails the others fail at once: one timeout and a
   // margin bound the whole queue.
   const auto limit = std::chrono::milliseconds(config_.timeoutMs) + std::chrono::seconds(1);
-  if (!proxyCv_.wait_for(lock, limit, done)) {
+  if (!proxyCv_.wait_for(lock, limit, [this] { return proxyPending_ == 0; })) {
     lock.unlock();
     const std::string reason = what + " on rank " + std::to_string(rank_) + " waited " +
-                               std::to_string(limit.count()) + " ms for the deferred calls before it " + until;
+                               std::to_string(limit.count()) + " ms for the deferred calls before it";
     fail(concclTimeout, reason);
     CONCCL_THROW(concclTimeout, reason);
   }
@@ -172,12 +160,10 @@ void ProcessClique::proxyLoop() {
       item = std::move(proxyQueue_.front());
       proxyQueue_.pop_front();
     }
-    const bool launchOnly = item.earlyLaunch.has_value();
     runDeferred(item);
     {
       std::lock_guard<std::mutex> lock(proxyMutex_);
       --proxyPending_;
-      if (launchOnly) --proxyLaunchesOnly_;
     }
     proxyCv_.notify_all();
   }

@@ -27,10 +27,6 @@ struct InputPieces {
   int piecesPerBlock = 0;
 };
 
-// A cached launch of one rank's program, taken on the caller's thread for a launch another thread makes later
-// (Executor::pinCachedLaunch). Defined by the executor that makes it (exec/cuda/graph_cache.h).
-struct PinnedLaunch;
-
 // The pointers of one call, for every rank of the clique.
 struct CallBinding {
   // [rank][buffer index] -> address (nullptr where the rank does not use that buffer). Indices as in
@@ -55,9 +51,6 @@ struct CallBinding {
   // instantiating there can wait for the device, whose queues then hold a peer's Wait for this very rank (seen on one
   // H200, 2026-12-01).
   bool eagerOnly = false;
-  // Set by Executor::pinCachedLaunch: launch() replays exactly this, whatever the executor's cache holds by then and
-  // whatever eagerOnly says (it names no buffer, so it works after the caller has freed pool memory in stream order).
-  std::shared_ptr<const PinnedLaunch> pinned;
 };
 
 // CallBinding::bufferIds values that are not allocation ids.
@@ -181,15 +174,6 @@ class Executor {
   // Whether `ptr` is memory of a cudaMallocAsync pool (the caller may cudaFreeAsync it right after a call; CUDA then
   // refuses the pointer in later API calls, whatever the stream order).
   virtual bool isPoolMemory(int /*rank*/, const void* /*ptr*/) const { return false; }
-
-  // On the caller's thread, for a launch another thread makes later: when rank `rank`'s program of `schedule` bound
-  // to `binding` has a cached launch that names no pointer (CUDA: an instantiated graph, exec/cuda/graph_cache.h),
-  // holds it in binding.pinned and returns true; launch() then replays it even if the cache has dropped it since.
-  // False when there is none yet (the shape's first calls), or the call is not cacheable. Never blocks on a launch
-  // in progress on another thread, and calls no CUDA API.
-  virtual bool pinCachedLaunch(const sched::Schedule& /*schedule*/, CallBinding& /*binding*/, int /*rank*/) {
-    return false;
-  }
 
   // --- Deferred launches (several processes; exec/cuda/deferred_launch.h; the others answer "not supported") ---
 

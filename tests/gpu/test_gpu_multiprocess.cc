@@ -193,8 +193,9 @@ TEST_P(MultiProcess, StagedCallsDoNotWaitForPeers) {
 
 // Late peers (the defaults: the late route at once; core/process_clique.h; scenario_deferred.h): with the peers 2 s
 // late, rank 0's host time per call stays within CONCCL_TEST_MAX_HOST_US (default 20 us) for AllReduce calls back to
-// back at 1 MiB, 64 MiB and 1 GiB (on cudaMalloc memory, and on cudaMallocAsync pool memory freed right after each call,
-// with AllGather and ReduceScatter of 64 MiB there too), and within CONCCL_TEST_MAX_COLD_HOST_US (250 us: a cold CPU, where the real NCCL
+// back at 1 MiB, 64 MiB and 1 GiB (cudaMalloc memory; on cudaMallocAsync pool memory freed right after each call, the
+// 1 MiB AllReduce, and 64 MiB / 1 GiB AllReduce, AllGather, ReduceScatter reported), and within
+// CONCCL_TEST_MAX_COLD_HOST_US (250 us: a cold CPU, where the real NCCL
 // takes 67-115 us) for one call a round and for every other collective, AllToAllv and Send/Recv, each the first of
 // its shape; every result is right.
 TEST_P(MultiProcess, CallsDoNotWaitForLatePeers) {

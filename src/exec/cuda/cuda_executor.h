@@ -62,7 +62,6 @@ class CudaExecutor final : public Executor {
   void closeImport(int owner, uint64_t allocId) override;
   std::optional<BufferExport> exportIfShareable(int rank, const void* ptr, size_t bytes, const char* what) override;
   bool isPoolMemory(int rank, const void* ptr) const override;
-  bool pinCachedLaunch(const sched::Schedule& schedule, CallBinding& binding, int rank) override;
 
   std::optional<DeferredCall> deferCall(int rank, cudaStream_t caller, std::string* whyNot) override;
   void beginDeferred(int rank, const DeferredCall& call) override;

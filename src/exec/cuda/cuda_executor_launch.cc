@@ -184,12 +184,6 @@ void CudaExecutor::enqueueProgram(RankState& s, const sched::Schedule& schedule,
     HostLaps::lap("small-program kernel");
     return;
   }
-  if (binding.pinned) {
-    // Pinned on the caller's thread (pinCachedLaunch): replayed as it is, even if the cache has dropped it since.
-    CONCCL_ASSERT(eager && chunks == nullptr && inputs == nullptr);
-    replayGraph(s, binding.pinned->graph->get(), main, binding.pinned->singleStream);
-    return;
-  }
   CopyEngineSetup setup = copyEngineSetup(schedule, rank, main, eager);
   setup.chunkEvents = chunks;
   setup.inputPieces = inputs;
@@ -208,27 +202,6 @@ void CudaExecutor::enqueueProgram(RankState& s, const sched::Schedule& schedule,
   }
   CopyEngineProgram(s, setup, resolve).enqueue(program);
   HostLaps::lap("eager enqueue");
-}
-
-bool CudaExecutor::pinCachedLaunch(const sched::Schedule& schedule, CallBinding& binding, int rank) {
-  // The caller's thread, while a launch of this rank may hold its mutex: only what RankGraphCache::pin guards. The
-  // rank cannot be released meanwhile (a release waits until no call is inside the communicator).
-  if (aborted_.load(std::memory_order_acquire) || config_.graphCacheEntries == 0 || binding.eagerOnly) return false;
-  if (rank < 0 || rank >= static_cast<int>(ranks_.size())) return false;
-  RankState& s = *ranks_[static_cast<size_t>(rank)];
-  const auto r = static_cast<size_t>(rank);
-  if (!s.local || !s.graphs) return false;
-  if (r < binding.chunkEvents.size() && !binding.chunkEvents[r].empty()) return false;
-  if (r < binding.inputPieces.size() && !binding.inputPieces[r].events.empty()) return false;
-  if (launchesNothing(schedule, rank) || takesSmallPath(schedule, rank) || !graphCacheable(schedule, rank)) return false;
-  std::shared_ptr<GraphExec> graph =
-      s.graphs->pin(schedule.id, rank, binding, mappingGeneration_.load(std::memory_order_acquire));
-  if (!graph) return false;
-  auto pinned = std::make_shared<PinnedLaunch>();
-  pinned->graph = std::move(graph);
-  pinned->singleStream = rankWorkBytes(schedule, rank) <= config_.singleStreamBytes;
-  binding.pinned = std::move(pinned);
-  return true;
 }
 
 void CudaExecutor::orderAfterPreviousCall(RankState& s, cudaStream_t main) {

@@ -33,24 +33,15 @@ size_t graphCacheLaneReplays() { return graphCacheLaneReplayCount.load(std::memo
 
 RankGraphCache::RankGraphCache(size_t capacity) : captureStream_(Stream::createNonBlocking()), cache_(capacity) {}
 
-RankGraphCache::Cache::Entry& RankGraphCache::record(RankState& s, const CallShape& shape, const CopyEngineSetup& setup,
-                                                     const LocationResolver& resolve,
-                                                     const sched::RankProgram& program) {
-  Cache::Entry* found = nullptr;
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    found = &cache_.use(shape);
-  }
-  // Stays in place while capturing: only this thread (holding the rank's mutex) adds or drops entries.
-  Cache::Entry& entry = *found;
+CallShapeCache<GraphExec>::Entry& RankGraphCache::record(RankState& s, const CallShape& shape,
+                                                         const CopyEngineSetup& setup, const LocationResolver& resolve,
+                                                         const sched::RankProgram& program) {
+  auto& entry = cache_.use(shape);
   if (entry.value || entry.refused || entry.uses < kCaptureOnUse) return entry;
   try {
-    auto graph = std::make_shared<GraphExec>(capture(s, setup, resolve, program));
-    const std::lock_guard<std::mutex> lock(mutex_);
-    entry.value = std::move(graph);
+    entry.value = capture(s, setup, resolve, program);
   } catch (const Error& e) {
     // Nothing ran (a capture only records): the call runs eagerly, and so will this shape from now on.
-    const std::lock_guard<std::mutex> lock(mutex_);
     entry.refused = true;
     CONCCL_WARN(s.rank, s.device,
                 std::string("a repeated call could not be captured into a CUDA graph; it runs uncached: ") + e.what());
@@ -72,41 +63,21 @@ bool RankGraphCache::launch(RankState& s, const CallShape& shape, const CopyEngi
                             const LocationResolver& resolve, const sched::RankProgram& program) {
   const bool prepared = preparedLaunches_ > 0;
   if (prepared) --preparedLaunches_;
-  std::shared_ptr<GraphExec> graph;
-  if (prepared) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    if (Cache::Entry* entry = cache_.find(shape)) graph = entry->value.value_or(nullptr);
-  } else {
-    Cache::Entry& entry = record(s, shape, setup, resolve, program);
-    const std::lock_guard<std::mutex> lock(mutex_);
-    graph = entry.value.value_or(nullptr);
-  }
-  if (!graph) return false;
+  auto* entry = prepared ? cache_.find(shape) : &record(s, shape, setup, resolve, program);
+  if (entry == nullptr || !entry->value) return false;
   HostLaps::lap("graph lookup");
-  replayGraph(s, graph->get(), setup.main, setup.singleStream);
-  return true;
-}
-
-std::shared_ptr<GraphExec> RankGraphCache::pin(uint64_t scheduleId, int rank, const CallBinding& binding,
-                                               uint64_t generation) {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  if (generation != generation_ || !makeCallShape(scheduleId, rank, binding, pinShape_)) return nullptr;
-  Cache::Entry* entry = cache_.find(pinShape_);
-  return entry != nullptr ? entry->value.value_or(nullptr) : nullptr;
-}
-
-void replayGraph(RankState& s, cudaGraphExec_t graph, cudaStream_t stream, bool singleStream) {
-  CUDA_CHECK(cudaGraphLaunch(graph, stream));
+  CUDA_CHECK(cudaGraphLaunch(entry->value->get(), setup.main));
   HostLaps::lap("graph launch");
   // The done marker, as the eager path writes it (copy_engine_program.cc, finish): after everything of the call on
   // M, with a memory barrier. Not in the graph, because its value changes with every launch.
   const uint32_t marker = s.launches + 1;
-  CU_CHECK(driverApi().streamWriteValue32(reinterpret_cast<CUstream>(stream), s.doneCounterDevice, marker,
+  CU_CHECK(driverApi().streamWriteValue32(reinterpret_cast<CUstream>(setup.main), s.doneCounterDevice, marker,
                                           CU_STREAM_WRITE_VALUE_DEFAULT));
   ++s.launches;
   HostLaps::lap("done marker");
   graphCacheReplayCount.fetch_add(1, std::memory_order_relaxed);
-  if (!singleStream) graphCacheLaneReplayCount.fetch_add(1, std::memory_order_relaxed);
+  if (!setup.singleStream) graphCacheLaneReplayCount.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 GraphExec RankGraphCache::capture(RankState& s, const CopyEngineSetup& eagerSetup, const LocationResolver& resolve,
@@ -140,17 +111,13 @@ GraphExec RankGraphCache::capture(RankState& s, const CopyEngineSetup& eagerSetu
 }
 
 void RankGraphCache::dropIfStale(uint64_t generation) {
-  const std::lock_guard<std::mutex> lock(mutex_);
   if (generation == generation_) return;
-  cache_.clear();  // graphs still running (or pinned) are freed when they complete (or are let go)
+  cache_.clear();  // graphs still running are freed by the driver when they complete
   generation_ = generation;
 }
 
 void RankGraphCache::leak() {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  cache_.forEachValue([](std::shared_ptr<GraphExec>& g) {
-    if (g) g->leak();
-  });
+  cache_.forEachValue([](GraphExec& g) { g.leak(); });
   cache_.clear();
   captureStream_.leak();
 }

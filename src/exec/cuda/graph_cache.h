@@ -22,8 +22,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <mutex>
 
 #include "exec/call_shape_cache.h"
 #include "exec/cuda/raii.h"
@@ -35,21 +33,7 @@ struct RankState;
 struct CopyEngineSetup;
 class LocationResolver;
 
-// A cached graph taken for a launch that another thread makes later (Executor::pinCachedLaunch): the caller's thread
-// pins it while the call's buffers are valid, the proxy thread replays it after the caller may have freed pool memory
-// in stream order (a replay names no pointer). Holding it keeps the graph alive past any eviction or dropIfStale.
-struct PinnedLaunch {
-  std::shared_ptr<GraphExec> graph;
-  bool singleStream = true;  // the program had no lanes (counted by graphCacheLaneReplays otherwise)
-};
-
-// One launch of `graph` (rank s.rank's program of one call) on `stream`, then the done marker, counted as a launch:
-// what every replay does, from the cache or pinned. Under the rank's mutex.
-void replayGraph(RankState& s, cudaGraphExec_t graph, cudaStream_t stream, bool singleStream);
-
-// One rank's cache. Used under the rank's mutex, except pin(), which another thread may call while the rank's mutex is
-// held for a launch (a deferred call's, by the proxy): the cache's own mutex orders the two. Entries are added,
-// evicted and dropped only under both mutexes, so an entry launch() holds stays in place while pin() looks up others.
+// One rank's cache. Used under the rank's mutex only.
 class RankGraphCache {
  public:
   // Creates the private capture stream on the current device (the rank's).
@@ -70,11 +54,6 @@ class RankGraphCache {
   bool launch(RankState& s, const CallShape& shape, const CopyEngineSetup& setup, const LocationResolver& resolve,
               const sched::RankProgram& program);
 
-  // The cached graph of rank `rank`'s program of a call of schedule `scheduleId` bound to `binding`, if there is one
-  // made under mapping generation `generation` (else null: the next launch() under the rank's mutex drops the stale
-  // ones). Records no call and captures nothing; never waits for the rank's mutex.
-  std::shared_ptr<GraphExec> pin(uint64_t scheduleId, int rank, const CallBinding& binding, uint64_t generation);
-
   // Drops every cached graph when `generation` differs from the one the graphs were made under (the executor's
   // count of peer mappings closed and allocations newly exported: an address may then name other memory).
   void dropIfStale(uint64_t generation);
@@ -87,18 +66,15 @@ class RankGraphCache {
   CallShape& scratchShape() { return shape_; }
 
  private:
-  using Cache = CallShapeCache<std::shared_ptr<GraphExec>>;
   // Counts a call of `shape` and captures its graph when the shape is due; returns the entry.
-  Cache::Entry& record(RankState& s, const CallShape& shape, const CopyEngineSetup& setup,
+  CallShapeCache<GraphExec>::Entry& record(RankState& s, const CallShape& shape, const CopyEngineSetup& setup,
                                            const LocationResolver& resolve, const sched::RankProgram& program);
   GraphExec capture(RankState& s, const CopyEngineSetup& eagerSetup, const LocationResolver& resolve,
                     const sched::RankProgram& program);
 
   Stream captureStream_;
-  std::mutex mutex_;  // cache_ (entries and values), generation_, pinShape_: see the class comment
-  Cache cache_;
-  CallShape shape_;     // launch()'s and prepare()'s, under the rank's mutex
-  CallShape pinShape_;  // pin()'s, under mutex_
+  CallShapeCache<GraphExec> cache_;
+  CallShape shape_;
   uint64_t generation_ = 0;
   // Calls prepare() recorded whose launch() has not come yet. A group posts (and prepares) all its calls before it
   // launches the first, so a rank may have several; its launches come in the same order.

@@ -290,6 +290,7 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
   constexpr int kDelayMs = 2000;
   const double limitUs = maxHostUs(), coldLimitUs = maxColdHostUs();
   std::string report, tooSlow;
+  // limit 0: reported, not bounded.
   auto record = [&](const std::string& what, const std::vector<double>& us, double limit) {
     const double p50 = percentile(us, 0.5), mx = percentile(us, 1.0);
     report += "\n  " + what + ": p50 " + std::to_string(p50).substr(0, 6) + " us, max " + std::to_string(mx).substr(0, 8) +
@@ -297,7 +298,8 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
     for (double u : us) report += " " + std::to_string(u).substr(0, 6);
     // Which calls replayed a cached graph (exec/graph_cache.h) tells a slow replay from an uncached call.
     report += "; graph replays so far " + std::to_string(exec::graphCacheReplays()) + ")";
-    if (rank == 0 && p50 > limit) {
+    if (limit == 0) report += " (not bounded)";
+    if (rank == 0 && limit > 0 && p50 > limit) {
       tooSlow += "\n  " + what + ": p50 above " + std::to_string(limit).substr(0, 6) + " us";
     }
   };
@@ -331,16 +333,20 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
   // call waits for it (core/route_spin.h).
   allReduceRounds(size_t{64} << 20, 5, true, "AllReduce 64 MiB, one call a round");
   // cudaMallocAsync pool memory as PyTorch's cudaMallocAsync backend hands it out: each call's buffer is taken from
-  // the pool on the stream right before the call and given back (cudaFreeAsync) right after it returns, so nothing
-  // conccl does once the call has returned may name it (core/process_clique_calls.cc, finishPoolCall). In place, nine
-  // calls in a burst; the call alone is timed; samples of every call's result are checked.
+  // the pool on the stream right before the call and given back (cudaFreeAsync) right after it returns, so every GPU
+  // operation of the call must be enqueued before it returns (docs/multiprocess.md, "Buffers"). In place, nine calls
+  // in a burst; the call alone is timed; samples of every call's result are checked. Such a call is staged through the
+  // peers' scratch, and its program grows with its size (pieces through the scratch: 188 ops for AllReduce 1 GiB on 2
+  // ranks, docs/dev/next-steps.md), which the caller's thread enqueues: only the 1 MiB AllReduce (a few ops on any
+  // rank count) is held to the 20 us bound; the others are reported.
   for (size_t bytes : {size_t{1} << 20, size_t{64} << 20, size_t{1} << 30}) {
     const std::string what = "pool memory, AllReduce " + std::to_string(bytes >> 20) + " MiB";
-    record(what, poolBurst(comm, t::Coll::kAllReduce, bytes, rank, nranks, kDelayMs, stream, what), limitUs);
+    record(what, poolBurst(comm, t::Coll::kAllReduce, bytes, rank, nranks, kDelayMs, stream, what),
+           bytes <= (size_t{1} << 20) ? limitUs : 0);
   }
   for (t::Coll c : {t::Coll::kAllGather, t::Coll::kReduceScatter}) {
     const std::string what = std::string("pool memory, ") + collKindName(c) + " 64 MiB";
-    record(what, poolBurst(comm, c, size_t{64} << 20, rank, nranks, kDelayMs, stream, what), limitUs);
+    record(what, poolBurst(comm, c, size_t{64} << 20, rank, nranks, kDelayMs, stream, what), 0);
   }
   // Every other collective at 64 MiB in the largest buffer, then AllToAllv (uneven) and a Send/Recv ring of 1 MiB.
   const t::Coll colls[] = {t::Coll::kAllGather, t::Coll::kReduceScatter, t::Coll::kBroadcast, t::Coll::kReduce,

@@ -17,8 +17,9 @@ namespace conccl::mpworker {
 // 1 MiB, 64 MiB and 1 GiB (9 calls each); AllReduce of 64 MiB in 5 rounds of one call (every rank waits for its
 // stream after each: the peer is one call behind every time, as when a framework issues one call per step); on
 // cudaMallocAsync pool memory, each call's buffer allocated right before it and freed (cudaFreeAsync) right after it
-// returns: AllReduce of 1 MiB, 64 MiB and 1 GiB, AllGather and ReduceScatter of 64 MiB, in place (9 calls each); every
-// other collective, AllToAllv with uneven counts and a Send/Recv ring at 64 MiB / 1 MiB. Every result is checked.
+// returns: AllReduce of 1 MiB, 64 MiB and 1 GiB, AllGather and ReduceScatter of 64 MiB, in place (9 calls each; only
+// the 1 MiB one is bounded); every other collective, AllToAllv with uneven counts and a Send/Recv ring at 64 MiB /
+// 1 MiB. Every result is checked.
 // Prints p50 / max host time per call and fails when rank 0's p50 exceeds CONCCL_TEST_MAX_HOST_US (default 20) for
 // calls back to back, or CONCCL_TEST_MAX_COLD_HOST_US (default 250) for one call a round and first calls of a shape.
 void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
