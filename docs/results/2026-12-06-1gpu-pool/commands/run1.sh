@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Run 1 (2026-12-06, session 50), stage 3dd66e4: cudaMallocAsync pool calls hand their cached graph's replay to the
-# proxy (finishPoolCall, Executor::pinCachedLaunch). The late-call test (C API, peers 2 s late; now with pool bursts:
-# each call's buffer allocated right before it and freed right after it returns) with 2, 3, 4 processes, the 20 us
-# bound asserted; pool memory's correctness at 16 / 64 MiB (2 processes); the drop-in's skew case (2 processes, 20 us
-# bound) under cudaMallocAsync and the default allocator; the drop-in's workloads, ordering and pipelining under
+# Run 1 (2026-12-06, session 50), stage dc54930: issue 24's host-time bound and cudaMallocAsync pool memory. The
+# late-call test (C API, peers 2 s late; with pool bursts: each call's buffer allocated right before it and freed right
+# after it returns, results checked, the 1 MiB AllReduce held to 20 us and the larger pool calls reported) with 2, 3, 4
+# processes; pool and VMM memory's correctness at 16 / 64 MiB (2 processes); the drop-in's skew case (2 processes,
+# 20 us bound) under cudaMallocAsync and the default allocator; the drop-in's workloads, ordering and pipelining under
 # cudaMallocAsync (2 processes).
 set -u
 OUT="${OUT:-/tmp/out}"
