@@ -4,7 +4,7 @@
 # after it returns, results checked, the 1 MiB AllReduce held to 20 us and the larger pool calls reported) with 2, 3, 4
 # processes; pool and VMM memory's correctness at 16 / 64 MiB (2 processes); the drop-in's skew case (2 processes,
 # 20 us bound) under cudaMallocAsync and the default allocator; the drop-in's workloads, ordering and pipelining under
-# cudaMallocAsync (2 processes).
+# cudaMallocAsync (2 processes). First, probe_shareable_pool.py (its docstring says what it asks).
 set -u
 OUT="${OUT:-/tmp/out}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -13,6 +13,11 @@ s="$OUT/summary.txt"
 say() { echo "$*" | tee -a "$s"; }
 start=$SECONDS
 say "date: $(date -u +%FT%TZ) $(nvidia-smi -L | head -1 | cut -c1-40) stage: $(head -1 gpu-stage/BUILD_INFO)"
+t0=$SECONDS
+timeout 60 /opt/torch/.venv/bin/python docs/results/2026-12-06-1gpu-pool/commands/probe_shareable_pool.py \
+  >"$OUT/probe.log" 2>&1
+say "probe: a shareable pool under PyTorch's cudaMallocAsync, mapped by a peer process: rc=$? ($((SECONDS - t0)) s)"
+grep -a "^Q\|^   \|status\|Error\|error" "$OUT/probe.log" | head -20 | cut -c1-200 | tee -a "$s"
 gt() {  # NAME LIMIT FILTER
   ( cd gpu-stage/bin && LD_LIBRARY_PATH="$PWD/../lib:${LD_LIBRARY_PATH:-}" CONCCL_TEST_WORKER_LIMIT_S=$(($2 - 10)) \
       timeout "$2" ./test_gpu_multiprocess --gtest_filter="$3" ) >"$OUT/$1.log" 2>&1
