@@ -129,14 +129,14 @@ concclResult_t concclCommRegister(concclComm_t comm, void* buff, size_t size, vo
     if (comm->multiProcess) {
       // Checks it, and makes the IPC handle now. Device memory that cannot be shared (a cudaMallocAsync pool, VMM
       // memory not exported) is registered all the same, as NCCL registers it: calls on it are staged anyway.
-      if (!executor.exportIfShareable(comm->rank, buff, size, "buff")) {
+      if (!executor.exportIfShareable(comm->rank, buff, size, "buff", nullptr)) {
         CONCCL_INFO(comm->rank, comm->device,
                     "concclCommRegister: the " + std::to_string(size) +
                         " bytes registered cannot be shared with the other processes (pool or VMM memory that is "
                         "not exported): registered, and calls on them are staged");
       }
     } else if (comm->clique->config().backend == concclBackendCuda) {
-      executor.checkBuffer(comm->rank, buff, size, "buff");
+      executor.checkBuffer(comm->rank, buff, size, "buff", nullptr);
     }
     // The handle is a fresh heap address (never dereferenced): distinct per registration, checked on Deregister.
     auto token = std::make_unique<char>();

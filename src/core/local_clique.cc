@@ -166,7 +166,7 @@ bool LocalClique::planEarlyLaunch(const RankArgs& mine, int rank, CallTicket& ti
     std::vector<uint64_t>& ids = solo.binding.bufferIds[r];
     ids.assign(solo.binding.buffers[r].size(), exec::kBufferNotUsed);
     forEachUsedBuffer(solo.call, solo.binding, rank, [&](int b, void* ptr, size_t bytes, const std::string& what) {
-      const uint64_t id = executor_->checkBuffer(rank, ptr, bytes, what.c_str());
+      const uint64_t id = executor_->checkBuffer(rank, ptr, bytes, what.c_str(), mine.stream);
       if (static_cast<size_t>(b) < ids.size()) ids[static_cast<size_t>(b)] = id;
     });
     ticket.earlySchedule = std::move(schedule);
@@ -235,7 +235,7 @@ std::optional<Error> LocalClique::finalizeLocked(PendingCall& pending) {
       std::vector<uint64_t>& ids = pending.binding.bufferIds[static_cast<size_t>(r)];
       ids.assign(pending.binding.buffers[static_cast<size_t>(r)].size(), exec::kBufferNotUsed);
       forEachUsedBuffer(pending.call, pending.binding, r, [&](int b, void* ptr, size_t bytes, const std::string& what) {
-        const uint64_t id = executor_->checkBuffer(r, ptr, bytes, what.c_str());
+        const uint64_t id = executor_->checkBuffer(r, ptr, bytes, what.c_str(), pending.args[r]->stream);
         if (static_cast<size_t>(b) < ids.size()) ids[static_cast<size_t>(b)] = id;
       });
     }
@@ -444,7 +444,7 @@ void LocalClique::releaseRank(int rank, bool graceful) {
 uint64_t LocalClique::registerWindow(int rank, void* ptr, size_t bytes) {
   // Every rank of a local clique is in this process: its calls find the peers' pointers in their posted
   // arguments, so a window saves nothing. Validate it as a collective's buffer would be.
-  if (config_.backend == concclBackendCuda) executor_->checkBuffer(rank, ptr, bytes, "buff");
+  if (config_.backend == concclBackendCuda) executor_->checkBuffer(rank, ptr, bytes, "buff", nullptr);
   return nextWindowId_.fetch_add(1);
 }
 

@@ -221,12 +221,12 @@ ProcessClique::OwnPart ProcessClique::checkOwnPart(const RankArgs& mine) const {
       CONCCL_ASSERT(b >= 0 && b < 2);
       if (findWindow(ptr, bytes).id != 0) return;
       if (own.staged) {
-        executor_->checkBuffer(rank_, ptr, bytes, what.c_str());
+        executor_->checkBuffer(rank_, ptr, bytes, what.c_str(), mine.stream);
         return;
       }
       // Memory CUDA IPC cannot share (PyTorch's expandable segments, pools) is staged whatever the size (AllToAllv
       // too).
-      if (std::optional<exec::BufferExport> e = executor_->exportIfShareable(rank_, ptr, bytes, what.c_str())) {
+      if (std::optional<exec::BufferExport> e = executor_->exportIfShareable(rank_, ptr, bytes, what.c_str(), mine.stream)) {
         own.exports[b] = *e;
       } else {
         own.unshareable = true;

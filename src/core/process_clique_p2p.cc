@@ -69,16 +69,16 @@ ProcessClique::OwnP2P ProcessClique::checkOwnP2P(const RankArgs& mine, bool stag
     try {
       CONCCL_REQUIRE(ptr != nullptr, what + " is NULL");
       if (stageAll && op.peer != rank_) {
-        executor_->checkBuffer(rank_, ptr, op.count, what.c_str());
+        executor_->checkBuffer(rank_, ptr, op.count, what.c_str(), mine.stream);
         own.viaScratch[i] = !op.isSend;
         continue;
       }
       own.windows[i] = findWindow(ptr, op.count);
       if (own.windows[i].id != 0) continue;
       if (op.peer == rank_ || op.isSend) {
-        executor_->checkBuffer(rank_, ptr, op.count, what.c_str());
+        executor_->checkBuffer(rank_, ptr, op.count, what.c_str(), mine.stream);
       } else if (std::optional<exec::BufferExport> e =
-                     executor_->exportIfShareable(rank_, ptr, op.count, what.c_str())) {
+                     executor_->exportIfShareable(rank_, ptr, op.count, what.c_str(), mine.stream)) {
         own.exports[i] = *e;
       } else {
         own.viaScratch[i] = true;  // PyTorch's expandable segments, pools: the sender writes into this rank's scratch

@@ -16,7 +16,7 @@ std::vector<uint64_t> Executor::takeRetiredExports(int, uint64_t) { return {}; }
 void Executor::requeueRetiredExports(int, const std::vector<uint64_t>&) { singleProcessOnly("requeueRetiredExports"); }
 void* Executor::importBuffer(int, const BufferExport&) { singleProcessOnly("importBuffer"); }
 void Executor::closeImport(int, uint64_t) {}
-std::optional<BufferExport> Executor::exportIfShareable(int, const void*, size_t, const char*) {
+std::optional<BufferExport> Executor::exportIfShareable(int, const void*, size_t, const char*, cudaStream_t) {
   singleProcessOnly("exportIfShareable");
 }
 std::optional<DeferredCall> Executor::deferCall(int, cudaStream_t, std::string* whyNot) {

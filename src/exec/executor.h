@@ -96,7 +96,11 @@ class Executor {
   // of the rank's GPU on CUDA. Throws Error(concclInvalidArgument) naming `what` otherwise. Returns the identity of
   // the allocation holding `ptr` (CUDA: the driver's buffer id, never reused within a process), kAllocationUnknown
   // when the backend cannot name it (the host backend; memory whose allocation the driver does not report).
-  virtual uint64_t checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const = 0;
+  // `stream`: the call's stream on this rank (null where there is none: registrations). Memory that a stream-ordered
+  // allocation made inside the capture on that stream (CUDA: a graph's memory, mapped only when the graph runs; what
+  // PyTorch's cudaMallocAsync backend hands out while capturing) is accepted as device memory no peer can map.
+  virtual uint64_t checkBuffer(int rank, const void* ptr, size_t bytes, const char* what,
+                               cudaStream_t stream) const = 0;
 
   // Runs (host) or enqueues on binding.streams[rank] (CUDA) rank `rank`'s program. Called exactly once per
   // rank per call, possibly concurrently from one thread per rank, in the same call order on every rank.
@@ -169,8 +173,10 @@ class Executor {
   virtual void closeImport(int owner, uint64_t allocId);
   // Like exportBuffer, but memory that is valid for this rank and yet cannot be shared with CUDA IPC (the VMM API:
   // PyTorch's expandable segments; cudaMallocAsync pools) gives nullopt instead of an error: the call then goes
-  // through the peers' scratch (ProcessClique). Bad buffers still throw concclInvalidArgument.
-  virtual std::optional<BufferExport> exportIfShareable(int rank, const void* ptr, size_t bytes, const char* what);
+  // through the peers' scratch (ProcessClique). Bad buffers still throw concclInvalidArgument. `stream`: as for
+  // checkBuffer.
+  virtual std::optional<BufferExport> exportIfShareable(int rank, const void* ptr, size_t bytes, const char* what,
+                                                        cudaStream_t stream);
   // Whether `ptr` is memory of a cudaMallocAsync pool (the caller may cudaFreeAsync it right after a call; CUDA then
   // refuses the pointer in later API calls, whatever the stream order).
   virtual bool isPoolMemory(int /*rank*/, const void* /*ptr*/) const { return false; }

@@ -345,7 +345,7 @@ TEST(Executor, CheckBufferMessages) {
   DeviceMem dev(1000);
   auto expectInvalid = [&](const void* p, size_t bytes, const std::string& needle) {
     try {
-      t.ex->checkBuffer(0, p, bytes, "sendbuff");
+      t.ex->checkBuffer(0, p, bytes, "sendbuff", nullptr);
       ADD_FAILURE() << "expected an error containing '" << needle << "'";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), concclInvalidArgument);
@@ -355,8 +355,8 @@ TEST(Executor, CheckBufferMessages) {
   expectInvalid(host.data(), 16, "sendbuff is a host pointer, the CUDA backend needs device memory");
   expectInvalid(dev.get(), 1001, "sendbuff is too small");
   expectInvalid(dev.get() + 500, 501, "too small");
-  EXPECT_NO_THROW(t.ex->checkBuffer(0, dev.get() + 500, 500, "sendbuff"));
-  EXPECT_NO_THROW(t.ex->checkBuffer(1, dev.get(), 1000, "recvbuff"));
+  EXPECT_NO_THROW(t.ex->checkBuffer(0, dev.get() + 500, 500, "sendbuff", nullptr));
+  EXPECT_NO_THROW(t.ex->checkBuffer(1, dev.get(), 1000, "recvbuff", nullptr));
   // Pinned host memory is still host memory for this backend.
   void* pinned = nullptr;
   CUDA_OK(cudaMallocHost(&pinned, 64));
@@ -369,7 +369,7 @@ TEST(Executor, CheckBufferRejectsAnotherDevicesMemory) {
   auto ex = exec::makeCudaExecutor({0, 1}, testConfig());
   DeviceMem onOne(256, 1);
   try {
-    ex->checkBuffer(0, onOne.get(), 256, "recvbuff");
+    ex->checkBuffer(0, onOne.get(), 256, "recvbuff", nullptr);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), concclInvalidArgument);

@@ -167,6 +167,9 @@ void expectAllSucceeded(const std::vector<RankResult>& results) {
 
 class MultiProcess : public ::testing::TestWithParam<int> {};
 
+// Every collective, AllToAllv, hot calls, CUDA graphs replayed with fresh inputs, and graphs whose buffers are
+// allocated inside the capture (a graph's memory, as PyTorch's cudaMallocAsync backend hands it out under
+// torch.cuda.graph) at 16 KiB and 12 MiB a rank (conccl_mp_worker.cc, "collectives").
 TEST_P(MultiProcess, EveryCollectiveMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   auto results = runWorkers("collectives", GetParam(), 60000, 240);

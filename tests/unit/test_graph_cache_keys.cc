@@ -28,7 +28,7 @@ class RecordingExecutor final : public exec::Executor {
   };
 
   sched::BuildOptions buildOptions() const override { return {}; }
-  uint64_t checkBuffer(int, const void* ptr, size_t, const char*) const override {
+  uint64_t checkBuffer(int, const void* ptr, size_t, const char*, cudaStream_t) const override {
     auto it = allocationOf.find(ptr);
     return it == allocationOf.end() ? exec::kAllocationUnknown : it->second;
   }

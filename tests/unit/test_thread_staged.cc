@@ -30,7 +30,9 @@ class RecordingExecutor final : public exec::Executor {
   };
 
   sched::BuildOptions buildOptions() const override { return {}; }
-  uint64_t checkBuffer(int, const void*, size_t, const char*) const override { return exec::kAllocationUnknown; }
+  uint64_t checkBuffer(int, const void*, size_t, const char*, cudaStream_t) const override {
+    return exec::kAllocationUnknown;
+  }
   void prepareCall(const sched::Schedule&, const exec::CallBinding&, const std::vector<int>& ranks) override {
     std::lock_guard<std::mutex> lock(mutex);
     prepared.push_back(ranks);

@@ -42,7 +42,7 @@ class CudaExecutor final : public Executor {
   ~CudaExecutor() override;
 
   sched::BuildOptions buildOptions() const override { return options_; }
-  uint64_t checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const override;
+  uint64_t checkBuffer(int rank, const void* ptr, size_t bytes, const char* what, cudaStream_t stream) const override;
   void launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) override;
   void prepareCall(const sched::Schedule& schedule, const CallBinding& binding, const std::vector<int>& ranks) override;
   bool gpuProgress(int rank, uint32_t* launched, uint32_t* completed) override;
@@ -60,7 +60,8 @@ class CudaExecutor final : public Executor {
   void sweepFreedExports(int rank) override;
   void* importBuffer(int owner, const BufferExport& buffer) override;
   void closeImport(int owner, uint64_t allocId) override;
-  std::optional<BufferExport> exportIfShareable(int rank, const void* ptr, size_t bytes, const char* what) override;
+  std::optional<BufferExport> exportIfShareable(int rank, const void* ptr, size_t bytes, const char* what,
+                                                cudaStream_t stream) override;
   bool isPoolMemory(int rank, const void* ptr) const override;
 
   std::optional<DeferredCall> deferCall(int rank, cudaStream_t caller, std::string* whyNot) override;
@@ -70,8 +71,9 @@ class CudaExecutor final : public Executor {
 
  private:
   void initOptions(int nranks);
-  // checkBuffer's checks (the caller makes the rank's device current); returns what the driver said of `ptr`.
-  PointerInfo checkedPointer(int rank, const void* ptr, size_t bytes, const char* what) const;
+  // checkBuffer's checks (the caller makes the rank's device current); returns what the driver said of `ptr` (or,
+  // for a graph's memory of the capture on `stream`, what its allocation node says: graph_memory.h).
+  PointerInfo checkedPointer(int rank, const void* ptr, size_t bytes, const char* what, cudaStream_t stream) const;
   // Throws concclTimeout if a small-message kernel of the rank gave up waiting (small_program_kernel.h).
   void checkSmallKernelError(const RankState& s) const;
   // launch()'s parts: concclInvalidUsage when two local ranks share the caller's stream; whether every rank of the

@@ -20,24 +20,31 @@
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_executor.h"
 #include "exec/cuda/driver_api.h"
+#include "exec/cuda/graph_memory.h"
 #include "exec/cuda/ipc_import_table.h"
 
 namespace conccl::exec {
 
 
-uint64_t CudaExecutor::checkBuffer(int rank, const void* ptr, size_t bytes, const char* what) const {
+uint64_t CudaExecutor::checkBuffer(int rank, const void* ptr, size_t bytes, const char* what,
+                                   cudaStream_t stream) const {
   CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(devices_.size()));
   DeviceGuard guard(devices_[rank]);
-  const PointerInfo info = checkedPointer(rank, ptr, bytes, what);
+  const PointerInfo info = checkedPointer(rank, ptr, bytes, what, stream);
   // Managed memory migrates, and an allocation the driver does not report has no id: neither is cached by shape.
   const bool named = info.bufferId != 0 && !info.managed && info.base != 0;
   return named ? static_cast<uint64_t>(info.bufferId) : kAllocationUnknown;
 }
 
-PointerInfo CudaExecutor::checkedPointer(int rank, const void* ptr, size_t bytes, const char* what) const {
+PointerInfo CudaExecutor::checkedPointer(int rank, const void* ptr, size_t bytes, const char* what,
+                                         cudaStream_t stream) const {
   const int device = devices_[rank];
   // One driver call for everything below (it was three: the enqueue cost of a small collective, issue 3).
-  const PointerInfo info = queryPointer(ptr);
+  PointerInfo info = queryPointer(ptr);
+  if (!info.managed && info.memoryType == 0) {
+    // Unknown to the driver: plain host memory, or a graph's memory allocated inside the capture on `stream`.
+    if (std::optional<PointerInfo> captured = capturedAllocationOf(stream, ptr)) info = *captured;
+  }
   if (!info.managed && (info.memoryType == 0 || info.memoryType == CU_MEMORYTYPE_HOST)) {
     CONCCL_THROW(concclInvalidArgument, std::string(what) + " is a host pointer, the CUDA backend needs device memory");
   }
@@ -63,7 +70,7 @@ PointerInfo CudaExecutor::checkedPointer(int rank, const void* ptr, size_t bytes
 }
 
 BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes, const char* what) {
-  std::optional<BufferExport> e = exportIfShareable(rank, ptr, bytes, what);
+  std::optional<BufferExport> e = exportIfShareable(rank, ptr, bytes, what, nullptr);
   if (!e) {
     DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
     if (!exportVmm_ && isShareableVmm(ptr)) {
@@ -94,12 +101,12 @@ bool CudaExecutor::isPoolMemory(int rank, const void* ptr) const {
   return pool != nullptr;
 }
 
-std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void* ptr, size_t bytes,
-                                                            const char* what) {
+std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void* ptr, size_t bytes, const char* what,
+                                                            cudaStream_t stream) {
   CONCCL_ASSERT(processMode_ && rank == localRank_);
   DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
-  const PointerInfo info = checkedPointer(rank, ptr, bytes, what);
-  if (info.managed || info.memoryType != CU_MEMORYTYPE_DEVICE) return std::nullopt;
+  const PointerInfo info = checkedPointer(rank, ptr, bytes, what, stream);
+  if (info.managed || info.memoryType != CU_MEMORYTYPE_DEVICE || info.graphMemory) return std::nullopt;
   std::lock_guard<std::mutex> lock(exportMutex_);
   auto it = info.bufferId == 0 ? exports_.end() : exports_.find(info.bufferId);
   if (it == exports_.end()) {

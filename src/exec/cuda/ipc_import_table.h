@@ -31,6 +31,7 @@ struct PointerInfo {
   CUdeviceptr base = 0;  // allocation range (0 when the driver does not know it, e.g. some pool allocators)
   size_t size = 0;
   unsigned long long bufferId = 0;  // unique per allocation for the life of the process
+  bool graphMemory = false;  // a graph's memory allocated inside a capture (graph_memory.h), not the driver's query
 };
 
 PointerInfo queryPointer(const void* ptr);

@@ -35,7 +35,9 @@ class HostExecutor final : public Executor {
   sched::BuildOptions buildOptions() const override { return options_; }
 
   // Host memory cannot be validated beyond NULL, which the caller already checked.
-  uint64_t checkBuffer(int, const void*, size_t, const char*) const override { return kAllocationUnknown; }
+  uint64_t checkBuffer(int, const void*, size_t, const char*, cudaStream_t) const override {
+    return kAllocationUnknown;
+  }
 
   void launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) override {
     {

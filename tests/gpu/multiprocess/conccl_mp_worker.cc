@@ -345,6 +345,54 @@ void graphReplays(cudaStream_t stream, char* window = nullptr) {
   cudaGraphDestroy(graph);
 }
 
+// A CUDA graph whose buffers are allocated inside the capture (cudaMallocAsync while capturing: a graph's memory,
+// mapped only when the graph runs, as PyTorch's cudaMallocAsync backend hands out under torch.cuda.graph), then an
+// AllReduce and an AllGather of `count` floats on them, the results copied to ordinary buffers and the graph's buffers
+// freed inside the capture. Replayed 5 times with fresh inputs, every result checked.
+void graphMemoryReplays(cudaStream_t stream, size_t count) {
+  const size_t inBytes = count * 4;
+  const size_t outBytes = inBytes * static_cast<size_t>(gNranks);
+  DevBuf arIn(inBytes), agIn(inBytes), arOut(inBytes), agOut(outBytes);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaOk(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  cudaOk(cudaMallocAsync(&a, inBytes, stream), "cudaMallocAsync (capture)");
+  cudaOk(cudaMallocAsync(&b, inBytes, stream), "cudaMallocAsync (capture)");
+  cudaOk(cudaMallocAsync(&c, outBytes, stream), "cudaMallocAsync (capture)");
+  cudaOk(cudaMemcpyAsync(a, arIn.p, inBytes, cudaMemcpyDeviceToDevice, stream), "d2d (capture)");
+  cudaOk(cudaMemcpyAsync(b, agIn.p, inBytes, cudaMemcpyDeviceToDevice, stream), "d2d (capture)");
+  ok(concclAllReduce(a, a, count, concclFloat32, concclSum, gComm, stream), "AllReduce on graph memory (capture)");
+  ok(concclAllGather(b, c, count, concclFloat32, gComm, stream), "AllGather on graph memory (capture)");
+  cudaOk(cudaMemcpyAsync(arOut.p, a, inBytes, cudaMemcpyDeviceToDevice, stream), "d2d (capture)");
+  cudaOk(cudaMemcpyAsync(agOut.p, c, outBytes, cudaMemcpyDeviceToDevice, stream), "d2d (capture)");
+  for (void* p : {a, b, c}) cudaOk(cudaFreeAsync(p, stream), "cudaFreeAsync (capture)");
+  cudaOk(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaOk(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  for (int rep = 0; rep < 5; ++rep) {
+    const uint64_t s = 610000 + static_cast<uint64_t>(rep) * 7;
+    std::vector<Bytes> ar = inputsFor(Coll::kAllReduce, count, concclFloat32, 0, s);
+    std::vector<Bytes> ag = inputsFor(Coll::kAllGather, count, concclFloat32, 0, s + 3);
+    cudaOk(cudaMemcpyAsync(arIn.p, ar[static_cast<size_t>(gRank)].data(), inBytes, cudaMemcpyHostToDevice, stream),
+           "h2d");
+    cudaOk(cudaMemcpyAsync(agIn.p, ag[static_cast<size_t>(gRank)].data(), inBytes, cudaMemcpyHostToDevice, stream),
+           "h2d");
+    cudaOk(cudaGraphLaunch(exec, stream), "graph launch");
+    Bytes g1(inBytes), g2(outBytes);
+    cudaOk(cudaMemcpyAsync(g1.data(), arOut.p, inBytes, cudaMemcpyDeviceToHost, stream), "d2h");
+    cudaOk(cudaMemcpyAsync(g2.data(), agOut.p, outBytes, cudaMemcpyDeviceToHost, stream), "d2h");
+    syncStream(stream);
+    auto w1 = t::reference(Coll::kAllReduce, ar, count, concclFloat32, concclSum, 0);
+    auto w2 = t::reference(Coll::kAllGather, ag, count, concclFloat32, concclSum, 0);
+    CHECK(t::countWrong(g1, w1[static_cast<size_t>(gRank)], concclFloat32, true, gNranks) == 0,
+          "graph memory replay " + std::to_string(rep) + ": AllReduce wrong");
+    CHECK(t::countWrong(g2, w2[static_cast<size_t>(gRank)], concclFloat32, false, gNranks) == 0,
+          "graph memory replay " + std::to_string(rep) + ": AllGather wrong");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 void scenarioCollectives(cudaStream_t stream) {
   uint64_t seed = 1;
   int cases = sweepCollectives(stream, seed);
@@ -355,7 +403,10 @@ void scenarioCollectives(cudaStream_t stream) {
   DevBuf a(2048 * 4), b(2048 * 4);
   hotPath(a.p, b.p, stream, "hot path");
   graphReplays(stream);
-  std::fprintf(stderr, "rank %d: %d collective cases, 300 hot calls, 20 graph replays OK\n", gRank, cases);
+  graphMemoryReplays(stream, 4096);           // staged by size
+  graphMemoryReplays(stream, size_t{3} << 20);  // 12 MiB a rank: above CONCCL_STAGED_MAX_BYTES
+  std::fprintf(stderr, "rank %d: %d collective cases, 300 hot calls, 20 graph replays, 10 on graph memory OK\n", gRank,
+               cases);
 }
 
 // "pair-owned": late calls on the pair-owned route (core/pair_claims.h; every call routed: CONCCL_STAGED_MAX_BYTES=0,
