@@ -16,7 +16,7 @@ say() { echo "$*" | tee -a "$s"; }
 start=$SECONDS
 say "date: $(date -u +%FT%TZ) $(nvidia-smi -L | head -1 | cut -c1-40) stage: $(head -1 gpu-stage/BUILD_INFO)"
 t0=$SECONDS
-timeout 60 /opt/torch/.venv/bin/python docs/results/2026-12-06-1gpu-pool/commands/probe_shareable_pool.py \
+timeout 60 /opt/torch/.venv/bin/python docs/results/2026-12-06-h100-1gpu-pool/commands/probe_shareable_pool.py \
   >"$OUT/probe.log" 2>&1
 say "probe: a shareable pool under PyTorch's cudaMallocAsync, mapped by a peer process: rc=$? ($((SECONDS - t0)) s)"
 grep -a "^Q\|^   \|status\|Error\|error" "$OUT/probe.log" | head -20 | cut -c1-200 | tee -a "$s"
