@@ -53,6 +53,8 @@ const DriverApi& driverApi() {
     resolve("cuMemSetAccess", a.memSetAccess);
     resolve("cuMemCreate", a.memCreate);
     resolve("cuMemGetAllocationGranularity", a.memGetAllocationGranularity);
+    resolve("cuGraphNodeGetType", a.graphNodeGetType);
+    resolve("cuGraphMemAllocNodeGetParams", a.graphMemAllocNodeGetParams);
     resolve("cuGetErrorName", a.getErrorName);
     resolve("cuGetErrorString", a.getErrorString);
     api = a;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/driver_api.h"
 
 namespace conccl::exec {
 
@@ -20,19 +21,22 @@ std::optional<PointerInfo> capturedAllocationOf(cudaStream_t stream, const void*
   CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
   std::vector<cudaGraphNode_t> nodes(count);
   if (count > 0) CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
-  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  const auto address = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(ptr));
+  const DriverApi& driver = driverApi();
   for (cudaGraphNode_t node : nodes) {
-    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
-    CUDA_CHECK(cudaGraphNodeGetType(node, &type));
-    if (type != cudaGraphNodeTypeMemAlloc) continue;
-    cudaMemAllocNodeParams params{};
-    CUDA_CHECK(cudaGraphMemAllocNodeGetParams(node, &params));
-    const auto base = reinterpret_cast<uintptr_t>(params.dptr);
+    // The driver's query: the runtime's fails (cudaErrorUnknown) on node types it has no name for, such as the stream
+    // memory operations of calls captured earlier (seen in PyTorch's captures, 2026-12-06).
+    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+    CU_CHECK(driver.graphNodeGetType(reinterpret_cast<CUgraphNode>(node), &type));
+    if (type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) continue;
+    CUDA_MEM_ALLOC_NODE_PARAMS params{};
+    CU_CHECK(driver.graphMemAllocNodeGetParams(reinterpret_cast<CUgraphNode>(node), &params));
+    const CUdeviceptr base = params.dptr;
     if (address < base || address - base >= params.bytesize) continue;
     PointerInfo info;
     info.memoryType = CU_MEMORYTYPE_DEVICE;
     info.device = params.poolProps.location.id;
-    info.base = static_cast<CUdeviceptr>(base);
+    info.base = base;
     info.size = params.bytesize;
     info.graphMemory = true;
     return info;

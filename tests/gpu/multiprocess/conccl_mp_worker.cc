@@ -359,10 +359,11 @@ void graphMemoryReplays(cudaStream_t stream, size_t count) {
   void *a = nullptr, *b = nullptr, *c = nullptr;
   cudaOk(cudaMallocAsync(&a, inBytes, stream), "cudaMallocAsync (capture)");
   cudaOk(cudaMallocAsync(&b, inBytes, stream), "cudaMallocAsync (capture)");
-  cudaOk(cudaMallocAsync(&c, outBytes, stream), "cudaMallocAsync (capture)");
   cudaOk(cudaMemcpyAsync(a, arIn.p, inBytes, cudaMemcpyDeviceToDevice, stream), "d2d (capture)");
   cudaOk(cudaMemcpyAsync(b, agIn.p, inBytes, cudaMemcpyDeviceToDevice, stream), "d2d (capture)");
   ok(concclAllReduce(a, a, count, concclFloat32, concclSum, gComm, stream), "AllReduce on graph memory (capture)");
+  // Allocated after a captured call: its lookup passes that call's nodes (stream memory operations among them).
+  cudaOk(cudaMallocAsync(&c, outBytes, stream), "cudaMallocAsync (capture)");
   ok(concclAllGather(b, c, count, concclFloat32, gComm, stream), "AllGather on graph memory (capture)");
   cudaOk(cudaMemcpyAsync(arOut.p, a, inBytes, cudaMemcpyDeviceToDevice, stream), "d2d (capture)");
   cudaOk(cudaMemcpyAsync(agOut.p, c, outBytes, cudaMemcpyDeviceToDevice, stream), "d2d (capture)");
