@@ -294,6 +294,33 @@ double hotPath(void* a, void* b, cudaStream_t stream, const char* label) {
   return us;
 }
 
+// Replays `exec` `reps` times, each with fresh inputs (an AllGather's and an AllReduce's of `count` floats a rank,
+// from seeds seed + 7 * rep and one more), and checks both results. The graph reads its inputs from agIn / arIn and
+// leaves the results in agOut / arOut.
+void replayAllGatherAllReduce(cudaGraphExec_t exec, cudaStream_t stream, size_t count, int reps, uint64_t seed,
+                              void* agIn, void* arIn, void* agOut, void* arOut, const std::string& label) {
+  const size_t inBytes = count * 4;
+  const size_t outBytes = inBytes * static_cast<size_t>(gNranks);
+  for (int rep = 0; rep < reps; ++rep) {
+    const uint64_t s = seed + 7 * static_cast<uint64_t>(rep);
+    std::vector<Bytes> ag = inputsFor(Coll::kAllGather, count, concclFloat32, 0, s);
+    std::vector<Bytes> ar = inputsFor(Coll::kAllReduce, count, concclFloat32, 0, s + 1);
+    cudaOk(cudaMemcpyAsync(agIn, ag[static_cast<size_t>(gRank)].data(), inBytes, cudaMemcpyHostToDevice, stream), "h2d");
+    cudaOk(cudaMemcpyAsync(arIn, ar[static_cast<size_t>(gRank)].data(), inBytes, cudaMemcpyHostToDevice, stream), "h2d");
+    cudaOk(cudaGraphLaunch(exec, stream), "graph launch");
+    Bytes gotAg(outBytes), gotAr(inBytes);
+    cudaOk(cudaMemcpyAsync(gotAg.data(), agOut, outBytes, cudaMemcpyDeviceToHost, stream), "d2h");
+    cudaOk(cudaMemcpyAsync(gotAr.data(), arOut, inBytes, cudaMemcpyDeviceToHost, stream), "d2h");
+    syncStream(stream);
+    auto wantAg = t::reference(Coll::kAllGather, ag, count, concclFloat32, concclSum, 0);
+    auto wantAr = t::reference(Coll::kAllReduce, ar, count, concclFloat32, concclSum, 0);
+    CHECK(t::countWrong(gotAg, wantAg[static_cast<size_t>(gRank)], concclFloat32, false, gNranks) == 0,
+          label + " " + std::to_string(rep) + ": AllGather wrong");
+    CHECK(t::countWrong(gotAr, wantAr[static_cast<size_t>(gRank)], concclFloat32, true, gNranks) == 0,
+          label + " " + std::to_string(rep) + ": AllReduce wrong");
+  }
+}
+
 // A CUDA graph of AllGather + AllReduce captured once and replayed 20 times with fresh inputs. `window`: the four
 // buffers are carved out of it (symmetric calls).
 void graphReplays(cudaStream_t stream, char* window = nullptr) {
@@ -323,24 +350,7 @@ void graphReplays(cudaStream_t stream, char* window = nullptr) {
   ok(concclAllReduce(rin, rout, gcount, concclFloat32, concclSum, gComm, stream), "AllReduce (capture)");
   cudaOk(cudaStreamEndCapture(stream, &graph), "end capture");
   cudaOk(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  for (int rep = 0; rep < 20; ++rep) {
-    const uint64_t s = 500000 + static_cast<uint64_t>(rep);
-    std::vector<Bytes> ag = inputsFor(Coll::kAllGather, gcount, concclFloat32, 0, s);
-    std::vector<Bytes> ar = inputsFor(Coll::kAllReduce, gcount, concclFloat32, 0, s + 77);
-    cudaOk(cudaMemcpyAsync(gin, ag[static_cast<size_t>(gRank)].data(), inBytes, cudaMemcpyHostToDevice, stream), "h2d");
-    cudaOk(cudaMemcpyAsync(rin, ar[static_cast<size_t>(gRank)].data(), inBytes, cudaMemcpyHostToDevice, stream), "h2d");
-    cudaOk(cudaGraphLaunch(exec, stream), "graph launch");
-    Bytes g1(outBytes), g2(inBytes);
-    cudaOk(cudaMemcpyAsync(g1.data(), gout, g1.size(), cudaMemcpyDeviceToHost, stream), "d2h");
-    cudaOk(cudaMemcpyAsync(g2.data(), rout, g2.size(), cudaMemcpyDeviceToHost, stream), "d2h");
-    syncStream(stream);
-    auto w1 = t::reference(Coll::kAllGather, ag, gcount, concclFloat32, concclSum, 0);
-    auto w2 = t::reference(Coll::kAllReduce, ar, gcount, concclFloat32, concclSum, 0);
-    CHECK(t::countWrong(g1, w1[static_cast<size_t>(gRank)], concclFloat32, false, gNranks) == 0,
-          "graph replay " + std::to_string(rep) + ": AllGather wrong");
-    CHECK(t::countWrong(g2, w2[static_cast<size_t>(gRank)], concclFloat32, true, gNranks) == 0,
-          "graph replay " + std::to_string(rep) + ": AllReduce wrong");
-  }
+  replayAllGatherAllReduce(exec, stream, gcount, 20, 500000, gin, rin, gout, rout, "graph replay");
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
 }
@@ -370,26 +380,7 @@ void graphMemoryReplays(cudaStream_t stream, size_t count) {
   for (void* p : {a, b, c}) cudaOk(cudaFreeAsync(p, stream), "cudaFreeAsync (capture)");
   cudaOk(cudaStreamEndCapture(stream, &graph), "end capture");
   cudaOk(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  for (int rep = 0; rep < 5; ++rep) {
-    const uint64_t s = 610000 + static_cast<uint64_t>(rep) * 7;
-    std::vector<Bytes> ar = inputsFor(Coll::kAllReduce, count, concclFloat32, 0, s);
-    std::vector<Bytes> ag = inputsFor(Coll::kAllGather, count, concclFloat32, 0, s + 3);
-    cudaOk(cudaMemcpyAsync(arIn.p, ar[static_cast<size_t>(gRank)].data(), inBytes, cudaMemcpyHostToDevice, stream),
-           "h2d");
-    cudaOk(cudaMemcpyAsync(agIn.p, ag[static_cast<size_t>(gRank)].data(), inBytes, cudaMemcpyHostToDevice, stream),
-           "h2d");
-    cudaOk(cudaGraphLaunch(exec, stream), "graph launch");
-    Bytes g1(inBytes), g2(outBytes);
-    cudaOk(cudaMemcpyAsync(g1.data(), arOut.p, inBytes, cudaMemcpyDeviceToHost, stream), "d2h");
-    cudaOk(cudaMemcpyAsync(g2.data(), agOut.p, outBytes, cudaMemcpyDeviceToHost, stream), "d2h");
-    syncStream(stream);
-    auto w1 = t::reference(Coll::kAllReduce, ar, count, concclFloat32, concclSum, 0);
-    auto w2 = t::reference(Coll::kAllGather, ag, count, concclFloat32, concclSum, 0);
-    CHECK(t::countWrong(g1, w1[static_cast<size_t>(gRank)], concclFloat32, true, gNranks) == 0,
-          "graph memory replay " + std::to_string(rep) + ": AllReduce wrong");
-    CHECK(t::countWrong(g2, w2[static_cast<size_t>(gRank)], concclFloat32, false, gNranks) == 0,
-          "graph memory replay " + std::to_string(rep) + ": AllGather wrong");
-  }
+  replayAllGatherAllReduce(exec, stream, count, 5, 610000, agIn.p, arIn.p, agOut.p, arOut.p, "graph memory replay");
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
 }
