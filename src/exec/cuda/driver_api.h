@@ -32,8 +32,8 @@ struct DriverApi {
   // The init probe's own VMM allocation (vmm_probe.cc).
   PFN_cuMemCreate_v10020 memCreate = nullptr;
   PFN_cuMemGetAllocationGranularity_v10020 memGetAllocationGranularity = nullptr;
-  // A graph's memory allocated inside a capture (graph_memory.h): the runtime's node type query fails on node types
-  // it has no name for (stream memory operations among them), the driver's does not.
+  // A graph's memory allocated inside a capture (graph_memory.h): the runtime's node type query failed on a node of a
+  // PyTorch capture (cudaErrorUnknown); the driver's knows every node type.
   PFN_cuGraphNodeGetType_v10000 graphNodeGetType = nullptr;
   PFN_cuGraphMemAllocNodeGetParams_v11040 graphMemAllocNodeGetParams = nullptr;
   PFN_cuGetErrorName_v6000 getErrorName = nullptr;

@@ -3,6 +3,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -21,11 +22,12 @@ std::optional<PointerInfo> capturedAllocationOf(cudaStream_t stream, const void*
   CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
   std::vector<cudaGraphNode_t> nodes(count);
   if (count > 0) CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+  nodes.resize(std::min(nodes.size(), count));
   const auto address = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(ptr));
   const DriverApi& driver = driverApi();
   for (cudaGraphNode_t node : nodes) {
-    // The driver's query: the runtime's fails (cudaErrorUnknown) on node types it has no name for, such as the stream
-    // memory operations of calls captured earlier (seen in PyTorch's captures, 2026-12-06).
+    // The driver's query: the runtime's failed (cudaErrorUnknown) on a node of a PyTorch capture (one H100,
+    // 2026-12-06; which node was not found out), presumably a type the runtime has no name for.
     CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
     CU_CHECK(driver.graphNodeGetType(reinterpret_cast<CUgraphNode>(node), &type));
     if (type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) continue;
