@@ -226,7 +226,8 @@ ProcessClique::OwnPart ProcessClique::checkOwnPart(const RankArgs& mine) const {
       }
       // Memory CUDA IPC cannot share (PyTorch's expandable segments, pools) is staged whatever the size (AllToAllv
       // too).
-      if (std::optional<exec::BufferExport> e = executor_->exportIfShareable(rank_, ptr, bytes, what.c_str(), mine.stream)) {
+      if (std::optional<exec::BufferExport> e =
+              executor_->exportIfShareable(rank_, ptr, bytes, what.c_str(), mine.stream)) {
         own.exports[b] = *e;
       } else {
         own.unshareable = true;

@@ -305,8 +305,10 @@ void replayAllGatherAllReduce(cudaGraphExec_t exec, cudaStream_t stream, size_t 
     const uint64_t s = seed + 7 * static_cast<uint64_t>(rep);
     std::vector<Bytes> ag = inputsFor(Coll::kAllGather, count, concclFloat32, 0, s);
     std::vector<Bytes> ar = inputsFor(Coll::kAllReduce, count, concclFloat32, 0, s + 1);
-    cudaOk(cudaMemcpyAsync(agIn, ag[static_cast<size_t>(gRank)].data(), inBytes, cudaMemcpyHostToDevice, stream), "h2d");
-    cudaOk(cudaMemcpyAsync(arIn, ar[static_cast<size_t>(gRank)].data(), inBytes, cudaMemcpyHostToDevice, stream), "h2d");
+    const Bytes& agMine = ag[static_cast<size_t>(gRank)];
+    const Bytes& arMine = ar[static_cast<size_t>(gRank)];
+    cudaOk(cudaMemcpyAsync(agIn, agMine.data(), inBytes, cudaMemcpyHostToDevice, stream), "h2d");
+    cudaOk(cudaMemcpyAsync(arIn, arMine.data(), inBytes, cudaMemcpyHostToDevice, stream), "h2d");
     cudaOk(cudaGraphLaunch(exec, stream), "graph launch");
     Bytes gotAg(outBytes), gotAr(inBytes);
     cudaOk(cudaMemcpyAsync(gotAg.data(), agOut, outBytes, cudaMemcpyDeviceToHost, stream), "d2h");
