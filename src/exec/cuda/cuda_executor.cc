@@ -37,6 +37,7 @@
 #include "exec/cuda/graph_cache.h"
 #include "exec/cuda/host_gated_work.h"
 #include "exec/cuda/ipc_import_table.h"
+#include "exec/cuda/pool_export.h"
 #include "exec/cuda/queue_claim.h"
 #include "exec/cuda/rank_state.h"
 #include "exec/cuda/raii.h"
@@ -172,6 +173,13 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
   }
   {
     DeviceGuard guard(device);
+    if (config.shareablePool) {
+      // As early as conccl runs in a job: only memory allocated from then on comes from the shareable pool.
+      std::string why;
+      if (!makeShareablePoolCurrent(device, &why)) {
+        CONCCL_WARN(topo.localRank, device, "CONCCL_SHAREABLE_POOL=1, but no shareable pool was made current: " + why);
+      }
+    }
     preloadReduceKernels();
     if (smallBytes_ > 0) preloadSmallProgramKernels();
     // The flags of every rank live in one shared-memory region (created and zeroed by the process clique);
@@ -505,6 +513,7 @@ std::unique_ptr<Executor> makeCudaExecutor(const std::vector<int>& devices, cons
 
 size_t ipcImportCount() { return IpcImportTable::instance().size(); }
 size_t vmmImportCount() { return IpcImportTable::instance().vmmCount(); }
+size_t poolImportsMade() { return IpcImportTable::instance().poolImportsMade(); }
 
 int cudaFlagSlots(int nranks, const Config& config) { return sched::maxSlots(nranks, cudaBuildOptions(config)); }
 

@@ -22,6 +22,7 @@
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/graph_memory.h"
 #include "exec/cuda/ipc_import_table.h"
+#include "exec/cuda/pool_export.h"
 
 namespace conccl::exec {
 
@@ -118,19 +119,11 @@ std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void
       if (isShareableVmm(ptr)) return exportVmmLocked(ptr, bytes);
     }
     if (info.base == 0 || info.bufferId == 0) return std::nullopt;
-    BufferExport e;
-    e.allocId = info.bufferId;
-    e.base = static_cast<uint64_t>(info.base);
-    e.allocBytes = info.size;
+    std::optional<BufferExport> made = exportPoolAllocationLocked(info);
+    if (!made) made = exportIpcAllocation(info);
+    if (!made) return std::nullopt;
+    BufferExport& e = *made;
     e.pid = static_cast<int64_t>(::getpid());
-    cudaIpcMemHandle_t handle;
-    cudaError_t err = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(info.base));
-    if (err != cudaSuccess) {
-      // Pools, and VMM memory not created shareable (or with CONCCL_VMM_EXPORT=0): valid device memory, no handle.
-      (void)cudaGetLastError();
-      return std::nullopt;
-    }
-    std::memcpy(e.handle, &handle, sizeof(handle));
     retireStaleExportsLocked();
     exportedAt_[info.base] = info.bufferId;
     it = exports_.emplace(info.bufferId, e).first;
@@ -140,6 +133,53 @@ std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void
   BufferExport out = it->second;
   out.offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(info.base);
   return out;
+}
+
+std::optional<BufferExport> CudaExecutor::exportIpcAllocation(const PointerInfo& info) {
+  cudaIpcMemHandle_t handle;
+  cudaError_t err = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(info.base));
+  if (err != cudaSuccess) {
+    // Pools not shared (exportPoolAllocationLocked), and VMM memory not created shareable (or with
+    // CONCCL_VMM_EXPORT=0): valid device memory, no handle.
+    (void)cudaGetLastError();
+    return std::nullopt;
+  }
+  BufferExport e;
+  e.allocId = info.bufferId;
+  e.base = static_cast<uint64_t>(info.base);
+  e.allocBytes = info.size;
+  std::memcpy(e.handle, &handle, sizeof(handle));
+  return e;
+}
+
+std::optional<BufferExport> CudaExecutor::exportPoolAllocationLocked(const PointerInfo& info) {
+  // Shared with the VMM export's switch (CONCCL_VMM_EXPORT, checked at init): the pool's descriptor goes through the
+  // same handle server.
+  if (!exportVmm_) return std::nullopt;
+  const void* base = reinterpret_cast<const void*>(info.base);
+  CUmemoryPool pool = poolOfPointer(base);
+  if (pool == nullptr) return std::nullopt;  // not pool memory: CUDA IPC's
+  const int device = devices_[static_cast<size_t>(localRank_)];
+  std::string why;
+  std::optional<BufferExport> e;
+  if (std::optional<uint32_t> poolId = VmmHandleServer::instance().servePool(pool, device, &why)) {
+    e = exportPoolAllocation(pool, *poolId, info.base, info.size, info.bufferId, &why);
+  }
+  if (!e) {
+    // Staged instead: correct, its program grows with the call. Said once per process, not per call.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      CONCCL_WARN(localRank_, device,
+                  "a cudaMallocAsync buffer (" + describePointer(base) + ") cannot be shared, so calls on it are " +
+                      "staged: " + why + ". CONCCL_SHAREABLE_POOL=1 makes a shareable pool the device's current " +
+                      "pool at init (docs/multiprocess.md)");
+    }
+    return std::nullopt;
+  }
+  CONCCL_TRACE(localRank_, device,
+               "exporting pool allocation " + describePointer(base) + " (" + std::to_string(info.size) +
+                   " B) of pool " + std::to_string(e->poolId));
+  return e;
 }
 
 const VmmUnit* CudaExecutor::cachedVmmUnitLocked(const void* ptr, size_t bytes) {

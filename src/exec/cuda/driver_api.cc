@@ -55,6 +55,18 @@ const DriverApi& driverApi() {
     resolve("cuMemGetAllocationGranularity", a.memGetAllocationGranularity);
     resolve("cuGraphNodeGetType", a.graphNodeGetType);
     resolve("cuGraphMemAllocNodeGetParams", a.graphMemAllocNodeGetParams);
+    resolve("cuMemPoolExportToShareableHandle", a.memPoolExportToShareableHandle);
+    resolve("cuMemPoolExportPointer", a.memPoolExportPointer);
+    resolve("cuMemPoolImportFromShareableHandle", a.memPoolImportFromShareableHandle);
+    resolve("cuMemPoolImportPointer", a.memPoolImportPointer);
+    resolve("cuMemPoolSetAccess", a.memPoolSetAccess);
+    resolve("cuMemPoolDestroy", a.memPoolDestroy);
+    resolve("cuMemFree", a.memFree);
+    resolve("cuMemPoolCreate", a.memPoolCreate);
+    resolve("cuMemPoolSetAttribute", a.memPoolSetAttribute);
+    resolve("cuDeviceGetMemPool", a.deviceGetMemPool);
+    resolve("cuDeviceGetDefaultMemPool", a.deviceGetDefaultMemPool);
+    resolve("cuDeviceSetMemPool", a.deviceSetMemPool);
     resolve("cuGetErrorName", a.getErrorName);
     resolve("cuGetErrorString", a.getErrorString);
     api = a;

@@ -13,6 +13,7 @@
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/host_gated_work.h"
+#include "exec/cuda/pool_export.h"
 #include "exec/executor.h"
 #include "exec/cuda/raii.h"
 
@@ -65,7 +66,8 @@ IpcImportTable& IpcImportTable::instance() {
 void* IpcImportTable::acquire(const BufferExport& b, int device, std::chrono::milliseconds limit) {
   std::unique_lock<std::mutex> lock(mutex_);
   const Key key{b.pid, b.allocId, device};
-  const bool vmmUnit = b.kind == BufferExport::kVmm;
+  // VMM units and pool allocations may be imported again while an earlier import of them is being freed.
+  const bool vmmUnit = b.kind == BufferExport::kVmm || b.kind == BufferExport::kPool;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (;;) {
     auto it = entries_.find(key);
@@ -75,7 +77,7 @@ void* IpcImportTable::acquire(const BufferExport& b, int device, std::chrono::mi
     }
     for (auto p = pendingCloses_.begin(); p != pendingCloses_.end(); ++p) {
       if (!(p->key == key)) continue;
-      Entry revived{p->base, 1, p->vmm};  // released but not closed yet: keep the mapping
+      Entry revived{p->base, 1, p->vmm, 0, 0, p->pooled};  // released but not closed yet: keep the mapping
       pendingCloses_.erase(p);
       entries_[key] = revived;
       return revived.base;
@@ -93,6 +95,9 @@ void* IpcImportTable::acquire(const BufferExport& b, int device, std::chrono::mi
                        " did not finish within " + std::to_string(limit.count()) + " ms");
     }
     settled_.wait_until(lock, deadline);
+  }
+  if (b.kind == BufferExport::kPool) {
+    return acquirePooled(lock, key, b, std::min<std::chrono::milliseconds>(limit, kVmmImportTimeout));
   }
   if (vmmUnit) return acquireVmm(lock, key, b, std::min<std::chrono::milliseconds>(limit, kVmmImportTimeout));
   // Marked as being opened, so that an acquire of the same allocation while this one waits below (with the lock
@@ -146,7 +151,7 @@ void IpcImportTable::closeSuperseded(const BufferExport& b, int device) {
     const Key& k = it->first;
     const Entry& e = it->second;
     const bool overlaps = e.peerBase < b.base + b.allocBytes && b.base < e.peerBase + e.peerBytes;
-    if (k.pid != b.pid || k.device != device || k.allocId == b.allocId || e.vmm || !overlaps) {
+    if (k.pid != b.pid || k.device != device || k.allocId == b.allocId || e.vmm || e.pooled || !overlaps) {
       ++it;
       continue;
     }
@@ -202,6 +207,38 @@ void* IpcImportTable::acquireVmm(std::unique_lock<std::mutex>& lock, const Key& 
   return base;
 }
 
+void* IpcImportTable::acquirePooled(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b,
+                                    std::chrono::milliseconds limit) {
+  // As acquireVmm: the pool's import asks the owner's handle server (a round trip, once per pool), so not under the
+  // table's lock; a pointer import is a driver call.
+  opening_.push_back(key);
+  ScopeExit opened([&] {  // with the lock held again, on every way out
+    erase(opening_, key);
+    settled_.notify_all();
+  });
+  lock.unlock();
+  void* base = nullptr;
+  try {
+    CUmemoryPool pool = nullptr;
+    {
+      std::lock_guard<std::mutex> pools(poolMutex_);
+      const PoolKey pk{b.pid, b.poolId, key.device};
+      auto it = pools_.find(pk);
+      if (it == pools_.end()) it = pools_.emplace(pk, importPeerPool(b.pid, b.poolId, key.device, limit)).first;
+      pool = it->second;
+    }
+    DeviceGuard guard(key.device);
+    base = importPoolAllocation(pool, b);
+    poolImportsMade_.fetch_add(1, std::memory_order_relaxed);
+  } catch (...) {
+    lock.lock();
+    throw;
+  }
+  lock.lock();
+  entries_[key] = Entry{base, 1, nullptr, b.base, b.allocBytes, /*pooled=*/true};
+  return base;
+}
+
 size_t IpcImportTable::size() {
   std::lock_guard<std::mutex> lock(mutex_);
   return entries_.size() + pendingCloses_.size() + closing_.size();
@@ -219,7 +256,8 @@ namespace {
 // in place (a leak of address space, not of correctness).
 constexpr auto kUngatedWait = std::chrono::seconds(300);
 
-void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, int device, const std::string& what) {
+void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, bool pooled, int device,
+                  const std::string& what) {
   // cudaIpcCloseMemHandle waits for the device holding a driver lock (cuMemUnmap may too; nothing documents either
   // way): never while a deferred call's gate is pending in this process (host_gated_work.h). Neither is relied on to
   // order the unmap after GPU work: an owner retires an allocation once it freed it, after its own calls on it
@@ -231,6 +269,12 @@ void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, int device,
         DeviceGuard guard(device);
         if (vmm) {
           unmapVmmImport(*vmm);
+        } else if (pooled) {
+          try {
+            freePoolImport(base);
+          } catch (const Error& e) {
+            CONCCL_WARN(-1, device, std::string("freeing a peer's pool allocation imported here failed: ") + e.what());
+          }
         } else {
           err = cudaIpcCloseMemHandle(base);
         }
@@ -271,6 +315,7 @@ void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inB
   }
   void* base = it->second.base;
   std::shared_ptr<VmmImport> vmm = std::move(it->second.vmm);
+  const bool pooled = it->second.pooled;
   const Key key = it->first;
   entries_.erase(it);
   if (!inBackground) {
@@ -283,10 +328,10 @@ void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inB
       settled_.notify_all();
     });
     lock.unlock();
-    closeMapping(base, vmm, device, describeKey(pid, allocId));
+    closeMapping(base, vmm, pooled, device, describeKey(pid, allocId));
     return;
   }
-  queueClose(PendingClose{key, base, std::move(vmm)});
+  queueClose(PendingClose{key, base, std::move(vmm), pooled});
 }
 
 void IpcImportTable::closeLoop() {
@@ -308,7 +353,7 @@ void IpcImportTable::closeLoop() {
     for (const PendingClose& p : batch) {
       lock.unlock();
       try {
-        closeMapping(p.base, p.vmm, p.key.device, describeKey(p.key.pid, p.key.allocId));
+        closeMapping(p.base, p.vmm, p.pooled, p.key.device, describeKey(p.key.pid, p.key.allocId));
       } catch (const std::exception& e) {
         CONCCL_WARN(-1, p.key.device, std::string("closing a peer's mapping failed: ") + e.what());
       }

@@ -1,11 +1,12 @@
-// Process-wide table of the peer allocations this process has mapped (cudaIpcOpenMemHandle, or a peer's VMM unit
-// through its handle server: vmm_export.h), and what the driver says about a pointer (one cuPointerGetAttributes
+// Process-wide table of the peer allocations this process has mapped (cudaIpcOpenMemHandle, a peer's VMM unit
+// through its handle server: vmm_export.h, or a peer's pool allocation imported from its pool: pool_export.h), and what the driver says about a pointer (one cuPointerGetAttributes
 // call): the CUDA executor's view of buffers.
 #pragma once
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -51,6 +52,8 @@ class IpcImportTable {
   size_t size();
   // Of those, peers' VMM units (mapped now, not waiting to be closed).
   size_t vmmCount();
+  // Peers' pool allocations imported so far (never decreasing).
+  size_t poolImportsMade() const { return poolImportsMade_.load(std::memory_order_relaxed); }
   // Drops one reference; the last one unmaps the allocation. cudaIpcCloseMemHandle waits for the whole device, so
   // a close during a call (a peer retired the allocation) runs on a background thread (`inBackground`): the calling
   // thread must not wait for GPU work it enqueued itself, or that a producer the caller releases only after the call
@@ -74,11 +77,21 @@ class IpcImportTable {
     std::shared_ptr<VmmImport> vmm;  // a peer's VMM unit (BufferExport::kVmm); null: a CUDA IPC mapping
     uint64_t peerBase = 0;           // a CUDA IPC mapping's range in its owner's address space (closeSuperseded)
     uint64_t peerBytes = 0;
+    bool pooled = false;  // a peer's pool allocation (BufferExport::kPool): freed, not closed
   };
   struct PendingClose {
     Key key;
     void* base;
     std::shared_ptr<VmmImport> vmm;
+    bool pooled = false;
+  };
+  // A peer's pool as imported here, for one device: kept while the process lives (one per owner pool; its
+  // allocations are imported and freed one by one).
+  struct PoolKey {
+    int64_t pid;
+    uint32_t poolId;
+    int device;
+    auto operator<=>(const PoolKey&) const = default;
   };
   void closeLoop();
   // Queues the close of every CUDA IPC mapping of `b`'s owner on `device` whose memory `b` now occupies in the owner's
@@ -91,6 +104,13 @@ class IpcImportTable {
   // Imports a peer's VMM unit with the lock released (acquire's tail for BufferExport::kVmm).
   void* acquireVmm(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b,
                    std::chrono::milliseconds limit);
+  // Imports a peer's pool allocation with the lock released (acquire's tail for BufferExport::kPool), its pool first
+  // when this process has not imported it yet.
+  void* acquirePooled(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b,
+                      std::chrono::milliseconds limit);
+  std::mutex poolMutex_;                   // imports of pools (a round trip to the owner), one at a time
+  std::map<PoolKey, CUmemoryPool> pools_;  // under poolMutex_
+  std::atomic<size_t> poolImportsMade_{0};
   std::mutex mutex_;
   std::map<Key, Entry> entries_;
   // Mappings released in the background: waiting for the thread, and being closed (by it or by a foreground release).

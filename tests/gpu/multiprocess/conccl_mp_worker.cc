@@ -928,6 +928,11 @@ int main(int argc, char** argv) {
     setenv("CONCCL_STAGED_MAX_BYTES", "0", 1);
     setenv("CONCCL_STAGE_LATE_CALLS", "0", 1);
   }
+  if (scenario == "shared-pool") {
+    // cudaMallocAsync memory from a pool the peers can import (exec/cuda/pool_export.h), made current at init.
+    setenv("CONCCL_SHAREABLE_POOL", "1", 1);
+    setenv("CONCCL_VMM_EXPORT", "1", 1);
+  }
   if (scenario == "pair-owned") {
     // Every call routed (none staged by size), and late as soon as a peer has not called yet.
     setenv("CONCCL_STAGED_MAX_BYTES", "0", 1);
@@ -986,6 +991,8 @@ int main(int argc, char** argv) {
       return 0;
     } else if (scenario == "deferred-skew" || scenario == "late-skew") {
       conccl::mpworker::scenarioDeferredSkew(gComm, gRank, gNranks, stream);
+    } else if (scenario == "shared-pool") {
+      conccl::mpworker::scenarioSharedPool(gComm, gRank, gNranks, stream);
     } else if (scenario == "cross-order") {
       conccl::mpworker::scenarioCrossOrder(gComm, gRank, gNranks, stream);
     } else if (scenario == "memory-kinds") {

@@ -284,17 +284,15 @@ std::vector<double> poolBurst(concclComm_t comm, t::Coll coll, size_t bytes, int
   return us;
 }
 
-}  // namespace
-
-void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
-  constexpr int kDelayMs = 2000;
-  const double limitUs = maxHostUs(), coldLimitUs = maxColdHostUs();
+// Rank 0's host times per call, p50 and max of each round, in one report; rounds whose p50 exceeds their bound.
+struct SkewReport {
+  int rank = 0;
   std::string report, tooSlow;
   // limit 0: reported, not bounded.
-  auto record = [&](const std::string& what, const std::vector<double>& us, double limit) {
+  void record(const std::string& what, const std::vector<double>& us, double limit) {
     const double p50 = percentile(us, 0.5), mx = percentile(us, 1.0);
-    report += "\n  " + what + ": p50 " + std::to_string(p50).substr(0, 6) + " us, max " + std::to_string(mx).substr(0, 8) +
-              " us (" + std::to_string(us.size()) + " calls:";
+    report += "\n  " + what + ": p50 " + std::to_string(p50).substr(0, 6) + " us, max " +
+              std::to_string(mx).substr(0, 8) + " us (" + std::to_string(us.size()) + " calls:";
     for (double u : us) report += " " + std::to_string(u).substr(0, 6);
     // Which calls replayed a cached graph (exec/graph_cache.h) tells a slow replay from an uncached call.
     report += "; graph replays so far " + std::to_string(exec::graphCacheReplays()) + ")";
@@ -302,7 +300,49 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
     if (rank == 0 && limit > 0 && p50 > limit) {
       tooSlow += "\n  " + what + ": p50 above " + std::to_string(limit).substr(0, 6) + " us";
     }
-  };
+  }
+  // Prints the report; throws when a round was too slow.
+  void finish(int delayMs) const {
+    std::fprintf(stderr, "rank %d: host time per call with the peers %d ms late:%s\n", rank, delayMs, report.c_str());
+    if (!tooSlow.empty()) {
+      throw std::runtime_error("rank 0's host time with a late peer exceeded its bound (CONCCL_TEST_MAX_HOST_US back "
+                               "to back, CONCCL_TEST_MAX_COLD_HOST_US after an idle wait or for a first call):" +
+                               tooSlow);
+    }
+  }
+};
+
+constexpr int kDelayMs = 2000;
+
+// cudaMallocAsync pool memory as PyTorch's cudaMallocAsync backend hands it out: each call's buffer is taken from the
+// pool on the stream right before the call and given back (cudaFreeAsync) right after it returns, so every GPU
+// operation of the call must be enqueued before it returns (docs/multiprocess.md, "Buffers"). AllReduce of 1 MiB,
+// 64 MiB and 1 GiB, AllGather and ReduceScatter of 64 MiB, in place, nine calls in a burst each; the call alone is
+// timed; samples of every call's result are checked. `shareable`: the pool is shared with the peers
+// (CONCCL_SHAREABLE_POOL=1), every call moves directly or pair-owned, a few ops at any size, and every round is held
+// to the 20 us bound. Otherwise (the device's default pool) a call is staged through the peers' scratch and its
+// program grows with its size (188 ops for AllReduce 1 GiB on 2 ranks, docs/dev/next-steps.md), which the caller's
+// thread enqueues: only the 1 MiB AllReduce (a few ops on any rank count) is bounded; the others are reported.
+void poolRounds(concclComm_t comm, int rank, int nranks, cudaStream_t stream, bool shareable, SkewReport& out) {
+  const double limitUs = maxHostUs();
+  for (size_t bytes : {size_t{1} << 20, size_t{64} << 20, size_t{1} << 30}) {
+    const std::string what = "pool memory, AllReduce " + std::to_string(bytes >> 20) + " MiB";
+    out.record(what, poolBurst(comm, t::Coll::kAllReduce, bytes, rank, nranks, kDelayMs, stream, what),
+               shareable || bytes <= (size_t{1} << 20) ? limitUs : 0);
+  }
+  for (t::Coll c : {t::Coll::kAllGather, t::Coll::kReduceScatter}) {
+    const std::string what = std::string("pool memory, ") + collKindName(c) + " 64 MiB";
+    out.record(what, poolBurst(comm, c, size_t{64} << 20, rank, nranks, kDelayMs, stream, what),
+               shareable ? limitUs : 0);
+  }
+}
+
+}  // namespace
+
+void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  const double limitUs = maxHostUs(), coldLimitUs = maxColdHostUs();
+  SkewReport skew;
+  skew.rank = rank;
   uint64_t seed = 9000;
   // AllReduce on one buffer pair, `calls` calls in one burst or one call a round; the result of the last is checked.
   auto allReduceRounds = [&](size_t bytes, int calls, bool oneARound, const std::string& what) {
@@ -322,7 +362,7 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
     for (size_t i = 0; i < count; i += 1 + i % 61) {
       if (host[i] != want) throw std::runtime_error(what + ": element " + std::to_string(i) + " is wrong");
     }
-    record(what, us, oneARound ? coldLimitUs : limitUs);
+    skew.record(what, us, oneARound ? coldLimitUs : limitUs);
   };
   // AllReduce at 1 MiB, 64 MiB, 1 GiB: nine calls each in a burst (the peer is two or more calls behind from the
   // second call on).
@@ -332,22 +372,7 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
   // One AllReduce of 64 MiB per round: the peer is one call behind each time, and late for the call before, so no
   // call waits for it (core/route_spin.h).
   allReduceRounds(size_t{64} << 20, 5, true, "AllReduce 64 MiB, one call a round");
-  // cudaMallocAsync pool memory as PyTorch's cudaMallocAsync backend hands it out: each call's buffer is taken from
-  // the pool on the stream right before the call and given back (cudaFreeAsync) right after it returns, so every GPU
-  // operation of the call must be enqueued before it returns (docs/multiprocess.md, "Buffers"). In place, nine calls
-  // in a burst; the call alone is timed; samples of every call's result are checked. Such a call is staged through the
-  // peers' scratch, and its program grows with its size (pieces through the scratch: 188 ops for AllReduce 1 GiB on 2
-  // ranks, docs/dev/next-steps.md), which the caller's thread enqueues: only the 1 MiB AllReduce (a few ops on any
-  // rank count) is held to the 20 us bound; the others are reported.
-  for (size_t bytes : {size_t{1} << 20, size_t{64} << 20, size_t{1} << 30}) {
-    const std::string what = "pool memory, AllReduce " + std::to_string(bytes >> 20) + " MiB";
-    record(what, poolBurst(comm, t::Coll::kAllReduce, bytes, rank, nranks, kDelayMs, stream, what),
-           bytes <= (size_t{1} << 20) ? limitUs : 0);
-  }
-  for (t::Coll c : {t::Coll::kAllGather, t::Coll::kReduceScatter}) {
-    const std::string what = std::string("pool memory, ") + collKindName(c) + " 64 MiB";
-    record(what, poolBurst(comm, c, size_t{64} << 20, rank, nranks, kDelayMs, stream, what), 0);
-  }
+  poolRounds(comm, rank, nranks, stream, /*shareable=*/false, skew);
   // Every other collective at 64 MiB in the largest buffer, then AllToAllv (uneven) and a Send/Recv ring of 1 MiB.
   const t::Coll colls[] = {t::Coll::kAllGather, t::Coll::kReduceScatter, t::Coll::kBroadcast, t::Coll::kReduce,
                            t::Coll::kAllToAll,  t::Coll::kGather,        t::Coll::kScatter};
@@ -375,17 +400,30 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
   for (auto& p : prepared) check(*p, rank, nranks, stream, std::string("skewed ") + collKindName(p->coll));
   checkAllToAllv(*a2av, nranks, stream);
   checkRing(*ring, rank, nranks, stream);
-  record("7 collectives at 64 MiB + AllToAllv 1 MiB + Send/Recv 1 MiB (each the first of its shape)", us, coldLimitUs);
+  skew.record("7 collectives at 64 MiB + AllToAllv 1 MiB + Send/Recv 1 MiB (each the first of its shape)", us,
+              coldLimitUs);
   for (size_t i = 0; i < us.size(); ++i) {
-    report += (i == 0 ? "\n  per call:" : ",") + std::string(" ") +
-              (i < prepared.size() ? collKindName(prepared[i]->coll) : i == prepared.size() ? "AllToAllv" : "SendRecv") +
-              " " + std::to_string(us[i]).substr(0, 6);
+    skew.report += (i == 0 ? "\n  per call:" : ",") + std::string(" ") +
+                   (i < prepared.size()    ? collKindName(prepared[i]->coll)
+                    : i == prepared.size() ? "AllToAllv"
+                                           : "SendRecv") +
+                   " " + std::to_string(us[i]).substr(0, 6);
   }
-  std::fprintf(stderr, "rank %d: host time per call with the peers %d ms late:%s\n", rank, kDelayMs, report.c_str());
-  if (!tooSlow.empty()) {
-    throw std::runtime_error("rank 0's host time with a late peer exceeded its bound (CONCCL_TEST_MAX_HOST_US back to "
-                             "back, CONCCL_TEST_MAX_COLD_HOST_US after an idle wait or for a first call):" + tooSlow);
+  skew.finish(kDelayMs);
+}
+
+void scenarioSharedPool(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  // Every collective, AllToAllv and a Send/Recv ring on pool memory, results checked; the collectives must have
+  // imported the peers' pool allocations (a staged call imports none).
+  scenarioMemoryKinds(comm, rank, nranks, stream, {BufKind::kPool});
+  if (exec::poolImportsMade() == 0) {
+    throw std::runtime_error("calls on memory of a shareable pool imported no peer's pool allocation (staged?)");
   }
+  SkewReport skew;
+  skew.rank = rank;
+  poolRounds(comm, rank, nranks, stream, /*shareable=*/true, skew);
+  skew.report += "\n  peers' pool allocations imported by this process: " + std::to_string(exec::poolImportsMade());
+  skew.finish(kDelayMs);
 }
 
 void scenarioCrossOrder(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
