@@ -48,8 +48,15 @@ def build_env(base: Mapping[str, str], shim: str, real_nccl: Optional[str] = Non
     env["LD_PRELOAD"] = compose_preload(shim, base.get("LD_PRELOAD"))
     if real_nccl and not base.get("CONCCL_NCCL_REAL_LIB"):
         env["CONCCL_NCCL_REAL_LIB"] = real_nccl
-    # PyTorch's expandable segments need no warning: conccl stages calls on memory CUDA IPC cannot share
-    # (docs/multiprocess.md, "Buffers").
+    # PyTorch's expandable segments need no warning: conccl exports their pieces to the peers (docs/multiprocess.md,
+    # "Buffers"). Its cudaMallocAsync backend allocates from the device's default pool, which no peer can import:
+    # calls on it are staged, and their host time grows with their size, unless CONCCL_SHAREABLE_POOL=1 makes a
+    # shareable pool current at init (not set here: PyTorch's memory statistics and empty_cache then miss that pool).
+    alloc_conf = ",".join(base.get(v, "") for v in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"))
+    if "cudamallocasync" in alloc_conf.replace(" ", "").lower() and "CONCCL_SHAREABLE_POOL" not in base:
+        out.notes.append("PyTorch's cudaMallocAsync backend: calls on its memory are staged through scratch (host time "
+                         "grows with the size); CONCCL_SHAREABLE_POOL=1 makes them move directly, but PyTorch's memory "
+                         "statistics and empty_cache then miss that pool (docs/multiprocess.md, \"Buffers\")")
     shim_switch = base.get("CONCCL_NCCL_SHIM")
     if shim_switch is not None and shim_switch.strip() != "1":
         out.notes.append(f"CONCCL_NCCL_SHIM={shim_switch}: every communicator goes to the real NCCL")
