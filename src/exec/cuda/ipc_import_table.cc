@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <thread>
 
@@ -96,10 +97,13 @@ void* IpcImportTable::acquire(const BufferExport& b, int device, std::chrono::mi
     }
     settled_.wait_until(lock, deadline);
   }
-  if (b.kind == BufferExport::kPool) {
-    return acquirePooled(lock, key, b, std::min<std::chrono::milliseconds>(limit, kVmmImportTimeout));
+  if (vmmUnit) {
+    // From the owner's handle server, with the lock released.
+    const auto bounded = std::min<std::chrono::milliseconds>(limit, kVmmImportTimeout);
+    return acquireUnlocked(lock, key, [&] {
+      return b.kind == BufferExport::kPool ? importPooled(key, b, bounded) : importVmm(key, b, bounded);
+    });
   }
-  if (vmmUnit) return acquireVmm(lock, key, b, std::min<std::chrono::milliseconds>(limit, kVmmImportTimeout));
   // Marked as being opened, so that an acquire of the same allocation while this one waits below (with the lock
   // released) waits for it instead of opening the handle a second time.
   opening_.push_back(key);
@@ -183,60 +187,53 @@ bool IpcImportTable::closePendingFor(int64_t pid, int device) const {
   return waiting || std::any_of(closing_.begin(), closing_.end(), same);
 }
 
-void* IpcImportTable::acquireVmm(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b,
-                                 std::chrono::milliseconds limit) {
+void* IpcImportTable::acquireUnlocked(std::unique_lock<std::mutex>& lock, const Key& key,
+                                      const std::function<Entry()>& import) {
   // The owner's handle server answers from its own thread, whatever the owner's callers are doing: a round trip to
-  // another process (milliseconds; at most `limit`), so not under the table's lock, which every import and
-  // close of this process takes. Another acquire of the same unit meanwhile waits for this one (opening_).
+  // another process (milliseconds; at most the import's limit), so not under the table's lock, which every import and
+  // close of this process takes. Another acquire of the same allocation meanwhile waits for this one (opening_).
   opening_.push_back(key);
   ScopeExit opened([&] {  // with the lock held again, on every way out
     erase(opening_, key);
     settled_.notify_all();
   });
   lock.unlock();
-  std::shared_ptr<VmmImport> vmm;
+  Entry e{};
   try {
-    vmm = std::make_shared<VmmImport>(importVmmUnit(b.pid, b.allocId, b.allocBytes, key.device, limit));
+    e = import();
   } catch (...) {
     lock.lock();
     throw;
   }
   lock.lock();
-  void* base = reinterpret_cast<void*>(vmm->base);
-  entries_[key] = Entry{base, 1, std::move(vmm)};
+  void* base = e.base;
+  entries_[key] = std::move(e);
   return base;
 }
 
-void* IpcImportTable::acquirePooled(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b,
-                                    std::chrono::milliseconds limit) {
-  // As acquireVmm: the pool's import asks the owner's handle server (a round trip, once per pool), so not under the
-  // table's lock; a pointer import is a driver call.
-  opening_.push_back(key);
-  ScopeExit opened([&] {  // with the lock held again, on every way out
-    erase(opening_, key);
-    settled_.notify_all();
-  });
-  lock.unlock();
-  void* base = nullptr;
-  try {
-    CUmemoryPool pool = nullptr;
-    {
-      std::lock_guard<std::mutex> pools(poolMutex_);
-      const PoolKey pk{b.pid, b.poolId, key.device};
-      auto it = pools_.find(pk);
-      if (it == pools_.end()) it = pools_.emplace(pk, importPeerPool(b.pid, b.poolId, key.device, limit)).first;
-      pool = it->second;
-    }
-    DeviceGuard guard(key.device);
-    base = importPoolAllocation(pool, b);
-    poolImportsMade_.fetch_add(1, std::memory_order_relaxed);
-  } catch (...) {
-    lock.lock();
-    throw;
+IpcImportTable::Entry IpcImportTable::importVmm(const Key& key, const BufferExport& b,
+                                                std::chrono::milliseconds limit) {
+  auto vmm = std::make_shared<VmmImport>(importVmmUnit(b.pid, b.allocId, b.allocBytes, key.device, limit));
+  void* base = reinterpret_cast<void*>(vmm->base);
+  return Entry{base, 1, std::move(vmm)};
+}
+
+IpcImportTable::Entry IpcImportTable::importPooled(const Key& key, const BufferExport& b,
+                                                   std::chrono::milliseconds limit) {
+  // The pool first, once per owner pool and device (a round trip to the owner's handle server), then the allocation
+  // (a driver call).
+  CUmemoryPool pool = nullptr;
+  {
+    std::lock_guard<std::mutex> pools(poolMutex_);
+    const PoolKey pk{b.pid, b.poolId, key.device};
+    auto it = pools_.find(pk);
+    if (it == pools_.end()) it = pools_.emplace(pk, importPeerPool(b.pid, b.poolId, key.device, limit)).first;
+    pool = it->second;
   }
-  lock.lock();
-  entries_[key] = Entry{base, 1, nullptr, b.base, b.allocBytes, /*pooled=*/true};
-  return base;
+  DeviceGuard guard(key.device);
+  void* base = importPoolAllocation(pool, b);
+  poolImportsMade_.fetch_add(1, std::memory_order_relaxed);
+  return Entry{base, 1, nullptr, b.base, b.allocBytes, /*pooled=*/true};
 }
 
 size_t IpcImportTable::size() {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -101,13 +102,13 @@ class IpcImportTable {
   void queueClose(PendingClose close);
   // A close of a mapping of process `pid` on `device` is waiting or running (lock held).
   bool closePendingFor(int64_t pid, int device) const;
-  // Imports a peer's VMM unit with the lock released (acquire's tail for BufferExport::kVmm).
-  void* acquireVmm(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b,
-                   std::chrono::milliseconds limit);
-  // Imports a peer's pool allocation with the lock released (acquire's tail for BufferExport::kPool), its pool first
-  // when this process has not imported it yet.
-  void* acquirePooled(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b,
-                      std::chrono::milliseconds limit);
+  // acquire's tail for a peer's VMM unit or pool allocation: `import` runs with the lock released (it asks the
+  // owner's handle server), and its entry is added.
+  void* acquireUnlocked(std::unique_lock<std::mutex>& lock, const Key& key, const std::function<Entry()>& import);
+  // The imports themselves (no lock held): a VMM unit (BufferExport::kVmm), a pool allocation (kPool; its pool first
+  // when this process has not imported it yet).
+  Entry importVmm(const Key& key, const BufferExport& b, std::chrono::milliseconds limit);
+  Entry importPooled(const Key& key, const BufferExport& b, std::chrono::milliseconds limit);
   std::mutex poolMutex_;                   // imports of pools (a round trip to the owner), one at a time
   std::map<PoolKey, CUmemoryPool> pools_;  // under poolMutex_
   std::atomic<size_t> poolImportsMade_{0};
@@ -119,7 +120,7 @@ class IpcImportTable {
   // is imported again instead).
   std::vector<PendingClose> pendingCloses_;
   std::vector<Key> closing_;
-  // Allocations being mapped: VMM units imported without the lock (acquireVmm), and IPC handles whose open waits for
+  // Allocations being mapped: VMM units and pool allocations imported without the lock (acquireUnlocked), and IPC handles whose open waits for
   // closes (the lock released): a second acquire of one waits for the first.
   std::vector<Key> opening_;
   bool closerStarted_ = false;
