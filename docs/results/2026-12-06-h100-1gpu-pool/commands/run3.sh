@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 3 (2026-12-06, session 51), run from run 1 of ../../2026-12-06-h100-1gpu-pool-export on its stage 35b35af (the graph memory lookup reads node types through the driver, and the
+# Run 3 (2026-12-06, session 51), run from run 1 of ../../2026-12-06-h100-1gpu-pool-export on its stage (the graph memory lookup reads node types through the driver, and the
 # test allocates the AllGather's output after a captured call): run 2's commands, with the drop-in's workloads given
 # 150 s instead of 90 (run 2 stopped at `graphs`; compile, memory_return and mem_pool come after it).
 set -u
