@@ -1,6 +1,6 @@
 // Process-wide table of the peer allocations this process has mapped (cudaIpcOpenMemHandle, a peer's VMM unit
-// through its handle server: vmm_export.h, or a peer's pool allocation imported from its pool: pool_export.h), and what the driver says about a pointer (one cuPointerGetAttributes
-// call): the CUDA executor's view of buffers.
+// through its handle server: vmm_export.h, or a peer's pool allocation imported from its pool: pool_export.h), and
+// what the driver says about a pointer (one cuPointerGetAttributes call): the CUDA executor's view of buffers.
 #pragma once
 
 #include <cuda.h>
@@ -120,8 +120,8 @@ class IpcImportTable {
   // is imported again instead).
   std::vector<PendingClose> pendingCloses_;
   std::vector<Key> closing_;
-  // Allocations being mapped: VMM units and pool allocations imported without the lock (acquireUnlocked), and IPC handles whose open waits for
-  // closes (the lock released): a second acquire of one waits for the first.
+  // Allocations being mapped: VMM units and pool allocations imported without the lock (acquireUnlocked), and IPC
+  // handles whose open waits for closes (the lock released): a second acquire of one waits for the first.
   std::vector<Key> opening_;
   bool closerStarted_ = false;
   // closeWork_: closes to run; settled_: a close or an import finished (waiters look again).

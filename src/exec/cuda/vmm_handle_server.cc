@@ -234,7 +234,8 @@ void VmmHandleServer::answerPool(int fd, uint64_t poolId, Clock::time_point dead
           driverApi().memPoolExportToShareableHandle(&out, it->second.pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
       if (out >= 0) exported = peersock::OwnedFd(out);
       if (r != CUDA_SUCCESS) {
-        CONCCL_WARN(-1, it->second.device, "VMM handle server: cuMemPoolExportToShareableHandle failed: " + cuText(r));
+        CONCCL_WARN(-1, it->second.device,
+                    "VMM handle server: cuMemPoolExportToShareableHandle failed: " + cuText(r));
         h.status = kNotExported;
       }
     }

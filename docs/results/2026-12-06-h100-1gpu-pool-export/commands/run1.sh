@@ -28,7 +28,8 @@ sp() {  # PARAM LIMIT
 t0=$SECONDS
 sp 0 110
 say "shared pool, 2 processes: rc=$? ($((SECONDS - t0)) s)"
-grep -a "pool memory\|imported by\|OK;\|FAILED\|wrong\|rror" "$OUT/shared-pool0.log" | head -14 | cut -c1-200 | tee -a "$s"
+grep -a "pool memory\|imported by\|OK;\|FAILED\|wrong\|rror" "$OUT/shared-pool0.log" | head -14 | cut -c1-200 \
+  | tee -a "$s"
 t0=$SECONDS
 CONCCL_SHAREABLE_POOL=1 PY=/opt/torch/.venv/bin/python NO_NCCL=1 CASES=skew NPS=2 SKEW_CALLS=3 SKEW_ALLOCS=async \
   BUDGET_S=100 timeout 110 bash tests/torch/run_all.sh gpu-stage/lib/libconccl_nccl.so "$OUT/skew" >"$OUT/skew.log" 2>&1
