@@ -153,9 +153,10 @@ std::optional<BufferExport> CudaExecutor::exportIpcAllocation(const PointerInfo&
 }
 
 std::optional<BufferExport> CudaExecutor::exportPoolAllocationLocked(const PointerInfo& info) {
-  // Shared with the VMM export's switch (CONCCL_VMM_EXPORT, checked at init): the pool's descriptor goes through the
-  // same handle server.
-  if (!exportVmm_) return std::nullopt;
+  // Only with CONCCL_SHAREABLE_POOL=1 (a pool of the application's own that is shareable is staged otherwise, as
+  // before), and with the VMM export's switch (CONCCL_VMM_EXPORT, checked at init): the pool's descriptor goes
+  // through the same handle server.
+  if (!exportVmm_ || !config_.shareablePool) return std::nullopt;
   const void* base = reinterpret_cast<const void*>(info.base);
   CUmemoryPool pool = poolOfPointer(base);
   if (pool == nullptr) return std::nullopt;  // not pool memory: CUDA IPC's

@@ -221,19 +221,35 @@ IpcImportTable::Entry IpcImportTable::importVmm(const Key& key, const BufferExpo
 IpcImportTable::Entry IpcImportTable::importPooled(const Key& key, const BufferExport& b,
                                                    std::chrono::milliseconds limit) {
   // The pool first, once per owner pool and device (a round trip to the owner's handle server), then the allocation
-  // (a driver call).
-  CUmemoryPool pool = nullptr;
-  {
-    std::lock_guard<std::mutex> pools(poolMutex_);
-    const PoolKey pk{b.pid, b.poolId, key.device};
-    auto it = pools_.find(pk);
-    if (it == pools_.end()) it = pools_.emplace(pk, importPeerPool(b.pid, b.poolId, key.device, limit)).first;
-    pool = it->second;
-  }
+  // (a driver call), under poolMutex_ with the count of table entries at its address (dropPooledImport).
+  std::lock_guard<std::mutex> pools(poolMutex_);
+  const PoolKey pk{b.pid, b.poolId, key.device};
+  auto it = pools_.find(pk);
+  if (it == pools_.end()) it = pools_.emplace(pk, importPeerPool(b.pid, b.poolId, key.device, limit)).first;
   DeviceGuard guard(key.device);
-  void* base = importPoolAllocation(pool, b);
+  void* base = importPoolAllocation(it->second, b);
+  ++pooledAt_[base];
   poolImportsMade_.fetch_add(1, std::memory_order_relaxed);
   return Entry{base, 1, nullptr, b.base, b.allocBytes, /*pooled=*/true};
+}
+
+void IpcImportTable::dropPooledImport(void* base, int device) {
+  // Under poolMutex_ from the count to the free: an import at this address meanwhile would get an address the free
+  // then unmaps under it.
+  std::lock_guard<std::mutex> pools(poolMutex_);
+  auto it = pooledAt_.find(base);
+  if (it == pooledAt_.end()) return;
+  if (--it->second > 0) {
+    CONCCL_TRACE(-1, device, "a peer's pool import stays: a later allocation of its owner at the same place uses it");
+    return;
+  }
+  pooledAt_.erase(it);
+  DeviceGuard guard(device);
+  try {
+    freePoolImport(base);
+  } catch (const Error& e) {
+    CONCCL_WARN(-1, device, std::string("freeing a peer's pool allocation imported here failed: ") + e.what());
+  }
 }
 
 size_t IpcImportTable::size() {
@@ -267,11 +283,7 @@ void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, bool pooled
         if (vmm) {
           unmapVmmImport(*vmm);
         } else if (pooled) {
-          try {
-            freePoolImport(base);
-          } catch (const Error& e) {
-            CONCCL_WARN(-1, device, std::string("freeing a peer's pool allocation imported here failed: ") + e.what());
-          }
+          IpcImportTable::instance().dropPooledImport(base, device);
         } else {
           err = cudaIpcCloseMemHandle(base);
         }

@@ -62,6 +62,11 @@ class IpcImportTable {
   // background closes (of that peer process, at most its limit) only when CUDA refuses to map a peer's new
   // allocation because it reuses memory whose mapping is still waiting to be closed.
   void release(int64_t pid, uint64_t allocId, int device, bool inBackground);
+  // A peer's pool allocation imported at `base` is no longer in the table (its close): the import is freed once no
+  // entry names that address. Imports of a peer's allocations at the same place in its pool (one freed, a later one
+  // in its place) come back at the same address here, and one free unmaps it for both (seen on one H100, 2026-12-06:
+  // the second free failed and a copy on the later allocation crashed in the driver).
+  void dropPooledImport(void* base, int device);
   // Waits, at most `limit`, until every background close has run; false on timeout.
   bool waitForBackgroundCloses(std::chrono::milliseconds limit);
 
@@ -109,8 +114,9 @@ class IpcImportTable {
   // when this process has not imported it yet).
   Entry importVmm(const Key& key, const BufferExport& b, std::chrono::milliseconds limit);
   Entry importPooled(const Key& key, const BufferExport& b, std::chrono::milliseconds limit);
-  std::mutex poolMutex_;                   // imports of pools (a round trip to the owner), one at a time
+  std::mutex poolMutex_;                   // imports of pools and allocations, and their frees, one at a time
   std::map<PoolKey, CUmemoryPool> pools_;  // under poolMutex_
+  std::map<void*, int> pooledAt_;          // under poolMutex_: pool imports here -> table entries at that address
   std::atomic<size_t> poolImportsMade_{0};
   std::mutex mutex_;
   std::map<Key, Entry> entries_;

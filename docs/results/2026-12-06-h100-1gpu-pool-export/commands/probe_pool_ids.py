@@ -8,6 +8,7 @@ exports (BufferExport::kPool). Driver API only (ctypes on libcuda), two processe
   P4 the peer: cuMemPoolImportFromShareableHandle, cuMemPoolSetAccess for its own device, import pointer: costs (us);
   P5 the peer imports allocation A at address P, the owner frees A and allocates B at P, the peer imports B, frees its
      import of A, then reads B through its import of B: right data?
+  P6 (run 2) the export of B against A's, byte for byte; P7 (run 2) cuMemPoolExportPointer's cost by allocation size.
 Prints one line per answer. Run: python3 probe_pool_ids.py
 """
 import ctypes
@@ -69,9 +70,9 @@ def owner(sock):
     data = (ctypes.c_ubyte * 64)()
     data2 = (ctypes.c_ubyte * 64)()
     r = cu.cuMemPoolExportPointer(ctypes.byref(data2), ctypes.c_uint64(a + 4096))
-    print(f"P3 export of an interior pointer: rc {r}, same data as the base's: "
-          f"{cu.cuMemPoolExportPointer(ctypes.byref(data), ctypes.c_uint64(a)) == 0 and bytes(data) == bytes(data2)}",
-          flush=True)
+    rb = cu.cuMemPoolExportPointer(ctypes.byref(data), ctypes.c_uint64(a))
+    data_a = bytes(data)
+    print(f"P3 export of an interior pointer: rc {r}; of the base: rc {rb}", flush=True)
     fd = ctypes.c_int(-1)
     assert cu.cuMemPoolExportToShareableHandle(ctypes.byref(fd), pool, 1, ctypes.c_ulonglong(0)) == 0
     socket.send_fds(sock, [b"P" + bytes(data)], [fd.value])
@@ -83,6 +84,20 @@ def owner(sock):
     c = alloc(cu, pool, N, 3)
     print(f"P2 new allocation C at A's address: {c == a}; C {attrs(cu, c)}; A's id was {ida}", flush=True)
     r = cu.cuMemPoolExportPointer(ctypes.byref(data), ctypes.c_uint64(c))
+    # P6 (run 2): the export of a later allocation at the same address and size, byte for byte against the freed one's.
+    print(f"P6 C's export rc {r}, equal to A's export: {bytes(data) == bytes(data_a)}", flush=True)
+    # P7 (run 2): the owner's cost of cuMemPoolExportPointer by allocation size (a fresh allocation each time).
+    for mib in (1, 16, 64, 1024):
+        p = alloc(cu, pool, mib << 20, 0)
+        t0 = time.perf_counter()
+        r7 = cu.cuMemPoolExportPointer(ctypes.byref(data2), ctypes.c_uint64(p))
+        t1 = time.perf_counter()
+        r8 = cu.cuMemPoolExportPointer(ctypes.byref(data2), ctypes.c_uint64(p))
+        t2 = time.perf_counter()
+        print(f"P7 export of a {mib} MiB allocation: rc {r7} {1e6*(t1-t0):.1f} us, again rc {r8} {1e6*(t2-t1):.1f} us",
+              flush=True)
+        cu.cuMemFreeAsync(ctypes.c_uint64(p), None)
+        cu.cuCtxSynchronize()
     sock.sendall(b"C" + bytes(data))
     assert sock.recv(1) == b"2"
     sock.sendall(b"3")
