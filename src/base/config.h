@@ -73,12 +73,12 @@ struct Config {
   // asks for it and the init check (a buffer across two mapped pieces exported by each process and mapped by every
   // other: exec::probeVmmExport) passes; otherwise staged, said once at WARN.
   bool exportVmm = true;
-  // cudaMallocAsync memory is shared with the peers like cudaMalloc memory when its pool was created with a POSIX
-  // descriptor handle type (exec/cuda/pool_export.h; with exportVmm, whose handle server carries the pool); the
-  // device's default pool cannot be. CONCCL_SHAREABLE_POOL=1 makes a shareable pool the device's current pool at a
+  // CONCCL_SHAREABLE_POOL=1: a shareable pool (POSIX descriptor handle type) becomes the device's current pool at a
   // multi-process communicator's init (once per device and process, and only if the current pool is the default
-  // one), so that what cudaMallocAsync (and PyTorch's cudaMallocAsync backend) allocates from then on can be shared.
-  // Off by default: PyTorch's memory statistics and empty_cache read and trim the default pool, not this one.
+  // one), and memory of shareable pools is exported like VMM memory (with exportVmm: its physical pieces retained and
+  // sent through the handle server; exec/cuda/shareable_pool.h), so that calls on what cudaMallocAsync (and PyTorch's
+  // cudaMallocAsync backend) allocates from then on move directly instead of being staged. Off by default: PyTorch's
+  // memory statistics and empty_cache read and trim the default pool, not this one.
   bool shareablePool = false;
   // Calls that would wait on the host for their peers (Send/Recv, AllToAllv, and every call after one of them) are
   // finished by the communicator's proxy thread while the caller's stream waits on the GPU (ProcessClique, "Deferred

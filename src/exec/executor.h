@@ -66,14 +66,12 @@ struct BufferExport {
   uint64_t allocBytes = 0;  // size of the allocation
   uint64_t offset = 0;      // of the exported pointer from base
   int64_t pid = 0;          // owner process
-  // kCudaIpc: cudaIpcMemHandle_t of the allocation base; kPool: CUmemPoolPtrExportData of the allocation base.
-  unsigned char handle[64] = {};
+  unsigned char handle[64] = {};  // kCudaIpc: cudaIpcMemHandle_t of the allocation base
   // How a peer maps it: kCudaIpc opens `handle`; kVmm asks the owner's handle server for the pieces of VMM unit
-  // `allocId` (exec/cuda/vmm_export.h); kPool imports the pointer `handle` from pool `poolId` of the owner, whose
-  // handle the owner's server hands out (exec/cuda/pool_export.h).
-  enum Kind : uint32_t { kCudaIpc = 0, kVmm = 1, kPool = 2 };
+  // `allocId` (exec/cuda/vmm_export.h).
+  enum Kind : uint32_t { kCudaIpc = 0, kVmm = 1 };
   uint32_t kind = kCudaIpc;
-  uint32_t poolId = 0;  // kPool: the pool's number in the owner's handle server (never 0)
+  uint32_t reserved = 0;
 };
 
 // A call launched later by another thread than its caller's (exec/cuda/deferred_launch.h): the caller's stream waits
@@ -255,9 +253,6 @@ void cudaRelease(void* ptr);
 // through them rather than through the staged path.
 size_t ipcImportCount();
 size_t vmmImportCount();
-// Peers' cudaMallocAsync pool allocations this process has imported so far (exec/cuda/pool_export.h; all communicators,
-// counted at each import, never decreasing): tests check that calls on a shareable pool's memory were not staged.
-size_t poolImportsMade();
 
 // Eager calls this process ran as a replay of a cached CUDA graph (all communicators; exec/cuda/graph_cache.h):
 // tests check that the cache was used, or not.

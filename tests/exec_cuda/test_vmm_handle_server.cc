@@ -1,8 +1,7 @@
 // exec/cuda/vmm_export.h, the parts that run before any driver call: who the VMM handle server answers (the
 // kernel's pid of the connection must be a peer of some communicator here), and who an importer trusts (the kernel's
 // pid of the listener must be the owner's). A refused or failed request leaves the server serving. The GPU half
-// (export, import, map) runs in test_gpu_multiprocess (ShareableVmmMemoryMovesDirectly, and for pools
-// SharedPoolMemoryMovesDirectlyAndDoesNotWaitForLatePeers).
+// (export, import, map) runs in test_gpu_multiprocess (ShareableVmmMemoryMovesDirectly).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -21,7 +20,6 @@
 #include "base/error.h"
 #include "base/peer_socket.h"
 #include "exec/cuda/ipc_import_table.h"
-#include "exec/cuda/pool_export.h"
 #include "exec/cuda/vmm_export.h"
 
 namespace conccl::exec {
@@ -80,34 +78,6 @@ TEST(VmmHandleServer, TellsAPeerWhenTheUnitIsNoLongerExported) {
   server.disallowPeers({kSelf});
   const std::string refused = errorOf(kSelf, u.id);
   EXPECT_NE(refused.find("closed the connection"), std::string::npos) << refused;
-}
-
-std::string poolErrorOf(int64_t pid, uint32_t poolId) {
-  try {
-    (void)importPeerPool(pid, poolId, 0, 2s);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// A pool request (BufferExport::kPool, pool_export.h) is answered by the same server under the same rule: a pool it
-// does not serve is said to be so (the importer fails its call with the reason), and a process that is no peer learns
-// nothing; the unit requests go on being served between them.
-TEST(VmmHandleServer, APoolRequestIsAnsweredOnlyForAServedPoolAndOnlyToAPeer) {
-  VmmHandleServer& server = VmmHandleServer::instance();
-  const VmmUnit u = fakeUnit();
-  std::string why;
-  ASSERT_TRUE(server.serve(u, 0, &why)) << why;  // the server listens
-  const std::string refused = poolErrorOf(kSelf, 4000);
-  EXPECT_NE(refused.find("closed the connection"), std::string::npos) << refused;
-  server.allowPeers({kSelf});
-  const std::string unknown = poolErrorOf(kSelf, 4000);
-  EXPECT_NE(unknown.find("no longer exports it"), std::string::npos) << unknown;
-  EXPECT_NE(unknown.find("pool 4000"), std::string::npos) << unknown;
-  server.withdraw(u.id);
-  EXPECT_NE(errorOf(kSelf, u.id).find("no longer exports it"), std::string::npos);
-  server.disallowPeers({kSelf});
 }
 
 TEST(VmmHandleServer, AFailedExportClosesTheRequestAndTheServerGoesOn) {

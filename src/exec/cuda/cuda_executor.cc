@@ -37,7 +37,7 @@
 #include "exec/cuda/graph_cache.h"
 #include "exec/cuda/host_gated_work.h"
 #include "exec/cuda/ipc_import_table.h"
-#include "exec/cuda/pool_export.h"
+#include "exec/cuda/shareable_pool.h"
 #include "exec/cuda/queue_claim.h"
 #include "exec/cuda/rank_state.h"
 #include "exec/cuda/raii.h"
@@ -513,7 +513,6 @@ std::unique_ptr<Executor> makeCudaExecutor(const std::vector<int>& devices, cons
 
 size_t ipcImportCount() { return IpcImportTable::instance().size(); }
 size_t vmmImportCount() { return IpcImportTable::instance().vmmCount(); }
-size_t poolImportsMade() { return IpcImportTable::instance().poolImportsMade(); }
 
 int cudaFlagSlots(int nranks, const Config& config) { return sched::maxSlots(nranks, cudaBuildOptions(config)); }
 

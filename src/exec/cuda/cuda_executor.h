@@ -170,10 +170,6 @@ class CudaExecutor final : public Executor {
   static constexpr size_t kSweepPiecesPerPass = 256;
   const VmmUnit* cachedVmmUnitLocked(const void* ptr, size_t bytes);
   std::optional<BufferExport> exportVmmLocked(const void* ptr, size_t bytes);  // a new unit (nullopt: staged)
-  // A new allocation's export (pid and offset not set): of a shareable pool (pool_export.h; nullopt for memory of no
-  // pool, or of a pool that cannot be shared), or through CUDA IPC (nullopt: no handle for it).
-  std::optional<BufferExport> exportPoolAllocationLocked(const PointerInfo& info);
-  static std::optional<BufferExport> exportIpcAllocation(const PointerInfo& info);
   static BufferExport vmmExportOf(const VmmUnit& unit, const void* ptr);
   void retireVmmUnitLocked(std::map<uint64_t, VmmUnit>::iterator it);
   // An allocation export ends: its memory was freed (`freed`), or it was deregistered while it lives (deregistered_).

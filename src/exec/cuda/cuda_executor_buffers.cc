@@ -22,7 +22,6 @@
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/graph_memory.h"
 #include "exec/cuda/ipc_import_table.h"
-#include "exec/cuda/pool_export.h"
 
 namespace conccl::exec {
 
@@ -74,7 +73,7 @@ BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes,
   std::optional<BufferExport> e = exportIfShareable(rank, ptr, bytes, what, nullptr);
   if (!e) {
     DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
-    if (!exportVmm_ && isShareableVmm(ptr)) {
+    if (!exportVmm_ && isShareableVmm(ptr, config_.shareablePool)) {
       // PyTorch's expandable segments with CONCCL_VMM_EXPORT=0: say so rather than blame the allocator.
       CONCCL_THROW(concclInvalidArgument,
                    std::string(what) + " (" + describePointer(ptr) +
@@ -116,14 +115,24 @@ std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void
     // tried and fails on every call) a new one.
     if (exportVmm_) {
       if (const VmmUnit* unit = cachedVmmUnitLocked(ptr, bytes)) return vmmExportOf(*unit, ptr);
-      if (isShareableVmm(ptr)) return exportVmmLocked(ptr, bytes);
+      // Memory of a shareable cudaMallocAsync pool too, with CONCCL_SHAREABLE_POOL=1: its pieces are retained and
+      // exported like VMM pieces (shareable_pool.h).
+      if (isShareableVmm(ptr, config_.shareablePool)) return exportVmmLocked(ptr, bytes);
     }
     if (info.base == 0 || info.bufferId == 0) return std::nullopt;
-    std::optional<BufferExport> made = exportPoolAllocationLocked(info);
-    if (!made) made = exportIpcAllocation(info);
-    if (!made) return std::nullopt;
-    BufferExport& e = *made;
+    BufferExport e;
+    e.allocId = info.bufferId;
+    e.base = static_cast<uint64_t>(info.base);
+    e.allocBytes = info.size;
     e.pid = static_cast<int64_t>(::getpid());
+    cudaIpcMemHandle_t handle;
+    cudaError_t err = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(info.base));
+    if (err != cudaSuccess) {
+      // Pools, and VMM memory not created shareable (or with CONCCL_VMM_EXPORT=0): valid device memory, no handle.
+      (void)cudaGetLastError();
+      return std::nullopt;
+    }
+    std::memcpy(e.handle, &handle, sizeof(handle));
     retireStaleExportsLocked();
     exportedAt_[info.base] = info.bufferId;
     it = exports_.emplace(info.bufferId, e).first;
@@ -133,54 +142,6 @@ std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void
   BufferExport out = it->second;
   out.offset = reinterpret_cast<uintptr_t>(ptr) - static_cast<uintptr_t>(info.base);
   return out;
-}
-
-std::optional<BufferExport> CudaExecutor::exportIpcAllocation(const PointerInfo& info) {
-  cudaIpcMemHandle_t handle;
-  cudaError_t err = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(info.base));
-  if (err != cudaSuccess) {
-    // Pools not shared (exportPoolAllocationLocked), and VMM memory not created shareable (or with
-    // CONCCL_VMM_EXPORT=0): valid device memory, no handle.
-    (void)cudaGetLastError();
-    return std::nullopt;
-  }
-  BufferExport e;
-  e.allocId = info.bufferId;
-  e.base = static_cast<uint64_t>(info.base);
-  e.allocBytes = info.size;
-  std::memcpy(e.handle, &handle, sizeof(handle));
-  return e;
-}
-
-std::optional<BufferExport> CudaExecutor::exportPoolAllocationLocked(const PointerInfo& info) {
-  // Only with CONCCL_SHAREABLE_POOL=1 (a pool of the application's own that is shareable is staged otherwise, as
-  // before), and with the VMM export's switch (CONCCL_VMM_EXPORT, checked at init): the pool's descriptor goes
-  // through the same handle server.
-  if (!exportVmm_ || !config_.shareablePool) return std::nullopt;
-  const void* base = reinterpret_cast<const void*>(info.base);
-  CUmemoryPool pool = poolOfPointer(base);
-  if (pool == nullptr) return std::nullopt;  // not pool memory: CUDA IPC's
-  const int device = devices_[static_cast<size_t>(localRank_)];
-  std::string why;
-  std::optional<BufferExport> e;
-  if (std::optional<uint32_t> poolId = VmmHandleServer::instance().servePool(pool, device, &why)) {
-    e = exportPoolAllocation(pool, *poolId, info.base, info.size, info.bufferId, &why);
-  }
-  if (!e) {
-    // Staged instead: correct, its program grows with the call. Said once per process, not per call.
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true)) {
-      CONCCL_WARN(localRank_, device,
-                  "a cudaMallocAsync buffer (" + describePointer(base) + ") cannot be shared, so calls on it are " +
-                      "staged: " + why + ". CONCCL_SHAREABLE_POOL=1 makes a shareable pool the device's current " +
-                      "pool at init (docs/multiprocess.md)");
-    }
-    return std::nullopt;
-  }
-  CONCCL_TRACE(localRank_, device,
-               "exporting pool allocation " + describePointer(base) + " (" + std::to_string(info.size) +
-                   " B) of pool " + std::to_string(e->poolId));
-  return e;
 }
 
 const VmmUnit* CudaExecutor::cachedVmmUnitLocked(const void* ptr, size_t bytes) {

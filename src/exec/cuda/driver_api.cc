@@ -55,13 +55,7 @@ const DriverApi& driverApi() {
     resolve("cuMemGetAllocationGranularity", a.memGetAllocationGranularity);
     resolve("cuGraphNodeGetType", a.graphNodeGetType);
     resolve("cuGraphMemAllocNodeGetParams", a.graphMemAllocNodeGetParams);
-    resolve("cuMemPoolExportToShareableHandle", a.memPoolExportToShareableHandle);
-    resolve("cuMemPoolExportPointer", a.memPoolExportPointer);
-    resolve("cuMemPoolImportFromShareableHandle", a.memPoolImportFromShareableHandle);
-    resolve("cuMemPoolImportPointer", a.memPoolImportPointer);
-    resolve("cuMemPoolSetAccess", a.memPoolSetAccess);
     resolve("cuMemPoolDestroy", a.memPoolDestroy);
-    resolve("cuMemFree", a.memFree);
     resolve("cuMemPoolCreate", a.memPoolCreate);
     resolve("cuMemPoolSetAttribute", a.memPoolSetAttribute);
     resolve("cuDeviceGetMemPool", a.deviceGetMemPool);

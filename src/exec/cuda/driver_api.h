@@ -36,15 +36,8 @@ struct DriverApi {
   // PyTorch capture (cudaErrorUnknown); the driver's knows every node type.
   PFN_cuGraphNodeGetType_v10000 graphNodeGetType = nullptr;
   PFN_cuGraphMemAllocNodeGetParams_v11040 graphMemAllocNodeGetParams = nullptr;
-  // Shareable cudaMallocAsync pools (pool_export.h): the owner's export of a pool and of a pointer, the importer's
-  // imports and its free of an imported pointer, and the pool conccl makes current (CONCCL_SHAREABLE_POOL).
-  PFN_cuMemPoolExportToShareableHandle_v11020 memPoolExportToShareableHandle = nullptr;
-  PFN_cuMemPoolExportPointer_v11020 memPoolExportPointer = nullptr;
-  PFN_cuMemPoolImportFromShareableHandle_v11020 memPoolImportFromShareableHandle = nullptr;
-  PFN_cuMemPoolImportPointer_v11020 memPoolImportPointer = nullptr;
-  PFN_cuMemPoolSetAccess_v11020 memPoolSetAccess = nullptr;
+  // The shareable pool conccl makes current (shareable_pool.h, CONCCL_SHAREABLE_POOL).
   PFN_cuMemPoolDestroy_v11020 memPoolDestroy = nullptr;
-  PFN_cuMemFree_v3020 memFree = nullptr;
   PFN_cuMemPoolCreate_v11020 memPoolCreate = nullptr;
   PFN_cuMemPoolSetAttribute_v11020 memPoolSetAttribute = nullptr;
   PFN_cuDeviceGetMemPool_v11020 deviceGetMemPool = nullptr;

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <iterator>
 #include <thread>
 
@@ -14,7 +13,6 @@
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/host_gated_work.h"
-#include "exec/cuda/pool_export.h"
 #include "exec/executor.h"
 #include "exec/cuda/raii.h"
 
@@ -67,8 +65,7 @@ IpcImportTable& IpcImportTable::instance() {
 void* IpcImportTable::acquire(const BufferExport& b, int device, std::chrono::milliseconds limit) {
   std::unique_lock<std::mutex> lock(mutex_);
   const Key key{b.pid, b.allocId, device};
-  // VMM units and pool allocations may be imported again while an earlier import of them is being freed.
-  const bool vmmUnit = b.kind == BufferExport::kVmm || b.kind == BufferExport::kPool;
+  const bool vmmUnit = b.kind == BufferExport::kVmm;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (;;) {
     auto it = entries_.find(key);
@@ -78,7 +75,7 @@ void* IpcImportTable::acquire(const BufferExport& b, int device, std::chrono::mi
     }
     for (auto p = pendingCloses_.begin(); p != pendingCloses_.end(); ++p) {
       if (!(p->key == key)) continue;
-      Entry revived{p->base, 1, p->vmm, 0, 0, p->pooled};  // released but not closed yet: keep the mapping
+      Entry revived{p->base, 1, p->vmm};  // released but not closed yet: keep the mapping
       pendingCloses_.erase(p);
       entries_[key] = revived;
       return revived.base;
@@ -97,13 +94,7 @@ void* IpcImportTable::acquire(const BufferExport& b, int device, std::chrono::mi
     }
     settled_.wait_until(lock, deadline);
   }
-  if (vmmUnit) {
-    // From the owner's handle server, with the lock released.
-    const auto bounded = std::min<std::chrono::milliseconds>(limit, kVmmImportTimeout);
-    return acquireUnlocked(lock, key, [&] {
-      return b.kind == BufferExport::kPool ? importPooled(key, b, bounded) : importVmm(key, b, bounded);
-    });
-  }
+  if (vmmUnit) return acquireVmm(lock, key, b, std::min<std::chrono::milliseconds>(limit, kVmmImportTimeout));
   // Marked as being opened, so that an acquire of the same allocation while this one waits below (with the lock
   // released) waits for it instead of opening the handle a second time.
   opening_.push_back(key);
@@ -155,7 +146,7 @@ void IpcImportTable::closeSuperseded(const BufferExport& b, int device) {
     const Key& k = it->first;
     const Entry& e = it->second;
     const bool overlaps = e.peerBase < b.base + b.allocBytes && b.base < e.peerBase + e.peerBytes;
-    if (k.pid != b.pid || k.device != device || k.allocId == b.allocId || e.vmm || e.pooled || !overlaps) {
+    if (k.pid != b.pid || k.device != device || k.allocId == b.allocId || e.vmm || !overlaps) {
       ++it;
       continue;
     }
@@ -187,69 +178,28 @@ bool IpcImportTable::closePendingFor(int64_t pid, int device) const {
   return waiting || std::any_of(closing_.begin(), closing_.end(), same);
 }
 
-void* IpcImportTable::acquireUnlocked(std::unique_lock<std::mutex>& lock, const Key& key,
-                                      const std::function<Entry()>& import) {
+void* IpcImportTable::acquireVmm(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b,
+                                 std::chrono::milliseconds limit) {
   // The owner's handle server answers from its own thread, whatever the owner's callers are doing: a round trip to
-  // another process (milliseconds; at most the import's limit), so not under the table's lock, which every import and
-  // close of this process takes. Another acquire of the same allocation meanwhile waits for this one (opening_).
+  // another process (milliseconds; at most `limit`), so not under the table's lock, which every import and
+  // close of this process takes. Another acquire of the same unit meanwhile waits for this one (opening_).
   opening_.push_back(key);
   ScopeExit opened([&] {  // with the lock held again, on every way out
     erase(opening_, key);
     settled_.notify_all();
   });
   lock.unlock();
-  Entry e{};
+  std::shared_ptr<VmmImport> vmm;
   try {
-    e = import();
+    vmm = std::make_shared<VmmImport>(importVmmUnit(b.pid, b.allocId, b.allocBytes, key.device, limit));
   } catch (...) {
     lock.lock();
     throw;
   }
   lock.lock();
-  void* base = e.base;
-  entries_[key] = std::move(e);
-  return base;
-}
-
-IpcImportTable::Entry IpcImportTable::importVmm(const Key& key, const BufferExport& b,
-                                                std::chrono::milliseconds limit) {
-  auto vmm = std::make_shared<VmmImport>(importVmmUnit(b.pid, b.allocId, b.allocBytes, key.device, limit));
   void* base = reinterpret_cast<void*>(vmm->base);
-  return Entry{base, 1, std::move(vmm)};
-}
-
-IpcImportTable::Entry IpcImportTable::importPooled(const Key& key, const BufferExport& b,
-                                                   std::chrono::milliseconds limit) {
-  // The pool first, once per owner pool and device (a round trip to the owner's handle server), then the allocation
-  // (a driver call), under poolMutex_ with the count of table entries at its address (dropPooledImport).
-  std::lock_guard<std::mutex> pools(poolMutex_);
-  const PoolKey pk{b.pid, b.poolId, key.device};
-  auto it = pools_.find(pk);
-  if (it == pools_.end()) it = pools_.emplace(pk, importPeerPool(b.pid, b.poolId, key.device, limit)).first;
-  DeviceGuard guard(key.device);
-  void* base = importPoolAllocation(it->second, b);
-  ++pooledAt_[base];
-  poolImportsMade_.fetch_add(1, std::memory_order_relaxed);
-  return Entry{base, 1, nullptr, b.base, b.allocBytes, /*pooled=*/true};
-}
-
-void IpcImportTable::dropPooledImport(void* base, int device) {
-  // Under poolMutex_ from the count to the free: an import at this address meanwhile would get an address the free
-  // then unmaps under it.
-  std::lock_guard<std::mutex> pools(poolMutex_);
-  auto it = pooledAt_.find(base);
-  if (it == pooledAt_.end()) return;
-  if (--it->second > 0) {
-    CONCCL_TRACE(-1, device, "a peer's pool import stays: a later allocation of its owner at the same place uses it");
-    return;
-  }
-  pooledAt_.erase(it);
-  DeviceGuard guard(device);
-  try {
-    freePoolImport(base);
-  } catch (const Error& e) {
-    CONCCL_WARN(-1, device, std::string("freeing a peer's pool allocation imported here failed: ") + e.what());
-  }
+  entries_[key] = Entry{base, 1, std::move(vmm)};
+  return base;
 }
 
 size_t IpcImportTable::size() {
@@ -269,8 +219,7 @@ namespace {
 // in place (a leak of address space, not of correctness).
 constexpr auto kUngatedWait = std::chrono::seconds(300);
 
-void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, bool pooled, int device,
-                  const std::string& what) {
+void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, int device, const std::string& what) {
   // cudaIpcCloseMemHandle waits for the device holding a driver lock (cuMemUnmap may too; nothing documents either
   // way): never while a deferred call's gate is pending in this process (host_gated_work.h). Neither is relied on to
   // order the unmap after GPU work: an owner retires an allocation once it freed it, after its own calls on it
@@ -282,8 +231,6 @@ void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, bool pooled
         DeviceGuard guard(device);
         if (vmm) {
           unmapVmmImport(*vmm);
-        } else if (pooled) {
-          IpcImportTable::instance().dropPooledImport(base, device);
         } else {
           err = cudaIpcCloseMemHandle(base);
         }
@@ -324,7 +271,6 @@ void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inB
   }
   void* base = it->second.base;
   std::shared_ptr<VmmImport> vmm = std::move(it->second.vmm);
-  const bool pooled = it->second.pooled;
   const Key key = it->first;
   entries_.erase(it);
   if (!inBackground) {
@@ -337,10 +283,10 @@ void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inB
       settled_.notify_all();
     });
     lock.unlock();
-    closeMapping(base, vmm, pooled, device, describeKey(pid, allocId));
+    closeMapping(base, vmm, device, describeKey(pid, allocId));
     return;
   }
-  queueClose(PendingClose{key, base, std::move(vmm), pooled});
+  queueClose(PendingClose{key, base, std::move(vmm)});
 }
 
 void IpcImportTable::closeLoop() {
@@ -362,7 +308,7 @@ void IpcImportTable::closeLoop() {
     for (const PendingClose& p : batch) {
       lock.unlock();
       try {
-        closeMapping(p.base, p.vmm, p.pooled, p.key.device, describeKey(p.key.pid, p.key.allocId));
+        closeMapping(p.base, p.vmm, p.key.device, describeKey(p.key.pid, p.key.allocId));
       } catch (const std::exception& e) {
         CONCCL_WARN(-1, p.key.device, std::string("closing a peer's mapping failed: ") + e.what());
       }

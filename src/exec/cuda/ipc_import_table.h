@@ -1,15 +1,13 @@
-// Process-wide table of the peer allocations this process has mapped (cudaIpcOpenMemHandle, a peer's VMM unit
-// through its handle server: vmm_export.h, or a peer's pool allocation imported from its pool: pool_export.h), and
-// what the driver says about a pointer (one cuPointerGetAttributes call): the CUDA executor's view of buffers.
+// Process-wide table of the peer allocations this process has mapped (cudaIpcOpenMemHandle, or a peer's VMM unit
+// through its handle server: vmm_export.h), and what the driver says about a pointer (one cuPointerGetAttributes
+// call): the CUDA executor's view of buffers.
 #pragma once
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -53,8 +51,6 @@ class IpcImportTable {
   size_t size();
   // Of those, peers' VMM units (mapped now, not waiting to be closed).
   size_t vmmCount();
-  // Peers' pool allocations imported so far (never decreasing).
-  size_t poolImportsMade() const { return poolImportsMade_.load(std::memory_order_relaxed); }
   // Drops one reference; the last one unmaps the allocation. cudaIpcCloseMemHandle waits for the whole device, so
   // a close during a call (a peer retired the allocation) runs on a background thread (`inBackground`): the calling
   // thread must not wait for GPU work it enqueued itself, or that a producer the caller releases only after the call
@@ -62,11 +58,6 @@ class IpcImportTable {
   // background closes (of that peer process, at most its limit) only when CUDA refuses to map a peer's new
   // allocation because it reuses memory whose mapping is still waiting to be closed.
   void release(int64_t pid, uint64_t allocId, int device, bool inBackground);
-  // A peer's pool allocation imported at `base` is no longer in the table (its close): the import is freed once no
-  // entry names that address. Imports of a peer's allocations at the same place in its pool (one freed, a later one
-  // in its place) come back at the same address here, and one free unmaps it for both (seen on one H100, 2026-12-06:
-  // the second free failed and a copy on the later allocation crashed in the driver).
-  void dropPooledImport(void* base, int device);
   // Waits, at most `limit`, until every background close has run; false on timeout.
   bool waitForBackgroundCloses(std::chrono::milliseconds limit);
 
@@ -83,21 +74,11 @@ class IpcImportTable {
     std::shared_ptr<VmmImport> vmm;  // a peer's VMM unit (BufferExport::kVmm); null: a CUDA IPC mapping
     uint64_t peerBase = 0;           // a CUDA IPC mapping's range in its owner's address space (closeSuperseded)
     uint64_t peerBytes = 0;
-    bool pooled = false;  // a peer's pool allocation (BufferExport::kPool): freed, not closed
   };
   struct PendingClose {
     Key key;
     void* base;
     std::shared_ptr<VmmImport> vmm;
-    bool pooled = false;
-  };
-  // A peer's pool as imported here, for one device: kept while the process lives (one per owner pool; its
-  // allocations are imported and freed one by one).
-  struct PoolKey {
-    int64_t pid;
-    uint32_t poolId;
-    int device;
-    auto operator<=>(const PoolKey&) const = default;
   };
   void closeLoop();
   // Queues the close of every CUDA IPC mapping of `b`'s owner on `device` whose memory `b` now occupies in the owner's
@@ -107,17 +88,9 @@ class IpcImportTable {
   void queueClose(PendingClose close);
   // A close of a mapping of process `pid` on `device` is waiting or running (lock held).
   bool closePendingFor(int64_t pid, int device) const;
-  // acquire's tail for a peer's VMM unit or pool allocation: `import` runs with the lock released (it asks the
-  // owner's handle server), and its entry is added.
-  void* acquireUnlocked(std::unique_lock<std::mutex>& lock, const Key& key, const std::function<Entry()>& import);
-  // The imports themselves (no lock held): a VMM unit (BufferExport::kVmm), a pool allocation (kPool; its pool first
-  // when this process has not imported it yet).
-  Entry importVmm(const Key& key, const BufferExport& b, std::chrono::milliseconds limit);
-  Entry importPooled(const Key& key, const BufferExport& b, std::chrono::milliseconds limit);
-  std::mutex poolMutex_;                   // imports of pools and allocations, and their frees, one at a time
-  std::map<PoolKey, CUmemoryPool> pools_;  // under poolMutex_
-  std::map<void*, int> pooledAt_;          // under poolMutex_: pool imports here -> table entries at that address
-  std::atomic<size_t> poolImportsMade_{0};
+  // Imports a peer's VMM unit with the lock released (acquire's tail for BufferExport::kVmm).
+  void* acquireVmm(std::unique_lock<std::mutex>& lock, const Key& key, const BufferExport& b,
+                   std::chrono::milliseconds limit);
   std::mutex mutex_;
   std::map<Key, Entry> entries_;
   // Mappings released in the background: waiting for the thread, and being closed (by it or by a foreground release).
@@ -126,8 +99,8 @@ class IpcImportTable {
   // is imported again instead).
   std::vector<PendingClose> pendingCloses_;
   std::vector<Key> closing_;
-  // Allocations being mapped: VMM units and pool allocations imported without the lock (acquireUnlocked), and IPC
-  // handles whose open waits for closes (the lock released): a second acquire of one waits for the first.
+  // Allocations being mapped: VMM units imported without the lock (acquireVmm), and IPC handles whose open waits for
+  // closes (the lock released): a second acquire of one waits for the first.
   std::vector<Key> opening_;
   bool closerStarted_ = false;
   // closeWork_: closes to run; settled_: a close or an import finished (waiters look again).

@@ -59,8 +59,10 @@ struct VmmUnit {
 constexpr uint64_t kVmmUnitIdBit = 1ull << 63;
 
 // Whether `ptr` is VMM memory whose allocations were created shareable (POSIX descriptor or fabric handle), from one
-// pointer query. Pool (cudaMallocAsync) memory is not: its pool decides, and the default pool shares nothing.
-bool isShareableVmm(const void* ptr);
+// pointer query. Pool (cudaMallocAsync) memory counts only with `poolMemory` (CONCCL_SHAREABLE_POOL: its pool was
+// created shareable, shareable_pool.h), and then only where the driver reports its pieces as shareable; the default
+// pool shares nothing.
+bool isShareableVmm(const void* ptr, bool poolMemory);
 
 // The unit covering [ptr, ptr + bytes), made from the current mappings: every piece retained, and every one
 // shareable with one handle type. nullopt (with `why`) when some piece is not mapped, not shareable, or of another
@@ -88,12 +90,6 @@ class VmmHandleServer {
   // false (with `why`) when it cannot listen, and the unit must not be published.
   bool serve(const VmmUnit& u, int device, std::string* why);
   void withdraw(uint64_t unitId);
-  // Serves cudaMallocAsync pool `pool` of `device` (pool_export.h): its number for BufferExport::poolId, the same for
-  // every call (a pool is served as long as the process lives: nothing tells when a pool is destroyed, and PyTorch
-  // never destroys the pools it allocates from). Starts the server on first use. nullopt (with `why`) when the pool
-  // cannot be exported (not created with a POSIX descriptor handle type: asked once per pool) or the server cannot
-  // listen.
-  std::optional<uint32_t> servePool(CUmemoryPool pool, int device, std::string* why);
   // The job's other processes, counted per communicator: only they may ask (the kernel's pid of the connection).
   void allowPeers(const std::vector<int64_t>& pids);
   void disallowPeers(const std::vector<int64_t>& pids);
@@ -106,16 +102,9 @@ class VmmHandleServer {
     size_t bytes = 0;
     std::vector<VmmPiece> pieces;  // the handles the owner's unit retains (it is withdrawn before it releases them)
   };
-  struct ServedPool {
-    CUmemoryPool pool = nullptr;
-    int device = 0;
-  };
   VmmHandleServer() = default;
-  bool startLocked(std::string* why);  // the listening thread, once per process (mutex_ held)
   void loop(int listenFd);
   void answer(int fd);
-  // A pool request's reply: the header, then one piece carrying the pool's descriptor, exported now.
-  void answerPool(int fd, uint64_t poolId, std::chrono::steady_clock::time_point deadline);
   // Pieces [first, first + kMaxFdsPerMessage) of unit `unitId` as one message of the reply (*batch) and their
   // descriptors, exported under mutex_ (a unit being withdrawn cannot release a handle meanwhile); *pieces: the
   // unit's piece count (set when first == 0, checked after). The header says whether the unit is still served.
@@ -124,9 +113,6 @@ class VmmHandleServer {
   std::mutex mutex_;
   std::map<uint64_t, Served> units_;
   std::map<int64_t, int> allowed_;  // pid -> communicators of this process that have it as a peer
-  std::map<uint32_t, ServedPool> pools_;      // by number (1, 2, ...)
-  std::map<CUmemoryPool, uint32_t> poolIds_;  // pool -> its number; 0: it cannot be exported
-  uint32_t nextPoolId_ = 1;
   int64_t listeningPid_ = 0;        // the process whose thread listens (a forked child must start its own)
 };
 

@@ -29,7 +29,8 @@ VmmHandleServer& VmmHandleServer::instance() {
 
 std::string VmmHandleServer::socketName(int64_t pid) { return "conccl-vmm-" + std::to_string(pid); }
 
-bool VmmHandleServer::startLocked(std::string* why) {
+bool VmmHandleServer::serve(const VmmUnit& u, int device, std::string* why) {
+  std::lock_guard<std::mutex> lock(mutex_);
   const int64_t me = static_cast<int64_t>(::getpid());
   if (listeningPid_ != me) {
     // First export of this process (or of a forked child, whose parent's thread did not come along).
@@ -49,42 +50,8 @@ bool VmmHandleServer::startLocked(std::string* why) {
     (void)listener.release();  // the thread's now
     listeningPid_ = me;
   }
-  return true;
-}
-
-bool VmmHandleServer::serve(const VmmUnit& u, int device, std::string* why) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!startLocked(why)) return false;
   units_[u.id] = Served{device, u.handleType, u.bytes, u.pieces};
   return true;
-}
-
-std::optional<uint32_t> VmmHandleServer::servePool(CUmemoryPool pool, int device, std::string* why) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (auto known = poolIds_.find(pool); known != poolIds_.end()) {
-    if (known->second != 0) return known->second;
-    *why = "its pool was not created with a POSIX file descriptor handle type";
-    return std::nullopt;
-  }
-  // A trial export tells whether the pool was created shareable (no attribute says so); the descriptor is closed
-  // at once, a peer's request exports the pool again.
-  int fd = -1;
-  CUresult r;
-  {
-    DeviceGuard guard(device);
-    r = driverApi().memPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-  }
-  if (fd >= 0) ::close(fd);
-  if (r != CUDA_SUCCESS) {
-    poolIds_[pool] = 0;
-    *why = "its pool was not created with a POSIX file descriptor handle type (" + cuText(r) + ")";
-    return std::nullopt;
-  }
-  if (!startLocked(why)) return std::nullopt;
-  const uint32_t id = nextPoolId_++;
-  poolIds_[pool] = id;
-  pools_[id] = ServedPool{pool, device};
-  return id;
 }
 
 void VmmHandleServer::withdraw(uint64_t unitId) {
@@ -152,11 +119,6 @@ void VmmHandleServer::answer(int fd) {
   if (raw.size() != sizeof(req)) CONCCL_THROW(concclSystemError, "a request of the wrong size");
   std::memcpy(&req, raw.data(), sizeof(req));
   if (req.magic != kVmmWireMagic) CONCCL_THROW(concclSystemError, "a request with the wrong magic");
-  if (req.kind == kPoolRequest) {
-    answerPool(fd, req.unitId, deadline);
-    return;
-  }
-  if (req.kind != kUnitRequest) CONCCL_THROW(concclSystemError, "a request of an unknown kind");
   // The header, then the pieces a batch at a time, each batch's descriptors closed once sent: a unit of hundreds of
   // pieces never holds more than one batch of descriptors open on either side (the importer imports each batch as
   // it comes). The first batch is exported before the header, so an export the driver refuses is answered as such.
@@ -215,34 +177,6 @@ VmmReplyHeader VmmHandleServer::exportBatch(uint64_t unitId, size_t first, size_
     *batch += asBytes(w);
   }
   return h;
-}
-
-void VmmHandleServer::answerPool(int fd, uint64_t poolId, Clock::time_point deadline) {
-  VmmReplyHeader h;
-  h.handleType = static_cast<uint32_t>(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-  h.pieces = 1;
-  peersock::OwnedFd exported;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = poolId > UINT32_MAX ? pools_.end() : pools_.find(static_cast<uint32_t>(poolId));
-    if (it == pools_.end()) {
-      h.status = kUnknownUnit;
-    } else {
-      DeviceGuard guard(it->second.device);
-      int out = -1;
-      const CUresult r =
-          driverApi().memPoolExportToShareableHandle(&out, it->second.pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-      if (out >= 0) exported = peersock::OwnedFd(out);
-      if (r != CUDA_SUCCESS) {
-        CONCCL_WARN(-1, it->second.device,
-                    "VMM handle server: cuMemPoolExportToShareableHandle failed: " + cuText(r));
-        h.status = kNotExported;
-      }
-    }
-  }
-  peersock::sendMessage(fd, asBytes(h), {}, deadline);
-  if (h.status != kServed) return;
-  peersock::sendMessage(fd, asBytes(VmmWirePiece{}), {exported.get()}, deadline);
 }
 
 }  // namespace conccl::exec

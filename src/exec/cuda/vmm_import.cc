@@ -38,10 +38,24 @@ using TakePiece = std::function<void(const VmmWirePiece&, CUmemAllocationHandleT
 void receivePieces(int64_t pid, uint64_t unitId, size_t bytes, std::chrono::milliseconds timeout,
                    const TakePiece& take) {
   const auto deadline = Clock::now() + timeout;
+  peersock::OwnedFd c = peersock::connectAbstract(VmmHandleServer::socketName(pid), deadline);
+  // The kernel's word that the owner listens there, not a process that took its name first.
+  const peersock::PeerCred cred = peersock::peerCredOf(c.get());
+  if (cred.pid != pid || cred.uid != static_cast<uint32_t>(::getuid())) {
+    CONCCL_THROW(concclSystemError, "the socket " + VmmHandleServer::socketName(pid) + " is held by pid " +
+                                        std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")");
+  }
   VmmRequest req;
   req.unitId = unitId;
+  peersock::sendMessage(c.get(), asBytes(req), {}, deadline);
   VmmReplyHeader header;
-  peersock::OwnedFd c = askHandleServer(pid, req, deadline, &header);
+  std::vector<peersock::OwnedFd> none;
+  const std::string head = peersock::recvMessage(c.get(), sizeof(VmmReplyHeader), 0, &none, deadline);
+  if (head.size() != sizeof(header)) CONCCL_THROW(concclSystemError, "a reply of the wrong size");
+  std::memcpy(&header, head.data(), sizeof(header));
+  if (header.magic != kVmmWireMagic) CONCCL_THROW(concclSystemError, "a reply with the wrong magic");
+  if (header.status == kUnknownUnit) CONCCL_THROW(concclSystemError, "the owner no longer exports it");
+  if (header.status != kServed) CONCCL_THROW(concclSystemError, "the owner could not export its handles");
   if (header.bytes != bytes) CONCCL_THROW(concclSystemError, "the owner describes it with another size");
   const auto type = static_cast<CUmemAllocationHandleType>(header.handleType);
   const bool posix = type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
@@ -114,26 +128,6 @@ void mapImported(VmmImport& m, int device) {
 }
 
 }  // namespace
-
-peersock::OwnedFd vmmwire::askHandleServer(int64_t pid, const VmmRequest& req, Clock::time_point deadline,
-                                           VmmReplyHeader* header) {
-  peersock::OwnedFd c = peersock::connectAbstract(VmmHandleServer::socketName(pid), deadline);
-  // The kernel's word that the owner listens there, not a process that took its name first.
-  const peersock::PeerCred cred = peersock::peerCredOf(c.get());
-  if (cred.pid != pid || cred.uid != static_cast<uint32_t>(::getuid())) {
-    CONCCL_THROW(concclSystemError, "the socket " + VmmHandleServer::socketName(pid) + " is held by pid " +
-                                        std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")");
-  }
-  peersock::sendMessage(c.get(), asBytes(req), {}, deadline);
-  std::vector<peersock::OwnedFd> none;
-  const std::string head = peersock::recvMessage(c.get(), sizeof(VmmReplyHeader), 0, &none, deadline);
-  if (head.size() != sizeof(*header)) CONCCL_THROW(concclSystemError, "a reply of the wrong size");
-  std::memcpy(header, head.data(), sizeof(*header));
-  if (header->magic != kVmmWireMagic) CONCCL_THROW(concclSystemError, "a reply with the wrong magic");
-  if (header->status == kUnknownUnit) CONCCL_THROW(concclSystemError, "the owner no longer exports it");
-  if (header->status != kServed) CONCCL_THROW(concclSystemError, "the owner could not export its handles");
-  return c;
-}
 
 VmmImport importVmmUnit(int64_t pid, uint64_t unitId, size_t bytes, int device, std::chrono::milliseconds timeout) {
   VmmImport m;

@@ -60,7 +60,7 @@ bool pieceAt(CUdeviceptr va, VmmPiece* out) {
 
 }  // namespace
 
-bool isShareableVmm(const void* ptr) {
+bool isShareableVmm(const void* ptr, bool poolMemory) {
   unsigned int legacyIpc = 0, mapped = 0;
   unsigned long long allowed = 0;
   CUmemoryPool pool = nullptr;
@@ -71,7 +71,7 @@ bool isShareableVmm(const void* ptr) {
                                        reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS) {
     return false;
   }
-  return legacyIpc == 0 && mapped != 0 && pool == nullptr && (allowed & kShareableTypes) != 0;
+  return legacyIpc == 0 && mapped != 0 && (pool == nullptr || poolMemory) && (allowed & kShareableTypes) != 0;
 }
 
 std::optional<VmmUnit> makeVmmUnit(const void* ptr, size_t bytes, int device, std::string* why) {

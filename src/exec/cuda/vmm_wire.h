@@ -9,25 +9,19 @@
 #include <cstdint>
 #include <string>
 
-#include "base/peer_socket.h"
-
 namespace conccl::exec::vmmwire {
 
-inline constexpr uint32_t kVmmWireMagic = 0x564d4d32u;  // "VMM2"; bump the digit when the messages change
+inline constexpr uint32_t kVmmWireMagic = 0x564d4d31u;  // "VMM1"; bump the digit when the messages change
 // A connection's whole exchange must fit in this (the server serves one connection at a time).
 inline constexpr auto kServeDeadline = std::chrono::seconds(2);
 
-// What a request asks for: a VMM unit's pieces (unitId: the unit), or a shareable pool's handle (unitId: the pool's
-// number in the owner's server, BufferExport::poolId; exec/cuda/pool_export.h).
-enum VmmRequestKind : uint32_t { kUnitRequest = 0, kPoolRequest = 1 };
 struct VmmRequest {
   uint32_t magic = kVmmWireMagic;
-  uint32_t kind = kUnitRequest;
+  uint32_t reserved = 0;
   uint64_t unitId = 0;
 };
 enum VmmStatus : uint32_t { kServed = 0, kUnknownUnit = 1, kNotExported = 2 };
-// First message of a reply; kServed is followed by the pieces, kMaxFdsPerMessage per message, then nothing. A pool's
-// reply has one piece (offset and bytes 0) with the pool's descriptor.
+// First message of a reply; kServed is followed by the pieces, kMaxFdsPerMessage per message, then nothing.
 struct VmmReplyHeader {
   uint32_t magic = kVmmWireMagic;
   uint32_t status = kServed;
@@ -43,12 +37,6 @@ struct VmmWirePiece {
   CUmemFabricHandle fabric{};
 };
 
-
-// Connects to process `pid`'s handle server (checking by the kernel's word that `pid` listens there), sends `req`
-// and reads the reply's header into *header; returns the connection, on which the pieces follow. Throws
-// Error(concclSystemError) with the reason, also when the owner does not serve what was asked.
-peersock::OwnedFd askHandleServer(int64_t pid, const VmmRequest& req, std::chrono::steady_clock::time_point deadline,
-                                  VmmReplyHeader* header);
 
 // The driver's name of a result, for messages.
 std::string cuText(CUresult r);

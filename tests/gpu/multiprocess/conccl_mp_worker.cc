@@ -929,7 +929,8 @@ int main(int argc, char** argv) {
     setenv("CONCCL_STAGE_LATE_CALLS", "0", 1);
   }
   if (scenario == "shared-pool") {
-    // cudaMallocAsync memory from a pool the peers can import (exec/cuda/pool_export.h), made current at init.
+    // cudaMallocAsync memory from a shareable pool made current at init, its pieces exported like VMM memory
+    // (exec/cuda/shareable_pool.h).
     setenv("CONCCL_SHAREABLE_POOL", "1", 1);
     setenv("CONCCL_VMM_EXPORT", "1", 1);
   }

@@ -319,12 +319,10 @@ constexpr int kDelayMs = 2000;
 // operation of the call must be enqueued before it returns (docs/multiprocess.md, "Buffers"). AllReduce of 1 MiB,
 // 64 MiB and 1 GiB, AllGather and ReduceScatter of 64 MiB, in place, nine calls in a burst each; the call alone is
 // timed; samples of every call's result are checked. A shared pool (CONCCL_SHAREABLE_POOL=1, "shared-pool"): every
-// call moves directly or pair-owned, a few ops at any size; each call's buffer is a
-// new allocation, exported on its call, and that export cost the caller about 0.5 us per 2 MiB of the allocation
-// (4 processes on one H100, 2026-12-06: AllReduce 64 MiB 37.6 us, 1 GiB 279 us; docs/multiprocess.md, "Buffers").
-// Otherwise (the device's default pool) a call is staged through the peers' scratch and its program grows with its
-// size (188 ops for AllReduce 1 GiB on 2 ranks, docs/dev/next-steps.md), which the caller's thread enqueues. Either
-// way only the 1 MiB AllReduce is held to the 20 us bound; the others are reported.
+// call moves directly or pair-owned, a few ops at any size, its buffer's pool pieces exported as a VMM unit (cached
+// while the same pieces stay mapped there). Otherwise (the device's default pool) a call is staged through the peers'
+// scratch and its program grows with its size (188 ops for AllReduce 1 GiB on 2 ranks, docs/dev/next-steps.md), which
+// the caller's thread enqueues. Only the 1 MiB AllReduce is held to the 20 us bound; the others are reported.
 void poolRounds(concclComm_t comm, int rank, int nranks, cudaStream_t stream, SkewReport& out) {
   const double limitUs = maxHostUs();
   for (size_t bytes : {size_t{1} << 20, size_t{64} << 20, size_t{1} << 30}) {
@@ -415,15 +413,16 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
 
 void scenarioSharedPool(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
   // Every collective, AllToAllv and a Send/Recv ring on pool memory, results checked; the collectives must have
-  // imported the peers' pool allocations (a staged call imports none).
+  // mapped the peers' pool pieces as VMM units (a staged call maps none).
   scenarioMemoryKinds(comm, rank, nranks, stream, {BufKind::kPool});
-  if (exec::poolImportsMade() == 0) {
-    throw std::runtime_error("calls on memory of a shareable pool imported no peer's pool allocation (staged?)");
+  const size_t mapped = exec::vmmImportCount();
+  if (mapped == 0) {
+    throw std::runtime_error("calls on memory of a shareable pool mapped no peer's pool pieces (staged?)");
   }
   SkewReport skew;
   skew.rank = rank;
   poolRounds(comm, rank, nranks, stream, skew);
-  skew.report += "\n  peers' pool allocations imported by this process: " + std::to_string(exec::poolImportsMade());
+  skew.report += "\n  peers' units of pool pieces mapped here after the collectives: " + std::to_string(mapped);
   skew.finish(kDelayMs);
 }
 

@@ -26,7 +26,7 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
 
 // "shared-pool" (CONCCL_SHAREABLE_POOL=1: a shareable pool is the device's current pool from init on): every
 // collective at 16 and 64 MiB, AllToAllv and a Send/Recv ring at 12 MiB on cudaMallocAsync memory, results checked,
-// which must have imported peers' pool allocations (moved directly, not staged); then the pool rounds of "late-skew"
+// which must have mapped peers' pool pieces (moved directly, not staged); then the pool rounds of "late-skew"
 // with the peers 2 s late (the 1 MiB AllReduce held to CONCCL_TEST_MAX_HOST_US, the others reported).
 void scenarioSharedPool(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
 

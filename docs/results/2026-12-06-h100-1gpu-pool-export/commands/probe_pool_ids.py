@@ -8,7 +8,9 @@ exports (BufferExport::kPool). Driver API only (ctypes on libcuda), two processe
   P4 the peer: cuMemPoolImportFromShareableHandle, cuMemPoolSetAccess for its own device, import pointer: costs (us);
   P5 the peer imports allocation A at address P, the owner frees A and allocates B at P, the peer imports B, frees its
      import of A, then reads B through its import of B: right data?
-  P6 (run 2) the export of B against A's, byte for byte; P7 (run 2) cuMemPoolExportPointer's cost by allocation size.
+  P6 (run 2) the export of B against A's, byte for byte; P7 (run 2) cuMemPoolExportPointer's cost by allocation size;
+  P8 (run 3) the VMM view of a pool allocation: attributes, cuMemGetAddressRange, cuMemRetainAllocationHandle, and the
+     export of the retained handle (what conccl's VMM units need).
 Prints one line per answer. Run: python3 probe_pool_ids.py
 """
 import ctypes
@@ -98,6 +100,22 @@ def owner(sock):
               flush=True)
         cu.cuMemFreeAsync(ctypes.c_uint64(p), None)
         cu.cuCtxSynchronize()
+    # P8 (run 3): the VMM view of a shareable pool's allocation: pointer attributes, its piece, its retained handle.
+    legacy, mapped, allowed = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint64()
+    ra = cu.cuPointerGetAttribute(ctypes.byref(legacy), 19, ctypes.c_uint64(c))  # IS_LEGACY_CUDA_IPC_CAPABLE
+    rb = cu.cuPointerGetAttribute(ctypes.byref(mapped), 16, ctypes.c_uint64(c))  # MAPPED
+    rc = cu.cuPointerGetAttribute(ctypes.byref(allowed), 18, ctypes.c_uint64(c))  # ALLOWED_HANDLE_TYPES
+    pb, ps = ctypes.c_uint64(), ctypes.c_size_t()
+    rr = cu.cuMemGetAddressRange_v2(ctypes.byref(pb), ctypes.byref(ps), ctypes.c_uint64(c))
+    h = ctypes.c_uint64()
+    rh = cu.cuMemRetainAllocationHandle(ctypes.byref(h), ctypes.c_void_p(c))
+    fd2 = ctypes.c_int(-1)
+    rx = cu.cuMemExportToShareableHandle(ctypes.byref(fd2), h, 1, ctypes.c_ulonglong(0)) if rh == 0 else -1
+    print(f"P8 legacy IPC rc {ra} = {legacy.value}, mapped rc {rb} = {mapped.value}, allowed handle types rc {rc} = "
+          f"{allowed.value}; address range rc {rr}: base-ptr {pb.value - c if rr == 0 else None}, {ps.value} B; "
+          f"retain rc {rh}; export of the retained handle rc {rx}", flush=True)
+    if rh == 0:
+        cu.cuMemRelease(h)
     sock.sendall(b"C" + bytes(data))
     assert sock.recv(1) == b"2"
     sock.sendall(b"3")
