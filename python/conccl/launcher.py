@@ -49,9 +49,9 @@ def build_env(base: Mapping[str, str], shim: str, real_nccl: Optional[str] = Non
     if real_nccl and not base.get("CONCCL_NCCL_REAL_LIB"):
         env["CONCCL_NCCL_REAL_LIB"] = real_nccl
     # PyTorch's expandable segments need no warning: conccl exports their pieces to the peers (docs/multiprocess.md,
-    # "Buffers"). Its cudaMallocAsync backend allocates from the device's default pool, which no peer can import:
-    # calls on it are staged, and their host time grows with their size, unless CONCCL_SHAREABLE_POOL=1 makes a
-    # shareable pool current at init (not set here: PyTorch's memory statistics and empty_cache then miss that pool).
+    # "Buffers"). Its cudaMallocAsync backend allocates from the device's default pool, which no peer can map: calls
+    # on it are staged, and their host time grows with their size, unless CONCCL_SHAREABLE_POOL=1 makes a shareable
+    # pool current at init (not set here: PyTorch's memory statistics and empty_cache then miss that pool).
     alloc_conf = ",".join(base.get(v, "") for v in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"))
     if "cudamallocasync" in alloc_conf.replace(" ", "").lower() and "CONCCL_SHAREABLE_POOL" not in base:
         out.notes.append("PyTorch's cudaMallocAsync backend: calls on its memory are staged through scratch (host time "
