@@ -102,9 +102,13 @@ def owner(sock):
         cu.cuCtxSynchronize()
     # P8 (run 3): the VMM view of a shareable pool's allocation: pointer attributes, its piece, its retained handle.
     legacy, mapped, allowed = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint64()
-    ra = cu.cuPointerGetAttribute(ctypes.byref(legacy), 19, ctypes.c_uint64(c))  # IS_LEGACY_CUDA_IPC_CAPABLE
-    rb = cu.cuPointerGetAttribute(ctypes.byref(mapped), 16, ctypes.c_uint64(c))  # MAPPED
-    rc = cu.cuPointerGetAttribute(ctypes.byref(allowed), 18, ctypes.c_uint64(c))  # ALLOWED_HANDLE_TYPES
+    ra = cu.cuPointerGetAttribute(ctypes.byref(legacy), 10, ctypes.c_uint64(c))  # IS_LEGACY_CUDA_IPC_CAPABLE
+    rb = cu.cuPointerGetAttribute(ctypes.byref(mapped), 13, ctypes.c_uint64(c))  # MAPPED
+    rc = cu.cuPointerGetAttribute(ctypes.byref(allowed), 14, ctypes.c_uint64(c))  # ALLOWED_HANDLE_TYPES
+    mb, ms, blk = ctypes.c_uint64(), ctypes.c_size_t(), ctypes.c_uint64()
+    rm = cu.cuPointerGetAttribute(ctypes.byref(mb), 19, ctypes.c_uint64(c))  # MAPPING_BASE_ADDR
+    cu.cuPointerGetAttribute(ctypes.byref(ms), 18, ctypes.c_uint64(c))  # MAPPING_SIZE
+    cu.cuPointerGetAttribute(ctypes.byref(blk), 20, ctypes.c_uint64(c))  # MEMORY_BLOCK_ID
     pb, ps = ctypes.c_uint64(), ctypes.c_size_t()
     rr = cu.cuMemGetAddressRange_v2(ctypes.byref(pb), ctypes.byref(ps), ctypes.c_uint64(c))
     h = ctypes.c_uint64()
@@ -112,7 +116,8 @@ def owner(sock):
     fd2 = ctypes.c_int(-1)
     rx = cu.cuMemExportToShareableHandle(ctypes.byref(fd2), h, 1, ctypes.c_ulonglong(0)) if rh == 0 else -1
     print(f"P8 legacy IPC rc {ra} = {legacy.value}, mapped rc {rb} = {mapped.value}, allowed handle types rc {rc} = "
-          f"{allowed.value}; address range rc {rr}: base-ptr {pb.value - c if rr == 0 else None}, {ps.value} B; "
+          f"{allowed.value}; mapping rc {rm}: base-ptr {mb.value - c if rm == 0 else None}, {ms.value} B, block "
+          f"{blk.value}; address range rc {rr}: base-ptr {pb.value - c if rr == 0 else None}, {ps.value} B; "
           f"retain rc {rh}; export of the retained handle rc {rx}", flush=True)
     if rh == 0:
         cu.cuMemRelease(h)
