@@ -49,14 +49,13 @@ def build_env(base: Mapping[str, str], shim: str, real_nccl: Optional[str] = Non
     if real_nccl and not base.get("CONCCL_NCCL_REAL_LIB"):
         env["CONCCL_NCCL_REAL_LIB"] = real_nccl
     # PyTorch's expandable segments need no warning: conccl exports their pieces to the peers (docs/multiprocess.md,
-    # "Buffers"). Its cudaMallocAsync backend allocates from the device's default pool, which no peer can map: calls
-    # on it are staged, and their host time grows with their size, unless CONCCL_SHAREABLE_POOL=1 makes a shareable
-    # pool current at init (not set here: PyTorch's memory statistics and empty_cache then miss that pool).
+    # "Buffers"). Its cudaMallocAsync backend's memory cannot be mapped by a peer, so calls on it are staged and their
+    # host time grows with their size: a note names the allocator setting that moves directly.
     alloc_conf = ",".join(base.get(v, "") for v in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"))
-    if "cudamallocasync" in alloc_conf.replace(" ", "").lower() and "CONCCL_SHAREABLE_POOL" not in base:
-        out.notes.append("PyTorch's cudaMallocAsync backend: calls on its memory are staged through scratch (host time "
-                         "grows with the size); CONCCL_SHAREABLE_POOL=1 makes them move directly, but PyTorch's memory "
-                         "statistics and empty_cache then miss that pool (docs/multiprocess.md, \"Buffers\")")
+    if "cudamallocasync" in alloc_conf.replace(" ", "").lower():
+        out.notes.append("PyTorch's cudaMallocAsync backend: no peer process can map its memory, so conccl stages "
+                         "calls on it through scratch (host time grows with the size; an SM copy of what a rank "
+                         "receives); expandable_segments:True moves directly (docs/multiprocess.md, \"Buffers\")")
     shim_switch = base.get("CONCCL_NCCL_SHIM")
     if shim_switch is not None and shim_switch.strip() != "1":
         out.notes.append(f"CONCCL_NCCL_SHIM={shim_switch}: every communicator goes to the real NCCL")

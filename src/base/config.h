@@ -73,13 +73,6 @@ struct Config {
   // asks for it and the init check (a buffer across two mapped pieces exported by each process and mapped by every
   // other: exec::probeVmmExport) passes; otherwise staged, said once at WARN.
   bool exportVmm = true;
-  // CONCCL_SHAREABLE_POOL=1: a shareable pool (POSIX descriptor handle type) becomes the device's current pool at a
-  // multi-process communicator's init (once per device and process, and only if the current pool is the default
-  // one), and memory of shareable pools is exported like VMM memory (with exportVmm: its physical pieces retained and
-  // sent through the handle server; exec/cuda/shareable_pool.h), so that calls on what cudaMallocAsync (and PyTorch's
-  // cudaMallocAsync backend) allocates from then on move directly instead of being staged. Off by default: PyTorch's
-  // memory statistics and empty_cache read and trim the default pool, not this one.
-  bool shareablePool = false;
   // Calls that would wait on the host for their peers (Send/Recv, AllToAllv, and every call after one of them) are
   // finished by the communicator's proxy thread while the caller's stream waits on the GPU (ProcessClique, "Deferred
   // calls"); CONCCL_DEFER_CALLS=1. Off by default: work enqueued after the call returned sits behind whatever the

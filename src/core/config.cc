@@ -129,7 +129,6 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
   if (envInt("CONCCL_STAGE_LATE_CALLS", 0, 1, &v)) config.stageLateCalls = v != 0;
   if (envInt("CONCCL_PAIR_OWNED_LATE_CALLS", 0, 1, &v)) config.pairOwnedLateCalls = v != 0;
   if (envInt("CONCCL_VMM_EXPORT", 0, 1, &v)) config.exportVmm = v != 0;
-  if (envInt("CONCCL_SHAREABLE_POOL", 0, 1, &v)) config.shareablePool = v != 0;
   if (envInt("CONCCL_DEFER_LONG_LAUNCHES", 0, 1, &v)) config.deferLongLaunches = v != 0;
 
   if (user != nullptr) applyUserFields(*user, config, &smBudget);

@@ -208,17 +208,6 @@ TEST_P(MultiProcess, CallsDoNotWaitForLatePeers) {
   for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
 }
 
-// cudaMallocAsync memory of a shareable pool (CONCCL_SHAREABLE_POOL=1, exec/cuda/shareable_pool.h): every collective,
-// AllToAllv and Send/Recv right, the peers' pool pieces mapped (not staged), and with the peers 2 s late rank 0's
-// host time per call within CONCCL_TEST_MAX_HOST_US for AllReduce 1 MiB (64 MiB / 1 GiB, AllGather and ReduceScatter
-// 64 MiB reported), each call's buffer allocated right before it and freed right after it, every result right.
-TEST_P(MultiProcess, SharedPoolMemoryMovesDirectlyAndDoesNotWaitForLatePeers) {
-  SKIP_WITHOUT_GPU();
-  auto results = runWorkers("shared-pool", GetParam(), 60000, 300);
-  expectAllSucceeded(results);
-  for (auto& r : results) std::fprintf(stderr, "%s", r.log.c_str());
-}
-
 // Late calls on the pair-owned route (data movement and reductions), the ranks arriving in a new order every call
 // (conccl_mp_worker.cc, "pair-owned"): every result right.
 TEST_P(MultiProcess, PairOwnedLateCallsMatchTheReference) {

@@ -39,11 +39,10 @@ def test_build_env_warns():
         assert launcher.build_env({var: "expandable_segments:True"}, SHIM).notes == []
     e = launcher.build_env({"CONCCL_NCCL_SHIM": "0"}, SHIM)
     assert any("real NCCL" in n for n in e.notes)
-    # The cudaMallocAsync backend: a note naming the opt-in, unless the caller chose either way.
+    # The cudaMallocAsync backend: a note that its memory is staged, naming the setting that moves directly.
     for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
         notes = launcher.build_env({var: "backend:cudaMallocAsync"}, SHIM).notes
-        assert len(notes) == 1 and "CONCCL_SHAREABLE_POOL=1" in notes[0]
-        assert launcher.build_env({var: "backend:cudaMallocAsync", "CONCCL_SHAREABLE_POOL": "0"}, SHIM).notes == []
+        assert len(notes) == 1 and "stages" in notes[0] and "expandable_segments:True" in notes[0]
     assert launcher.build_env({"PYTORCH_ALLOC_CONF": "backend:native"}, SHIM).notes == []
 
 

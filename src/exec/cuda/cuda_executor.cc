@@ -37,7 +37,6 @@
 #include "exec/cuda/graph_cache.h"
 #include "exec/cuda/host_gated_work.h"
 #include "exec/cuda/ipc_import_table.h"
-#include "exec/cuda/shareable_pool.h"
 #include "exec/cuda/queue_claim.h"
 #include "exec/cuda/rank_state.h"
 #include "exec/cuda/raii.h"
@@ -173,13 +172,6 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
   }
   {
     DeviceGuard guard(device);
-    if (config.shareablePool) {
-      // As early as conccl runs in a job: only memory allocated from then on comes from the shareable pool.
-      std::string why;
-      if (!makeShareablePoolCurrent(device, &why)) {
-        CONCCL_WARN(topo.localRank, device, "CONCCL_SHAREABLE_POOL=1, but no shareable pool was made current: " + why);
-      }
-    }
     preloadReduceKernels();
     if (smallBytes_ > 0) preloadSmallProgramKernels();
     // The flags of every rank live in one shared-memory region (created and zeroed by the process clique);

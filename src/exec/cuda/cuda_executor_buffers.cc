@@ -73,7 +73,7 @@ BufferExport CudaExecutor::exportBuffer(int rank, const void* ptr, size_t bytes,
   std::optional<BufferExport> e = exportIfShareable(rank, ptr, bytes, what, nullptr);
   if (!e) {
     DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
-    if (!exportVmm_ && isShareableVmm(ptr, config_.shareablePool)) {
+    if (!exportVmm_ && isShareableVmm(ptr)) {
       // PyTorch's expandable segments with CONCCL_VMM_EXPORT=0: say so rather than blame the allocator.
       CONCCL_THROW(concclInvalidArgument,
                    std::string(what) + " (" + describePointer(ptr) +
@@ -115,9 +115,7 @@ std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void
     // tried and fails on every call) a new one.
     if (exportVmm_) {
       if (const VmmUnit* unit = cachedVmmUnitLocked(ptr, bytes)) return vmmExportOf(*unit, ptr);
-      // Memory of a shareable cudaMallocAsync pool too, with CONCCL_SHAREABLE_POOL=1: its pieces are retained and
-      // exported like VMM pieces (shareable_pool.h).
-      if (isShareableVmm(ptr, config_.shareablePool)) return exportVmmLocked(ptr, bytes);
+      if (isShareableVmm(ptr)) return exportVmmLocked(ptr, bytes);
     }
     if (info.base == 0 || info.bufferId == 0) return std::nullopt;
     BufferExport e;

@@ -55,12 +55,6 @@ const DriverApi& driverApi() {
     resolve("cuMemGetAllocationGranularity", a.memGetAllocationGranularity);
     resolve("cuGraphNodeGetType", a.graphNodeGetType);
     resolve("cuGraphMemAllocNodeGetParams", a.graphMemAllocNodeGetParams);
-    resolve("cuMemPoolDestroy", a.memPoolDestroy);
-    resolve("cuMemPoolCreate", a.memPoolCreate);
-    resolve("cuMemPoolSetAttribute", a.memPoolSetAttribute);
-    resolve("cuDeviceGetMemPool", a.deviceGetMemPool);
-    resolve("cuDeviceGetDefaultMemPool", a.deviceGetDefaultMemPool);
-    resolve("cuDeviceSetMemPool", a.deviceSetMemPool);
     resolve("cuGetErrorName", a.getErrorName);
     resolve("cuGetErrorString", a.getErrorString);
     api = a;

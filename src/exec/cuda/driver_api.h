@@ -36,13 +36,6 @@ struct DriverApi {
   // PyTorch capture (cudaErrorUnknown); the driver's knows every node type.
   PFN_cuGraphNodeGetType_v10000 graphNodeGetType = nullptr;
   PFN_cuGraphMemAllocNodeGetParams_v11040 graphMemAllocNodeGetParams = nullptr;
-  // The shareable pool conccl makes current (shareable_pool.h, CONCCL_SHAREABLE_POOL).
-  PFN_cuMemPoolDestroy_v11020 memPoolDestroy = nullptr;
-  PFN_cuMemPoolCreate_v11020 memPoolCreate = nullptr;
-  PFN_cuMemPoolSetAttribute_v11020 memPoolSetAttribute = nullptr;
-  PFN_cuDeviceGetMemPool_v11020 deviceGetMemPool = nullptr;
-  PFN_cuDeviceGetDefaultMemPool_v11020 deviceGetDefaultMemPool = nullptr;
-  PFN_cuDeviceSetMemPool_v11020 deviceSetMemPool = nullptr;
   PFN_cuGetErrorName_v6000 getErrorName = nullptr;
   PFN_cuGetErrorString_v6000 getErrorString = nullptr;
 };

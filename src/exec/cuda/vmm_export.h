@@ -59,10 +59,8 @@ struct VmmUnit {
 constexpr uint64_t kVmmUnitIdBit = 1ull << 63;
 
 // Whether `ptr` is VMM memory whose allocations were created shareable (POSIX descriptor or fabric handle), from one
-// pointer query. Pool (cudaMallocAsync) memory counts only with `poolMemory` (CONCCL_SHAREABLE_POOL: its pool was
-// created shareable, shareable_pool.h), and then only where the driver reports its pieces as shareable; the default
-// pool shares nothing.
-bool isShareableVmm(const void* ptr, bool poolMemory);
+// pointer query. Pool (cudaMallocAsync) memory is not: its pool decides, and the default pool shares nothing.
+bool isShareableVmm(const void* ptr);
 
 // The unit covering [ptr, ptr + bytes), made from the current mappings: every piece retained, and every one
 // shareable with one handle type. nullopt (with `why`) when some piece is not mapped, not shareable, or of another

@@ -44,27 +44,13 @@ uint64_t blockIdAt(CUdeviceptr va) {
   return id;
 }
 
-// The extent of the physical mapping holding `va` of a cudaMallocAsync pool (0 bytes when the driver gives none): an
-// allocation there can be a part of a larger mapping, and cuMemGetAddressRange names the allocation, while a peer
-// maps the whole physical allocation behind a handle (cuMemMap takes no offset into it).
-void poolMappingAt(CUdeviceptr va, CUdeviceptr* base, size_t* bytes) {
-  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
-  void* data[] = {base, bytes};
-  if (driverApi().pointerGetAttributes(2, attributes, data, va) != CUDA_SUCCESS) *bytes = 0;
-}
-
 // The mapped piece holding `va`, its allocation handle (retained: the caller releases it) and block id. False when
-// nothing is mapped there. `pooled`: memory of a cudaMallocAsync pool, whose piece is its physical mapping.
-bool pieceAt(CUdeviceptr va, bool pooled, VmmPiece* out) {
+// nothing is mapped there.
+bool pieceAt(CUdeviceptr va, VmmPiece* out) {
   const DriverApi& api = driverApi();
   CUdeviceptr base = 0;
   size_t bytes = 0;
-  if (pooled) {
-    poolMappingAt(va, &base, &bytes);
-    if (bytes == 0) return false;
-  } else if (api.memGetAddressRange(&base, &bytes, va) != CUDA_SUCCESS || bytes == 0) {
-    return false;
-  }
+  if (api.memGetAddressRange(&base, &bytes, va) != CUDA_SUCCESS || bytes == 0) return false;
   CUmemGenericAllocationHandle h = 0;
   if (api.memRetainAllocationHandle(&h, reinterpret_cast<void*>(va)) != CUDA_SUCCESS) return false;
   *out = VmmPiece{base, bytes, h, blockIdAt(base)};
@@ -74,7 +60,7 @@ bool pieceAt(CUdeviceptr va, bool pooled, VmmPiece* out) {
 
 }  // namespace
 
-bool isShareableVmm(const void* ptr, bool poolMemory) {
+bool isShareableVmm(const void* ptr) {
   unsigned int legacyIpc = 0, mapped = 0;
   unsigned long long allowed = 0;
   CUmemoryPool pool = nullptr;
@@ -85,7 +71,7 @@ bool isShareableVmm(const void* ptr, bool poolMemory) {
                                        reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS) {
     return false;
   }
-  return legacyIpc == 0 && mapped != 0 && (pool == nullptr || poolMemory) && (allowed & kShareableTypes) != 0;
+  return legacyIpc == 0 && mapped != 0 && pool == nullptr && (allowed & kShareableTypes) != 0;
 }
 
 std::optional<VmmUnit> makeVmmUnit(const void* ptr, size_t bytes, int device, std::string* why) {
@@ -99,15 +85,9 @@ std::optional<VmmUnit> makeVmmUnit(const void* ptr, size_t bytes, int device, st
     return std::nullopt;
   };
   unsigned types = kShareableTypes;
-  CUpointer_attribute poolAttribute = CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE;
-  CUmemoryPool pool = nullptr;
-  void* poolData[] = {&pool};
-  if (api.pointerGetAttributes(1, &poolAttribute, poolData, start) != CUDA_SUCCESS) pool = nullptr;
   for (CUdeviceptr at = start; at < end;) {
     VmmPiece p;
-    if (!pieceAt(at, pool != nullptr, &p)) {
-      return fail("nothing is mapped at byte " + std::to_string(at - start) + " of the buffer");
-    }
+    if (!pieceAt(at, &p)) return fail("nothing is mapped at byte " + std::to_string(at - start) + " of the buffer");
     if (!u.pieces.empty() && p.va != u.pieces.back().va + u.pieces.back().bytes) {
       api.memRelease(p.handle);
       return fail("its mappings are not contiguous");

@@ -928,12 +928,6 @@ int main(int argc, char** argv) {
     setenv("CONCCL_STAGED_MAX_BYTES", "0", 1);
     setenv("CONCCL_STAGE_LATE_CALLS", "0", 1);
   }
-  if (scenario == "shared-pool") {
-    // cudaMallocAsync memory from a shareable pool made current at init, its pieces exported like VMM memory
-    // (exec/cuda/shareable_pool.h).
-    setenv("CONCCL_SHAREABLE_POOL", "1", 1);
-    setenv("CONCCL_VMM_EXPORT", "1", 1);
-  }
   if (scenario == "pair-owned") {
     // Every call routed (none staged by size), and late as soon as a peer has not called yet.
     setenv("CONCCL_STAGED_MAX_BYTES", "0", 1);
@@ -992,8 +986,6 @@ int main(int argc, char** argv) {
       return 0;
     } else if (scenario == "deferred-skew" || scenario == "late-skew") {
       conccl::mpworker::scenarioDeferredSkew(gComm, gRank, gNranks, stream);
-    } else if (scenario == "shared-pool") {
-      conccl::mpworker::scenarioSharedPool(gComm, gRank, gNranks, stream);
     } else if (scenario == "cross-order") {
       conccl::mpworker::scenarioCrossOrder(gComm, gRank, gNranks, stream);
     } else if (scenario == "memory-kinds") {

@@ -318,11 +318,10 @@ constexpr int kDelayMs = 2000;
 // pool on the stream right before the call and given back (cudaFreeAsync) right after it returns, so every GPU
 // operation of the call must be enqueued before it returns (docs/multiprocess.md, "Buffers"). AllReduce of 1 MiB,
 // 64 MiB and 1 GiB, AllGather and ReduceScatter of 64 MiB, in place, nine calls in a burst each; the call alone is
-// timed; samples of every call's result are checked. A shared pool (CONCCL_SHAREABLE_POOL=1, "shared-pool"): every
-// call moves directly or pair-owned, a few ops at any size, its buffer's pool pieces exported as a VMM unit (cached
-// while the same pieces stay mapped there). Otherwise (the device's default pool) a call is staged through the peers'
-// scratch and its program grows with its size (188 ops for AllReduce 1 GiB on 2 ranks, docs/dev/next-steps.md), which
-// the caller's thread enqueues. Only the 1 MiB AllReduce is held to the 20 us bound; the others are reported.
+// timed; samples of every call's result are checked. Such a call is staged through the peers' scratch (no peer can map
+// pool memory: docs/multiprocess.md, "Buffers") and its program grows with its size (188 ops for AllReduce 1 GiB on 2
+// ranks, docs/dev/next-steps.md), which the caller's thread enqueues: only the 1 MiB AllReduce (a few ops on any rank
+// count) is held to the 20 us bound; the others are reported.
 void poolRounds(concclComm_t comm, int rank, int nranks, cudaStream_t stream, SkewReport& out) {
   const double limitUs = maxHostUs();
   for (size_t bytes : {size_t{1} << 20, size_t{64} << 20, size_t{1} << 30}) {
@@ -408,21 +407,6 @@ void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t 
                                            : "SendRecv") +
                    " " + std::to_string(us[i]).substr(0, 6);
   }
-  skew.finish(kDelayMs);
-}
-
-void scenarioSharedPool(concclComm_t comm, int rank, int nranks, cudaStream_t stream) {
-  // Every collective, AllToAllv and a Send/Recv ring on pool memory, results checked; the collectives must have
-  // mapped the peers' pool pieces as VMM units (a staged call maps none).
-  scenarioMemoryKinds(comm, rank, nranks, stream, {BufKind::kPool});
-  const size_t mapped = exec::vmmImportCount();
-  if (mapped == 0) {
-    throw std::runtime_error("calls on memory of a shareable pool mapped no peer's pool pieces (staged?)");
-  }
-  SkewReport skew;
-  skew.rank = rank;
-  poolRounds(comm, rank, nranks, stream, skew);
-  skew.report += "\n  peers' units of pool pieces mapped here after the collectives: " + std::to_string(mapped);
   skew.finish(kDelayMs);
 }
 

@@ -24,12 +24,6 @@ namespace conccl::mpworker {
 // calls back to back, or CONCCL_TEST_MAX_COLD_HOST_US (default 250) for one call a round and first calls of a shape.
 void scenarioDeferredSkew(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
 
-// "shared-pool" (CONCCL_SHAREABLE_POOL=1: a shareable pool is the device's current pool from init on): every
-// collective at 16 and 64 MiB, AllToAllv and a Send/Recv ring at 12 MiB on cudaMallocAsync memory, results checked,
-// which must have mapped peers' pool pieces (moved directly, not staged); then the pool rounds of "late-skew"
-// with the peers 2 s late (the 1 MiB AllReduce held to CONCCL_TEST_MAX_HOST_US, the others reported).
-void scenarioSharedPool(concclComm_t comm, int rank, int nranks, cudaStream_t stream);
-
 // "cross-order": a second communicator B (every rank; its id travels by a Broadcast on the first one, A), each on
 // its own stream: rank 0 sends 64 MiB to rank 1 on B, then runs a 64 MiB collective on A; rank 1 runs the collective
 // first, then receives on B; the other ranks run only the collective. Every collective kind and AllToAllv, both
