@@ -48,6 +48,12 @@ struct Config {
   // (whose buffer addresses it no longer needs), at the price of one local copy of what a rank receives; 0 = never
   // (CONCCL_STAGED_MAX_BYTES). Must agree across the processes of a communicator (checked at init).
   size_t stagedMaxBytes = size_t{8} << 20;
+  // Across processes, a call above stagedMaxBytes on cudaMallocAsync pool memory runs on the rank's bounce regions
+  // (exec/pool_bounce_plan.h): one copy in and one copy out on the caller's stream around an ordinary call on memory
+  // the peers map, instead of a staged program that grows with the call. The largest buffer (span of an in-place
+  // call) a region takes; its memory is mapped as calls need it and held until the communicator is destroyed. Larger
+  // calls, and every call with 0, are staged as before (CONCCL_POOL_BOUNCE_MAX_BYTES). Each process decides alone.
+  size_t poolBounceMaxBytes = size_t{1} << 30;
   // A call across processes whose peers have not all made it within rendezvousSpinUs of this rank is run staged
   // through the peers' scratch (as a staged call: no peer address needed) and launched at once, on the caller's thread
   // and stream; every rank of the call takes the same route, agreed through the shared segment (ProcessClique, "Late

@@ -31,6 +31,7 @@
 // whose peer died, departed or overran the timeout (fail(): the flags open, so no GPU stream waits forever).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -181,6 +182,22 @@ class ProcessClique final : public Clique {
   // cudaFreeAsync right after the call returns, after which CUDA refuses the pointer in any later API call (the
   // driver faulted on it, 2026-12-02), so such calls are enqueued on the caller's thread, never by the proxy.
   bool usesPoolMemory(const RankArgs& mine) const;
+
+  // Calls on pool memory above Config::stagedMaxBytes run on the executor's bounce regions
+  // (process_clique_pool_bounce.cc, exec/pool_bounce_plan.h): the copies in are enqueued and the call's pointers
+  // moved onto the regions before it is matched, the copies out after it was launched or handed to the proxy. Then
+  // it is an ordinary call on shareable memory: routed, deferred and replayed from cached graphs like any.
+  struct PoolBounceUse {
+    exec::PoolBouncePlan plan;
+    std::array<void*, 2> regions{};
+    cudaStream_t stream = nullptr;  // the caller's
+  };
+  // nullopt when the call keeps its own buffers (not pool memory, staged by size, captured, chunk events, above
+  // Config::poolBounceMaxBytes, or the executor cannot: logged once).
+  std::optional<PoolBounceUse> enterPoolBounce(RankArgs& mine);
+  void leavePoolBounce(const PoolBounceUse& use, bool copyOut);
+  // The rank's part of a call as a CollectiveCall of its own arguments (what bufferBytes and forEachUsedBuffer read).
+  sched::CollectiveCall soloCallOf(const RankArgs& mine) const;
   // Non-blocking checks of what the blocking forms would wait for.
   bool slotFreeNow(uint64_t seq);
   bool peersPublished(uint64_t seq) const;
@@ -422,6 +439,7 @@ class ProcessClique final : public Clique {
   bool stopProxy_ = false;
   std::thread proxy_;
   std::string lastNoDeferReason_;  // logged once per reason
+  bool poolBounceRefusalLogged_ = false;  // enterPoolBounce: the executor's first refusal is logged
   bool ranksShareProcess_ = false;  // another rank of this communicator is a thread of this process (deferrable())
 
   // GPU progress of this process's rank (gpu_watchdog.h): its GPU work that does not complete within timeoutMs

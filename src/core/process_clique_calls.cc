@@ -38,12 +38,26 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     CONCCL_THROW(concclInvalidUsage, ticket.what + ": the graph capture on the caller's stream was invalidated before "
                                                    "this call (by an earlier CUDA call of the capture)");
   }
+  // On pool memory: its pointers moved onto the bounce regions, copied in now and out once it is launched.
+  std::optional<PoolBounceUse> bounce;
+  if (atEntry == exec::CaptureStatus::kNone) bounce = enterPoolBounce(*ticket.call->args[static_cast<size_t>(rank_)]);
   {
     // A captured call maps peers' buffers and may allocate beside the work it captures: in relaxed mode, or the
     // caller's global-mode capture would be invalidated.
     const exec::RelaxedCaptureScope relaxed(atEntry == exec::CaptureStatus::kActive);
-    matchAndLaunch(ticket);
+    try {
+      matchAndLaunch(ticket);
+    } catch (...) {
+      if (bounce) {
+        try {
+          leavePoolBounce(*bounce, /*copyOut=*/false);
+        } catch (const Error&) {  // the call's own error is the one to report
+        }
+      }
+      throw;
+    }
   }
+  if (bounce) leavePoolBounce(*bounce, /*copyOut=*/true);
   if (atEntry != exec::CaptureStatus::kActive) return;
   if (exec::captureStatusOf(stream) == exec::CaptureStatus::kInvalidated) {
     CONCCL_THROW(concclUnhandledCudaError,
@@ -191,25 +205,7 @@ ProcessClique::OwnPart ProcessClique::checkOwnPart(const RankArgs& mine) const {
   own.windows[1] = findWindow(mine.recvbuff, 0);
   own.staged = stagesThroughScratch(mine);
   try {
-    sched::CollectiveCall solo;
-    solo.nranks = n;
-    solo.kind = mine.kind;
-    solo.dtype = mine.dtype;
-    solo.op = mine.op;
-    solo.root = mine.root;
-    solo.count = mine.count;
-    solo.inPlace.assign(static_cast<size_t>(n), false);
-    solo.inPlace[static_cast<size_t>(rank_)] = mine.inPlace;
-    if (mine.kind == sched::CollKind::kAllToAllv) {
-      solo.sendCounts.assign(static_cast<size_t>(n), {});
-      solo.sendDispls.assign(static_cast<size_t>(n), {});
-      solo.recvCounts.assign(static_cast<size_t>(n), {});
-      solo.recvDispls.assign(static_cast<size_t>(n), {});
-      solo.sendCounts[static_cast<size_t>(rank_)] = mine.sendCounts;
-      solo.sendDispls[static_cast<size_t>(rank_)] = mine.sendDispls;
-      solo.recvCounts[static_cast<size_t>(rank_)] = mine.recvCounts;
-      solo.recvDispls[static_cast<size_t>(rank_)] = mine.recvDispls;
-    }
+    const sched::CollectiveCall solo = soloCallOf(mine);
     exec::CallBinding soloBinding;
     soloBinding.buffers.assign(static_cast<size_t>(n), {});
     soloBinding.buffers[static_cast<size_t>(rank_)] = {const_cast<void*>(mine.sendbuff), mine.recvbuff};
@@ -237,6 +233,31 @@ ProcessClique::OwnPart ProcessClique::checkOwnPart(const RankArgs& mine) const {
     own.error = e;
   }
   return own;
+}
+
+sched::CollectiveCall ProcessClique::soloCallOf(const RankArgs& mine) const {
+  const auto n = static_cast<size_t>(nranks_);
+  const auto me = static_cast<size_t>(rank_);
+  sched::CollectiveCall solo;
+  solo.nranks = nranks_;
+  solo.kind = mine.kind;
+  solo.dtype = mine.dtype;
+  solo.op = mine.op;
+  solo.root = mine.root;
+  solo.count = mine.count;
+  solo.inPlace.assign(n, false);
+  solo.inPlace[me] = mine.inPlace;
+  if (mine.kind == sched::CollKind::kAllToAllv) {
+    solo.sendCounts.assign(n, {});
+    solo.sendDispls.assign(n, {});
+    solo.recvCounts.assign(n, {});
+    solo.recvDispls.assign(n, {});
+    solo.sendCounts[me] = mine.sendCounts;
+    solo.sendDispls[me] = mine.sendDispls;
+    solo.recvCounts[me] = mine.recvCounts;
+    solo.recvDispls[me] = mine.recvDispls;
+  }
+  return solo;
 }
 
 bool ProcessClique::stagesThroughScratch(const RankArgs& args) const {

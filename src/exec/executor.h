@@ -4,6 +4,7 @@
 
 #include <conccl/conccl.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "base/config.h"
+#include "exec/pool_bounce_plan.h"
 #include "sched/schedule.h"
 
 namespace conccl::exec {
@@ -180,6 +182,18 @@ class Executor {
   // Whether `ptr` is memory of a cudaMallocAsync pool (the caller may cudaFreeAsync it right after a call; CUDA then
   // refuses the pointer in later API calls, whatever the stream order).
   virtual bool isPoolMemory(int /*rank*/, const void* /*ptr*/) const { return false; }
+  // A call on pool memory run on the rank's bounce regions instead (exec/pool_bounce_plan.h, exec/cuda/pool_bounce.h;
+  // several processes, with the VMM export on). Before the call: maps the regions `plan` needs, orders `stream` after
+  // their previous use and enqueues the copies in; returns the regions' bases, or nullopt with the reason in *whyNot
+  // (the call then runs on the caller's buffers). After the call was launched (or failed: `copyOut` false): the copies
+  // out on `stream`, and the regions' use is marked.
+  virtual std::optional<std::array<void*, 2>> enterPoolBounce(int /*rank*/, cudaStream_t /*stream*/,
+                                                              const PoolBouncePlan& /*plan*/, std::string* whyNot) {
+    *whyNot = "not supported by this executor";
+    return std::nullopt;
+  }
+  virtual void leavePoolBounce(int /*rank*/, cudaStream_t /*stream*/, const PoolBouncePlan& /*plan*/,
+                               const std::array<void*, 2>& /*regions*/, bool /*copyOut*/) {}
 
   // --- Deferred launches (several processes; exec/cuda/deferred_launch.h; the others answer "not supported") ---
 

@@ -337,6 +337,9 @@ CudaExecutor::~CudaExecutor() {
   if (leakedRank_ && claimer_) claimer_->leak();
   if (!processMode_) return;
   releaseVmmExports();
+  if (poolBounce_ && (leakedRank_ || !poolBounce_->release(std::chrono::milliseconds(config_.timeoutMs)))) {
+    (void)poolBounce_.release();  // leaked on purpose: a copy out may still run on the caller's stream
+  }
   if (leakedRank_) {
     // The local rank's work is still queued (it could not drain): it may yet touch the peers' mapped buffers and
     // the registered flag area. Keep both, as releaseRank keeps the rank's own memory.

@@ -2,6 +2,7 @@
 //   cuda_executor.cc          setup and teardown: devices, peer access, flags, lanes; drain, cancel, release
 //   cuda_executor_launch.cc   the enqueue path of a call: prepareCall (stream claims, cached graphs) and launch
 //   cuda_executor_buffers.cc  the caller's buffers: checks, and across processes their export / import (CUDA IPC)
+//                             and the bounce regions of calls on pool memory
 // Everything else reaches it through exec/executor.h (makeCudaExecutor, makeCudaProcessExecutor).
 #pragma once
 
@@ -22,6 +23,7 @@
 #include "exec/cuda/copy_engine_program.h"
 #include "exec/cuda/deferred_launch.h"
 #include "exec/cuda/ipc_import_table.h"
+#include "exec/cuda/pool_bounce.h"
 #include "exec/cuda/queue_claim.h"
 #include "exec/cuda/rank_state.h"
 #include "exec/cuda/raii.h"
@@ -63,6 +65,10 @@ class CudaExecutor final : public Executor {
   std::optional<BufferExport> exportIfShareable(int rank, const void* ptr, size_t bytes, const char* what,
                                                 cudaStream_t stream) override;
   bool isPoolMemory(int rank, const void* ptr) const override;
+  std::optional<std::array<void*, 2>> enterPoolBounce(int rank, cudaStream_t stream, const PoolBouncePlan& plan,
+                                                      std::string* whyNot) override;
+  void leavePoolBounce(int rank, cudaStream_t stream, const PoolBouncePlan& plan, const std::array<void*, 2>& regions,
+                       bool copyOut) override;
 
   std::optional<DeferredCall> deferCall(int rank, cudaStream_t caller, std::string* whyNot) override;
   void beginDeferred(int rank, const DeferredCall& call) override;
@@ -182,6 +188,10 @@ class CudaExecutor final : public Executor {
   std::map<std::pair<int, uint64_t>, void*> imports_;  // (owner rank, allocation id) -> base in this process
   // The local rank's deferred launches (made at init; released with the rank, after they drained).
   std::unique_ptr<DeferredLaunches> deferred_;
+  // The local rank's bounce regions for calls on pool memory (pool_bounce.h), made at the first such call; freed at
+  // destroy after the rank drained and the VMM exports were withdrawn.
+  std::mutex poolBounceMutex_;
+  std::unique_ptr<PoolBounceRegions> poolBounce_;
 };
 
 }  // namespace conccl::exec

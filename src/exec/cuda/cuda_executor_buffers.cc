@@ -1,6 +1,7 @@
 // The CUDA executor's view of the caller's buffers (the class: cuda_executor.h): every call's pointers checked in
 // one driver query (device memory of the rank's GPU, large enough), and across processes their export to the peers
-// and the peers' imports, each cached per allocation because opening a CUDA IPC handle costs milliseconds.
+// and the peers' imports, each cached per allocation because opening a CUDA IPC handle costs milliseconds; calls on
+// pool memory moved onto the rank's bounce regions (pool_bounce.h).
 // docs/multiprocess.md describes the protocol around it.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -99,6 +100,33 @@ bool CudaExecutor::isPoolMemory(int rank, const void* ptr) const {
   void* data[] = {&pool};
   CU_CHECK(driverApi().pointerGetAttributes(1, &attribute, data, reinterpret_cast<CUdeviceptr>(ptr)));
   return pool != nullptr;
+}
+
+std::optional<std::array<void*, 2>> CudaExecutor::enterPoolBounce(int rank, cudaStream_t stream,
+                                                                  const PoolBouncePlan& plan, std::string* whyNot) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_);
+  if (!exportVmm_) {
+    *whyNot = "the communicator does not share VMM memory (CONCCL_VMM_EXPORT=0, or its check at init failed)";
+    return std::nullopt;
+  }
+  DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
+  PoolBounceRegions* regions = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(poolBounceMutex_);
+    if (!poolBounce_) {
+      poolBounce_ = std::make_unique<PoolBounceRegions>(devices_[static_cast<size_t>(rank)], rank,
+                                                        config_.poolBounceMaxBytes);
+    }
+    regions = poolBounce_.get();
+  }
+  return regions->enter(stream, plan, whyNot);
+}
+
+void CudaExecutor::leavePoolBounce(int rank, cudaStream_t stream, const PoolBouncePlan& plan,
+                                   const std::array<void*, 2>& regions, bool copyOut) {
+  CONCCL_ASSERT(processMode_ && rank == localRank_ && poolBounce_);
+  DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
+  poolBounce_->leave(stream, plan, regions, copyOut);
 }
 
 std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void* ptr, size_t bytes, const char* what,

@@ -1,0 +1,66 @@
+// ProcessClique (core/process_clique.h), part: calls on cudaMallocAsync pool memory moved onto the executor's bounce
+// regions (exec/pool_bounce_plan.h says why; exec/cuda/pool_bounce.h holds the regions).
+//
+// Only this rank's pointers change: its peers see memory they can map (or their own bounce regions) and route the
+// call as any other. Not moved: calls staged by size anyway (a few ops), calls captured into a graph (their launch is
+// the graph's, and a graph's replays would share the regions with eager calls outside the stream order it captured),
+// calls with chunk or input events (their events mark progress in the caller's own buffers), and Send/Recv groups
+// (always staged through the receiver's scratch).
+#include <string>
+
+#include "base/host_laps.h"
+#include "base/logging.h"
+#include "core/process_clique.h"
+
+namespace conccl {
+
+std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankArgs& mine) {
+  if (config_.poolBounceMaxBytes == 0 || mine.kind == sched::CollKind::kSendRecv || !mine.chunkEvents.empty() ||
+      !mine.inputEvents.empty() || mine.pushInputs || stagesThroughScratch(mine) || !usesPoolMemory(mine)) {
+    return std::nullopt;
+  }
+  std::vector<size_t> bytes;
+  try {
+    bytes = sched::bufferBytes(soloCallOf(mine), rank_);
+  } catch (const Error&) {
+    return std::nullopt;  // sizes that overflow: the regular path reports them
+  }
+  if (bytes.size() != 2) return std::nullopt;
+  exec::BounceBufferArg send{mine.sendbuff, bytes[0], false}, recv{mine.recvbuff, bytes[1], false};
+  // usesPoolMemory said one of them is; a buffer the call does not use is neither copied nor asked about.
+  if (send.bytes > 0) send.pool = executor_->isPoolMemory(rank_, send.ptr);
+  if (recv.bytes > 0) recv.pool = executor_->isPoolMemory(rank_, recv.ptr);
+  std::string why;
+  std::optional<exec::PoolBouncePlan> plan =
+      exec::planPoolBounce(send, recv, /*keepRecvGaps=*/mine.kind == sched::CollKind::kAllToAllv,
+                           config_.poolBounceMaxBytes, &why);
+  if (!plan) {
+    if (logLevel() >= LogLevel::kTrace) CONCCL_TRACE(rank_, device_, std::string(mine.apiName) + " is staged: " + why);
+    return std::nullopt;
+  }
+  PoolBounceUse use;
+  use.stream = mine.stream;
+  std::optional<std::array<void*, 2>> regions = executor_->enterPoolBounce(rank_, mine.stream, *plan, &why);
+  if (!regions) {
+    if (!poolBounceRefusalLogged_) {
+      poolBounceRefusalLogged_ = true;
+      CONCCL_INFO(rank_, device_,
+                  "calls on cudaMallocAsync pool memory above CONCCL_STAGED_MAX_BYTES are staged through the peers' "
+                  "scratch (their host time grows with their size): no bounce regions: " + why);
+    }
+    return std::nullopt;
+  }
+  use.regions = *regions;
+  mine.sendbuff = plan->translate(mine.sendbuff, use.regions);
+  mine.recvbuff = plan->translate(mine.recvbuff, use.regions);
+  use.plan = std::move(*plan);
+  HostLaps::lap("pool bounce: copies in");
+  return use;
+}
+
+void ProcessClique::leavePoolBounce(const PoolBounceUse& use, bool copyOut) {
+  executor_->leavePoolBounce(rank_, use.stream, use.plan, use.regions, copyOut);
+  HostLaps::lap("pool bounce: copies out");
+}
+
+}  // namespace conccl
