@@ -192,9 +192,10 @@ class ProcessClique final : public Clique {
     std::array<void*, 2> regions{};
     cudaStream_t stream = nullptr;  // the caller's
   };
-  // nullopt when the call keeps its own buffers (not pool memory, staged by size, captured, chunk events, above
-  // Config::poolBounceMaxBytes, or the executor cannot: logged once).
-  std::optional<PoolBounceUse> enterPoolBounce(RankArgs& mine);
+  // nullopt when the call keeps its own buffers (not pool memory, staged by size, chunk events, above
+  // Config::poolBounceMaxBytes, or the executor cannot: logged once). Not for a captured call. *poolMemory: whether
+  // the call, as it goes on, uses pool memory (usesPoolMemory, asked once; false once moved onto the regions).
+  std::optional<PoolBounceUse> enterPoolBounce(RankArgs& mine, bool* poolMemory);
   void leavePoolBounce(const PoolBounceUse& use, bool copyOut);
   // The rank's part of a call as a CollectiveCall of its own arguments (what bufferBytes and forEachUsedBuffer read).
   sched::CollectiveCall soloCallOf(const RankArgs& mine) const;
@@ -367,7 +368,8 @@ class ProcessClique final : public Clique {
   // path).
   void housekeeping();
   // waitAndLaunch without its capture bookkeeping (the capture watch, the relaxed scope, the capture's checks).
-  void matchAndLaunch(CallTicket& ticket);
+  // `poolMemory`: the call uses pool memory (then it is finished on the caller's thread, never deferred).
+  void matchAndLaunch(CallTicket& ticket, bool poolMemory);
   // Publishes window operation `kind` (register or deregister) with `value` (size or window id) as call `seq`
   // and reads every peer's entry. Throws when a peer failed its part or did something else; returns the
   // peers' exports.

@@ -40,13 +40,19 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   }
   // On pool memory: its pointers moved onto the bounce regions, copied in now and out once it is launched.
   std::optional<PoolBounceUse> bounce;
-  if (atEntry == exec::CaptureStatus::kNone) bounce = enterPoolBounce(*ticket.call->args[static_cast<size_t>(rank_)]);
+  RankArgs& mine = *ticket.call->args[static_cast<size_t>(rank_)];
+  bool poolMemory = false;
+  if (atEntry == exec::CaptureStatus::kNone) {
+    bounce = enterPoolBounce(mine, &poolMemory);
+  } else {
+    poolMemory = usesPoolMemory(mine);
+  }
   {
     // A captured call maps peers' buffers and may allocate beside the work it captures: in relaxed mode, or the
     // caller's global-mode capture would be invalidated.
     const exec::RelaxedCaptureScope relaxed(atEntry == exec::CaptureStatus::kActive);
     try {
-      matchAndLaunch(ticket);
+      matchAndLaunch(ticket, poolMemory);
     } catch (...) {
       if (bounce) {
         try {
@@ -67,9 +73,9 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
   gpuWatchdog_->watchCapturedWork();
 }
 
-void ProcessClique::matchAndLaunch(CallTicket& ticket) {
+void ProcessClique::matchAndLaunch(CallTicket& ticket, bool poolMemory) {
   RankArgs& mine = *ticket.call->args[static_cast<size_t>(rank_)];
-  if (!deferrable(mine) || usesPoolMemory(mine)) {
+  if (!deferrable(mine) || poolMemory) {
     waitForProxyIdle(ticket.what);
     finishCall(ticket);
     return;

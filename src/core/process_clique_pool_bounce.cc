@@ -14,22 +14,29 @@
 
 namespace conccl {
 
-std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankArgs& mine) {
+std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankArgs& mine, bool* poolMemory) {
   if (config_.poolBounceMaxBytes == 0 || mine.kind == sched::CollKind::kSendRecv || !mine.chunkEvents.empty() ||
-      !mine.inputEvents.empty() || mine.pushInputs || stagesThroughScratch(mine) || !usesPoolMemory(mine)) {
+      !mine.inputEvents.empty() || mine.pushInputs || stagesThroughScratch(mine)) {
+    *poolMemory = usesPoolMemory(mine);
     return std::nullopt;
   }
   std::vector<size_t> bytes;
   try {
     bytes = sched::bufferBytes(soloCallOf(mine), rank_);
   } catch (const Error&) {
+    *poolMemory = usesPoolMemory(mine);
     return std::nullopt;  // sizes that overflow: the regular path reports them
   }
-  if (bytes.size() != 2) return std::nullopt;
+  CONCCL_ASSERT(bytes.size() == 2);
+  // Only the buffers the call uses are asked about (one driver query each; one for an in-place call): the caller may
+  // free those right after the call, which is what pool memory changes.
   exec::BounceBufferArg send{mine.sendbuff, bytes[0], false}, recv{mine.recvbuff, bytes[1], false};
-  // usesPoolMemory said one of them is; a buffer the call does not use is neither copied nor asked about.
   if (send.bytes > 0) send.pool = executor_->isPoolMemory(rank_, send.ptr);
-  if (recv.bytes > 0) recv.pool = executor_->isPoolMemory(rank_, recv.ptr);
+  if (recv.bytes > 0) recv.pool = recv.ptr == send.ptr && send.bytes > 0 ? send.pool
+                                                                         : executor_->isPoolMemory(rank_, recv.ptr);
+  *poolMemory = send.pool || recv.pool;
+  if (!*poolMemory) return std::nullopt;
+  HostLaps::lap("pool bounce: pool memory?");
   std::string why;
   std::optional<exec::PoolBouncePlan> plan =
       exec::planPoolBounce(send, recv, /*keepRecvGaps=*/mine.kind == sched::CollKind::kAllToAllv,
@@ -51,16 +58,17 @@ std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankA
     return std::nullopt;
   }
   use.regions = *regions;
-  mine.sendbuff = plan->translate(mine.sendbuff, use.regions);
-  mine.recvbuff = plan->translate(mine.recvbuff, use.regions);
+  mine.sendbuff = plan->place(0, mine.sendbuff, use.regions);
+  mine.recvbuff = plan->place(1, mine.recvbuff, use.regions);
   use.plan = std::move(*plan);
+  *poolMemory = false;  // the call now runs on the regions
   HostLaps::lap("pool bounce: copies in");
   return use;
 }
 
 void ProcessClique::leavePoolBounce(const PoolBounceUse& use, bool copyOut) {
   executor_->leavePoolBounce(rank_, use.stream, use.plan, use.regions, copyOut);
-  HostLaps::lap("pool bounce: copies out");
+  HostLaps::lap("pool bounce: use marked");
 }
 
 }  // namespace conccl

@@ -15,15 +15,10 @@ bool overlap(uintptr_t a, size_t aBytes, uintptr_t b, size_t bBytes) { return a 
 
 }  // namespace
 
-void* PoolBouncePlan::translate(const void* p, const std::array<void*, 2>& regions) const {
-  const uintptr_t a = addressOf(p);
-  for (size_t r = 0; r < spans.size(); ++r) {
-    const BounceSpan& s = spans[r];
-    // The end is included: an empty block at the end of a span (a zero-count part) keeps its place.
-    if (s.bytes == 0 || a < s.base || a - s.base > s.bytes) continue;
-    return static_cast<char*>(regions[r]) + (a - s.base);
-  }
-  return const_cast<void*>(p);
+void* PoolBouncePlan::place(int b, const void* original, const std::array<void*, 2>& regions) const {
+  const BouncePlace& at = places[static_cast<size_t>(b)];
+  if (at.region < 0) return const_cast<void*>(original);
+  return static_cast<char*>(regions[static_cast<size_t>(at.region)]) + at.offset;
 }
 
 std::optional<PoolBouncePlan> planPoolBounce(const BounceBufferArg& send, const BounceBufferArg& recv, bool keepRecvGaps,
@@ -46,6 +41,8 @@ std::optional<PoolBouncePlan> planPoolBounce(const BounceBufferArg& send, const 
       plan.copiesIn.push_back({0, s - base, s, send.bytes});
     }
     plan.copiesOut.push_back({0, r - base, r, recv.bytes});
+    plan.places[0] = {0, s - base};
+    plan.places[1] = {0, r - base};
   } else {
     const bool bounceSend = sendUsed && send.pool, bounceRecv = recvUsed && recv.pool;
     if (!bounceSend && !bounceRecv) {
@@ -61,6 +58,18 @@ std::optional<PoolBouncePlan> planPoolBounce(const BounceBufferArg& send, const 
       if (keepRecvGaps) plan.copiesIn.push_back({1, 0, r, recv.bytes});
       plan.copiesOut.push_back({1, 0, r, recv.bytes});
     }
+    if (bounceSend) plan.places[0] = {0, 0};
+    if (bounceRecv) plan.places[1] = {1, 0};
+    // A pointer the call does not use (a Broadcast non-root's sendbuff, passed as its recvbuff) goes with the span it
+    // starts in, so that the call's pointers keep their relation.
+    auto unusedInto = [&](BouncePlace& place, uintptr_t p) {
+      for (int region = 0; region < 2; ++region) {
+        const BounceSpan& span = plan.spans[static_cast<size_t>(region)];
+        if (span.bytes > 0 && p >= span.base && p - span.base < span.bytes) place = {region, p - span.base};
+      }
+    };
+    if (!sendUsed) unusedInto(plan.places[0], s);
+    if (!recvUsed) unusedInto(plan.places[1], r);
   }
   for (const BounceSpan& span : plan.spans) {
     if (span.bytes > maxRegionBytes) {

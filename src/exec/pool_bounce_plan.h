@@ -40,12 +40,21 @@ struct BounceCopy {
   size_t bytes = 0;
 };
 
+// Where one of the call's pointers goes: region + offset, or (region -1) nowhere: it stays as the caller passed it.
+struct BouncePlace {
+  int region = -1;
+  size_t offset = 0;
+};
+
 struct PoolBouncePlan {
-  std::array<BounceSpan, 2> spans{};  // [region]
-  std::vector<BounceCopy> copiesIn;   // before the call, in order
-  std::vector<BounceCopy> copiesOut;  // after it
-  // The address `p` has in the regions (based at `regions`); a pointer outside every span is returned unchanged.
-  void* translate(const void* p, const std::array<void*, 2>& regions) const;
+  std::array<BounceSpan, 2> spans{};    // [region]
+  std::array<BouncePlace, 2> places{};  // [0] sendbuff, [1] recvbuff
+  std::vector<BounceCopy> copiesIn;     // before the call, in order
+  std::vector<BounceCopy> copiesOut;    // after it
+  // Buffer `b`'s pointer (0 sendbuff, 1 recvbuff; `original` as the caller passed it) for the call on the regions
+  // based at `regions`. Each buffer is placed by the plan, not by its address: two buffers may touch (one pool
+  // allocation right after the other), and a pointer at the end of one span is the start of the next buffer.
+  void* place(int b, const void* original, const std::array<void*, 2>& regions) const;
 };
 
 // The plan of a call with buffers `send` and `recv` (bufferBytes of the rank's call). Buffers that overlap (in place,

@@ -38,7 +38,7 @@ TEST(PoolBouncePlan, InPlaceAllReduceIsOneSpanCopiedInAndOut) {
   EXPECT_EQ(plan->copiesIn[0].bytes, 64 * kMiB);
   ASSERT_EQ(plan->copiesOut.size(), 1u);
   EXPECT_EQ(plan->copiesOut[0].bytes, 64 * kMiB);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(plan->translate(at(b), regions())), regionAt(0, 0));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(plan->place(0, at(b), regions())), regionAt(0, 0));
 }
 
 TEST(PoolBouncePlan, InPlaceAllGatherCopiesInOnlyItsBlockAndOutTheWhole) {
@@ -57,8 +57,8 @@ TEST(PoolBouncePlan, InPlaceAllGatherCopiesInOnlyItsBlockAndOutTheWhole) {
   EXPECT_EQ(plan->copiesOut[0].offset, 0u);
   EXPECT_EQ(plan->copiesOut[0].bytes, 64 * kMiB);
   // The in-place relation survives: sendbuff is recvbuff + 32 MiB in the region too.
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(plan->translate(at(s), regions())), regionAt(0, 32 * kMiB));
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(plan->translate(at(r), regions())), regionAt(0, 0));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(plan->place(0, at(s), regions())), regionAt(0, 32 * kMiB));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(plan->place(1, at(r), regions())), regionAt(0, 0));
 }
 
 TEST(PoolBouncePlan, InPlaceReduceScatterCopiesOutOnlyItsBlock) {
@@ -87,18 +87,33 @@ TEST(PoolBouncePlan, OutOfPlaceBuffersTakeARegionEachAndOnlyPoolOnesMove) {
   ASSERT_EQ(both->copiesOut.size(), 1u);
   EXPECT_EQ(both->copiesOut[0].region, 1);
   EXPECT_EQ(both->copiesOut[0].bytes, 64 * kMiB);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(both->translate(at(r + 5), regions())), regionAt(1, 5));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(both->place(1, at(r), regions())), regionAt(1, 0));
   // Only the output is pool memory: the input stays where it is, nothing is copied in.
   auto recvOnly = planPoolBounce({at(s), 16 * kMiB, false}, {at(r), 64 * kMiB, true}, false, kMax, &why);
   ASSERT_TRUE(recvOnly) << why;
   EXPECT_EQ(recvOnly->spans[0].bytes, 0u);
   EXPECT_TRUE(recvOnly->copiesIn.empty());
-  EXPECT_EQ(recvOnly->translate(at(s), regions()), at(s));
+  EXPECT_EQ(recvOnly->place(0, at(s), regions()), at(s));
   // Only the input: nothing is copied out.
   auto sendOnly = planPoolBounce({at(s), 16 * kMiB, true}, {at(r), 64 * kMiB, false}, false, kMax, &why);
   ASSERT_TRUE(sendOnly) << why;
   EXPECT_TRUE(sendOnly->copiesOut.empty());
-  EXPECT_EQ(sendOnly->translate(at(r), regions()), at(r));
+  EXPECT_EQ(sendOnly->place(1, at(r), regions()), at(r));
+}
+
+TEST(PoolBouncePlan, TouchingBuffersEachKeepTheirOwnRegion) {
+  // Two pool allocations side by side: recvbuff starts where sendbuff ends (4 ranks, AllGather of 4 MiB a rank).
+  const uintptr_t s = 0x4000'0000, r = s + 4 * kMiB;
+  std::string why;
+  auto plan = planPoolBounce({at(s), 4 * kMiB, true}, {at(r), 16 * kMiB, true}, false, kMax, &why);
+  ASSERT_TRUE(plan) << why;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(plan->place(0, at(s), regions())), regionAt(0, 0));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(plan->place(1, at(r), regions())), regionAt(1, 0));
+  // The other order: sendbuff starts where recvbuff ends.
+  auto other = planPoolBounce({at(r), 4 * kMiB, true}, {at(s), 4 * kMiB, true}, false, kMax, &why);
+  ASSERT_TRUE(other) << why;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(other->place(0, at(r), regions())), regionAt(0, 0));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(other->place(1, at(s), regions())), regionAt(1, 0));
 }
 
 TEST(PoolBouncePlan, AllToAllvKeepsTheBytesItsDisplacementsSkip) {
@@ -124,7 +139,7 @@ TEST(PoolBouncePlan, AnUnusedBufferMovesOnlyWithTheSpanItPointsInto) {
   auto plan = planPoolBounce({at(r), 0, true}, {at(r), 64 * kMiB, true}, false, kMax, &why);
   ASSERT_TRUE(plan) << why;
   EXPECT_TRUE(plan->copiesIn.empty());
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(plan->translate(at(r), regions())), regionAt(1, 0));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(plan->place(0, at(r), regions())), regionAt(1, 0));
 }
 
 TEST(PoolBouncePlan, RefusedWithoutPoolMemoryOrAboveTheCap) {

@@ -6,6 +6,7 @@
 
 #include "base/bytes_text.h"
 #include "base/error.h"
+#include "base/host_laps.h"
 #include "base/logging.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
@@ -99,6 +100,7 @@ std::optional<std::array<void*, 2>> PoolBounceRegions::enter(cudaStream_t stream
   // A region's previous call ran on another stream: its copies out must be done before anything of this call
   // touches the region (this call's copies in, and the peers, who write into it once this rank's program started).
   if (used_ && stream != lastStream_) CUDA_CHECK(cudaStreamWaitEvent(stream, lastUse_.get(), 0));
+  HostLaps::lap("pool bounce: regions");
   for (const BounceCopy& c : plan.copiesIn) {
     CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(bases[static_cast<size_t>(c.region)]) + c.offset,
                                reinterpret_cast<const void*>(c.user), c.bytes, cudaMemcpyDeviceToDevice, stream));
@@ -116,6 +118,7 @@ void PoolBounceRegions::leave(cudaStream_t stream, const PoolBouncePlan& plan, c
                                  cudaMemcpyDeviceToDevice, stream));
     }
   }
+  HostLaps::lap("pool bounce: copies out");
   CUDA_CHECK(cudaEventRecord(lastUse_.get(), stream));
   lastStream_ = stream;
   used_ = true;
