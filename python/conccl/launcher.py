@@ -49,13 +49,15 @@ def build_env(base: Mapping[str, str], shim: str, real_nccl: Optional[str] = Non
     if real_nccl and not base.get("CONCCL_NCCL_REAL_LIB"):
         env["CONCCL_NCCL_REAL_LIB"] = real_nccl
     # PyTorch's expandable segments need no warning: conccl exports their pieces to the peers (docs/multiprocess.md,
-    # "Buffers"). Its cudaMallocAsync backend's memory cannot be mapped by a peer, so calls on it are staged and their
-    # host time grows with their size: a note names the allocator setting that moves directly.
+    # "Buffers"). Its cudaMallocAsync backend's memory cannot be mapped by a peer, so calls on it are staged (small) or
+    # run on bounce regions (copied in and out, memory held): a note names the allocator setting that moves directly.
     alloc_conf = ",".join(base.get(v, "") for v in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"))
     if "cudamallocasync" in alloc_conf.replace(" ", "").lower():
         out.notes.append("PyTorch's cudaMallocAsync backend: no peer process can map its memory, so conccl stages "
-                         "calls on it through scratch (host time grows with the size; an SM copy of what a rank "
-                         "receives); expandable_segments:True moves directly (docs/multiprocess.md, \"Buffers\")")
+                         "small calls on it through scratch and runs larger ones on bounce buffers (a same-device "
+                         "copy in and out, and up to CONCCL_POOL_BOUNCE_MAX_BYTES of device memory per buffer held "
+                         "by each communicator); expandable_segments:True moves directly (docs/multiprocess.md, "
+                         "\"Buffers\")")
     shim_switch = base.get("CONCCL_NCCL_SHIM")
     if shim_switch is not None and shim_switch.strip() != "1":
         out.notes.append(f"CONCCL_NCCL_SHIM={shim_switch}: every communicator goes to the real NCCL")

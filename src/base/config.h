@@ -54,6 +54,9 @@ struct Config {
   // call) a region takes; its memory is mapped as calls need it and held until the communicator is destroyed. Larger
   // calls, and every call with 0, are staged as before (CONCCL_POOL_BOUNCE_MAX_BYTES). Each process decides alone.
   size_t poolBounceMaxBytes = size_t{1} << 30;
+  // Bounce regions no call used for this long give their memory back (their peers' mappings go with the next
+  // retirement); the next call on pool memory maps them again (CONCCL_POOL_BOUNCE_IDLE_MS).
+  int poolBounceIdleMs = 200;
   // A call across processes whose peers have not all made it within rendezvousSpinUs of this rank is run staged
   // through the peers' scratch (as a staged call: no peer address needed) and launched at once, on the caller's thread
   // and stream; every rank of the call takes the same route, agreed through the shared segment (ProcessClique, "Late

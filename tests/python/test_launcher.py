@@ -39,10 +39,12 @@ def test_build_env_warns():
         assert launcher.build_env({var: "expandable_segments:True"}, SHIM).notes == []
     e = launcher.build_env({"CONCCL_NCCL_SHIM": "0"}, SHIM)
     assert any("real NCCL" in n for n in e.notes)
-    # The cudaMallocAsync backend: a note that its memory is staged, naming the setting that moves directly.
+    # The cudaMallocAsync backend: a note that its memory is staged or bounced (naming the memory it holds), and the
+    # setting that moves directly.
     for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
         notes = launcher.build_env({var: "backend:cudaMallocAsync"}, SHIM).notes
-        assert len(notes) == 1 and "stages" in notes[0] and "expandable_segments:True" in notes[0]
+        assert len(notes) == 1 and "stages" in notes[0] and "bounce" in notes[0]
+        assert "CONCCL_POOL_BOUNCE_MAX_BYTES" in notes[0] and "expandable_segments:True" in notes[0]
     assert launcher.build_env({"PYTORCH_ALLOC_CONF": "backend:native"}, SHIM).notes == []
 
 

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/host_laps.h"
 #include "base/logging.h"
+#include "exec/cuda/bounce_copy_kernel.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/vmm_wire.h"
@@ -35,7 +36,15 @@ PoolBounceRegions::PoolBounceRegions(int device, int rank, size_t maxRegionBytes
     : device_(device), rank_(rank), maxRegionBytes_(maxRegionBytes) {
   const CUmemAllocationProp prop = shareableProp(device);
   CU_CHECK(driverApi().memGetAllocationGranularity(&granule_, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
-  lastUse_ = Event::createForOrdering();
+  CUDA_CHECK(cudaDeviceGetAttribute(&maxCtas_, cudaDevAttrMultiProcessorCount, device));
+  mark_ = PinnedBuffer::allocate(sizeof(uint32_t));
+  *mark_.as<uint32_t>() = 0;
+  void* markDevice = nullptr;
+  CUDA_CHECK(cudaHostGetDevicePointer(&markDevice, mark_.get(), 0));
+  markDevice_ = reinterpret_cast<CUdeviceptr>(markDevice);
+  finishedCtas_ = DeviceBuffer::allocate(sizeof(uint32_t));
+  CUDA_CHECK(cudaMemset(finishedCtas_.get(), 0, sizeof(uint32_t)));
+  preloadBounceCopyKernel();
 }
 
 PoolBounceRegions::~PoolBounceRegions() {
@@ -82,8 +91,8 @@ bool PoolBounceRegions::grow(Region& r, size_t bytes, std::string* why) {
   r.mapped = target;
   CONCCL_INFO(rank_, device_,
               "calls on cudaMallocAsync pool memory run through bounce regions: " + bytesText(mappedBytes()) +
-                  " of device memory held until the communicator is destroyed (CONCCL_POOL_BOUNCE_MAX_BYTES caps a "
-                  "region; 0 stages such calls instead)");
+                  " of device memory, given back once unused for CONCCL_POOL_BOUNCE_IDLE_MS (CONCCL_POOL_BOUNCE_MAX_BYTES "
+                  "caps a region; 0 stages such calls instead)");
   return true;
 }
 
@@ -97,55 +106,78 @@ std::optional<std::array<void*, 2>> PoolBounceRegions::enter(cudaStream_t stream
     if (need > regions_[i].mapped && !grow(regions_[i], need, whyNot)) return std::nullopt;
     bases[i] = reinterpret_cast<void*>(regions_[i].base);
   }
-  // A region's previous call ran on another stream: its copies out must be done before anything of this call
-  // touches the region (this call's copies in, and the peers, who write into it once this rank's program started).
-  if (used_ && stream != lastStream_) CUDA_CHECK(cudaStreamWaitEvent(stream, lastUse_.get(), 0));
-  HostLaps::lap("pool bounce: regions");
-  for (const BounceCopy& c : plan.copiesIn) {
-    CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(bases[static_cast<size_t>(c.region)]) + c.offset,
-                               reinterpret_cast<const void*>(c.user), c.bytes, cudaMemcpyDeviceToDevice, stream));
+  // The regions' previous call ran on another stream: its copy out must be done before anything of this call
+  // touches the regions (this call's copy in, and the peers, who write into them once this rank's program started).
+  unsigned long long streamId = 0;
+  CUDA_CHECK(cudaStreamGetId(stream, &streamId));
+  if (uses_ > 0 && streamId != lastStreamId_) {
+    CU_CHECK(driverApi().streamWaitValue32(reinterpret_cast<CUstream>(stream), markDevice_, uses_,
+                                           CU_STREAM_WAIT_VALUE_EQ));
   }
+  HostLaps::lap("pool bounce: regions");
+  BounceCopyArgs in;
+  for (const BounceCopy& c : plan.copiesIn) {
+    CONCCL_ASSERT(in.jobs < kBounceCopyMaxJobs);
+    in.src[in.jobs] = reinterpret_cast<const void*>(c.user);
+    in.dst[in.jobs] = static_cast<char*>(bases[static_cast<size_t>(c.region)]) + c.offset;
+    in.bytes[in.jobs++] = c.bytes;
+  }
+  launchBounceCopy(in, maxCtas_, stream);
+  lastStreamId_ = streamId;
+  active_ = true;
   return bases;
 }
 
 void PoolBounceRegions::leave(cudaStream_t stream, const PoolBouncePlan& plan, const std::array<void*, 2>& regions,
                               bool copyOut) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (copyOut) {
-    for (const BounceCopy& c : plan.copiesOut) {
-      CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<void*>(c.user),
-                                 static_cast<const char*>(regions[static_cast<size_t>(c.region)]) + c.offset, c.bytes,
-                                 cudaMemcpyDeviceToDevice, stream));
-    }
+  // A failed call still writes its mark (no copies): the next call on another stream waits for exactly that count.
+  BounceCopyArgs out;
+  for (const BounceCopy& c : plan.copiesOut) {
+    if (!copyOut) break;
+    CONCCL_ASSERT(out.jobs < kBounceCopyMaxJobs);
+    out.src[out.jobs] = static_cast<const char*>(regions[static_cast<size_t>(c.region)]) + c.offset;
+    out.dst[out.jobs] = reinterpret_cast<void*>(c.user);
+    out.bytes[out.jobs++] = c.bytes;
   }
-  HostLaps::lap("pool bounce: copies out");
-  CUDA_CHECK(cudaEventRecord(lastUse_.get(), stream));
-  lastStream_ = stream;
-  used_ = true;
+  out.mark = reinterpret_cast<volatile uint32_t*>(markDevice_);
+  out.markValue = uses_ + 1;
+  out.finished = finishedCtas_.as<unsigned>();
+  active_ = false;
+  launchBounceCopy(out, maxCtas_, stream);
+  ++uses_;
+  lastUseAt_ = std::chrono::steady_clock::now();
 }
 
 bool PoolBounceRegions::release(std::chrono::milliseconds limit) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (used_) {
-    // Bounded: the caller's stream may hold a copy out behind a wait that never ends (an aborted communicator whose
-    // peer died); then the memory is leaked rather than unmapped under the copy.
-    const auto until = std::chrono::steady_clock::now() + limit;
-    cudaError_t e = cudaEventQuery(lastUse_.get());
-    while (e == cudaErrorNotReady && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-      e = cudaEventQuery(lastUse_.get());
-    }
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      leaked_ = true;
-      lastUse_.leak();
-      CONCCL_WARN(rank_, device_,
-                  "the last call on the bounce regions had not finished on the GPU at destroy; leaking their " +
-                      bytesText(mappedBytes()));
-      return false;
-    }
+  // Bounded: the caller's stream may hold a copy out behind a wait that never ends (an aborted communicator whose
+  // peer died); then the memory is leaked rather than unmapped under the copy.
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!lastUseDone() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  if (!lastUseDone()) {
+    leaked_ = true;
+    mark_.leak();  // the GPU may still write it
+    finishedCtas_.leak();
+    CONCCL_WARN(rank_, device_,
+                "the last call on the bounce regions had not finished on the GPU at destroy; leaking their " +
+                    bytesText(mappedBytes()));
+    return false;
   }
   freeRegions();
+  return true;
+}
+
+bool PoolBounceRegions::releaseIfIdle(std::chrono::milliseconds idle) {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock() || active_ || mappedBytes() == 0) return false;  // a call is on the regions: not idle
+  if (std::chrono::steady_clock::now() - lastUseAt_ < idle || !lastUseDone()) return false;
+  const size_t bytes = mappedBytes();
+  freeRegions();
+  CONCCL_INFO(rank_, device_,
+              "bounce regions unused for " + std::to_string(idle.count()) + " ms: " + bytesText(bytes) + " given back");
   return true;
 }
 

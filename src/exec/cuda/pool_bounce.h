@@ -7,10 +7,15 @@
 // at its end as calls need it, at least doubling each time (few pieces: a call checks each piece it uses). The memory
 // stays mapped until the communicator is destroyed.
 //
-// Ordering: a call's copies in, its program and its copies out run in the caller's stream order; the next call on the
-// same stream follows them. A call on another stream first waits for an event recorded after the previous call's copies
-// out (the executor's own order across streams, CudaExecutor::orderAfterPreviousCall, ends at the program's done marker,
-// before those copies).
+// The copies are one kernel per side of the call (bounce_copy_kernel.h); the copy out ends by writing the regions' use
+// count into host memory. Ordering: a call's copies in, its program and its copies out run in the caller's stream
+// order; the next call on the same stream follows them. A call on another stream first waits (a stream memory
+// operation) for the previous call's use count: the executor's own order across streams
+// (CudaExecutor::orderAfterPreviousCall) ends at the program's done marker, before the copy out.
+//
+// Idle regions give their memory back (releaseIfIdle, from the communicator's housekeeping): their pieces are unmapped
+// once no call used them for CONCCL_POOL_BOUNCE_IDLE_MS and the GPU is done with the last one; the VMM export's sweep
+// then retires the units the peers mapped (vmm_export.h), and the next call maps the regions again.
 #pragma once
 
 #include <cuda.h>
@@ -46,6 +51,9 @@ class PoolBounceRegions {
   // At destroy, after the rank drained and the VMM exports were withdrawn: waits (bounded by `limit`) for the last use
   // on the GPU, then unmaps and frees. Returns false and leaks the memory when the GPU did not finish in time.
   bool release(std::chrono::milliseconds limit);
+  // Unmaps the regions when no call has used them for `idle` and the GPU finished the last use; never blocks (a call
+  // in progress keeps them). Returns whether memory was given back.
+  bool releaseIfIdle(std::chrono::milliseconds idle);
 
   // Bytes of device memory mapped in both regions.
   size_t mappedBytes() const;
@@ -64,16 +72,23 @@ class PoolBounceRegions {
   // Maps `r` to at least `bytes`; false with the reason when the driver refuses.
   bool grow(Region& r, size_t bytes, std::string* why);
   void freeRegions();
+  // Whether the GPU finished the copies out of the last use (its count is in the mark).
+  bool lastUseDone() const { return *static_cast<const volatile uint32_t*>(mark_.as<uint32_t>()) == uses_; }
 
   const int device_;
   const int rank_;
   const size_t maxRegionBytes_;
   size_t granule_ = 0;
   std::mutex mutex_;
+  int maxCtas_ = 1;  // the copy kernel's CTAs at most: the device's SMs (as the driver's own copy inside a GPU)
   std::array<Region, 2> regions_;
-  Event lastUse_;  // recorded on the last user's stream after its copies out
-  cudaStream_t lastStream_ = nullptr;
-  bool used_ = false;
+  PinnedBuffer mark_;              // uint32: the use count the last finished copy out wrote
+  CUdeviceptr markDevice_ = 0;     // the same word as the device addresses it
+  DeviceBuffer finishedCtas_;      // uint32: the copy kernel's count of finished CTAs (bounce_copy_kernel.h)
+  uint32_t uses_ = 0;              // calls that left the regions so far (the value their last copy out writes)
+  unsigned long long lastStreamId_ = 0;  // cudaStreamGetId of the last use's stream
+  std::chrono::steady_clock::time_point lastUseAt_{};
+  bool active_ = false;  // between enter and leave: a call is being matched on the regions
   bool leaked_ = false;
 };
 

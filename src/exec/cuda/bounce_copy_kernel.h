@@ -1,0 +1,42 @@
+// The copies of a call on pool memory into and out of its rank's bounce regions (pool_bounce.h), as one kernel per
+// side of the call.
+//
+// Why a kernel of our own: a copy inside one GPU's memory runs on SMs on our driver whichever way it is enqueued
+// (FACTS.md), and cudaMemcpyAsync cost the caller 5 us for 64 MiB and 9 us for 1 GiB to enqueue (one H100, 2026-12-06,
+// docs/results/2026-12-06-1gpu-pool-bounce/, run 2), against about 2 us for one kernel launch whatever the size. The
+// kernel takes both copies of a side in one launch, and the copy out ends by writing the regions' use count into
+// host memory, which a call on another stream waits for (a stream memory operation) instead of an event recorded
+// after the copy.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace conccl::exec {
+
+inline constexpr int kBounceCopyMaxJobs = 2;
+inline constexpr int kBounceCopyThreads = 512;
+
+struct BounceCopyArgs {
+  const void* src[kBounceCopyMaxJobs] = {};
+  void* dst[kBounceCopyMaxJobs] = {};
+  size_t bytes[kBounceCopyMaxJobs] = {};
+  int jobs = 0;
+  // After every byte is copied, the last CTA to finish writes `markValue` into `mark` (host memory mapped for the
+  // device; null: no mark). `finished` counts the CTAs that are done: a device word set to 0 before the launch.
+  volatile uint32_t* mark = nullptr;
+  uint32_t markValue = 0;
+  unsigned* finished = nullptr;
+};
+
+// Loads the kernel into the current device's context now (see preloadReduceKernels: the lazy loader's first launch
+// waits for the device).
+void preloadBounceCopyKernel();
+
+// Enqueues the copies on `stream` with at most `maxCtas` CTAs (fewer for small copies). Throws
+// Error(concclUnhandledCudaError) when the launch fails.
+void launchBounceCopy(const BounceCopyArgs& args, int maxCtas, cudaStream_t stream);
+
+}  // namespace conccl::exec
