@@ -113,12 +113,6 @@ size_t CudaExecutor::logRetiredExports(int rank, const RetireLogAppend& append) 
   if (retiredExports_.empty()) return 0;
   const RelaxedCaptureScope relaxed(true);  // the watchdog's thread, beside a caller's global-mode capture
   DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
-  {
-    // Idle bounce regions give their memory back first: the sweep below then finds their units unmapped and retires
-    // them, so that the peers let go of their mappings too (pool_bounce.h).
-    std::lock_guard<std::mutex> lock(poolBounceMutex_);
-    if (poolBounce_) poolBounce_->releaseIfIdle(std::chrono::milliseconds(config_.poolBounceIdleMs));
-  }
   // Not an allocation deregistered while its memory lives: a later call may export it again under the same id, which
   // a peer applying the record late would then unmap under that call. Such an id waits for a call's entry (read before
   // the peer maps anything of that call), or until its memory is freed too (PyTorch's registration hook deregisters a
@@ -158,6 +152,12 @@ void CudaExecutor::sweepFreedExports(int rank) {
   if (!processMode_ || rank != localRank_) return;
   const RelaxedCaptureScope relaxed(true);  // the watchdog's thread, beside a caller's global-mode capture
   DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
+  {
+    // Idle bounce regions give their memory back first: the sweep below then finds their units unmapped and retires
+    // them, so that the peers let go of their mappings too (pool_bounce.h).
+    std::lock_guard<std::mutex> lock(poolBounceMutex_);
+    if (poolBounce_) poolBounce_->releaseIfIdle(std::chrono::milliseconds(config_.poolBounceIdleMs));
+  }
   // What to look at, under the lock; the driver queries (one per allocation, two per VMM piece) outside it, so that a
   // call exporting meanwhile does not wait for them; then, under the lock again, the retirement of what is still
   // cached as it was.
