@@ -32,15 +32,15 @@ std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankA
   // free those right after the call, which is what pool memory changes.
   exec::BounceBufferArg send{mine.sendbuff, bytes[0], false}, recv{mine.recvbuff, bytes[1], false};
   if (send.bytes > 0) send.pool = executor_->isPoolMemory(rank_, send.ptr);
-  if (recv.bytes > 0) recv.pool = recv.ptr == send.ptr && send.bytes > 0 ? send.pool
-                                                                         : executor_->isPoolMemory(rank_, recv.ptr);
+  if (recv.bytes > 0) {
+    recv.pool = recv.ptr == send.ptr && send.bytes > 0 ? send.pool : executor_->isPoolMemory(rank_, recv.ptr);
+  }
   *poolMemory = send.pool || recv.pool;
   if (!*poolMemory) return std::nullopt;
   HostLaps::lap("pool bounce: pool memory?");
   std::string why;
-  std::optional<exec::PoolBouncePlan> plan =
-      exec::planPoolBounce(send, recv, /*keepRecvGaps=*/mine.kind == sched::CollKind::kAllToAllv,
-                           config_.poolBounceMaxBytes, &why);
+  std::optional<exec::PoolBouncePlan> plan = exec::planPoolBounce(
+      send, recv, /*keepRecvGaps=*/mine.kind == sched::CollKind::kAllToAllv, config_.poolBounceMaxBytes, &why);
   if (!plan) {
     if (logLevel() >= LogLevel::kTrace) CONCCL_TRACE(rank_, device_, std::string(mine.apiName) + " is staged: " + why);
     return std::nullopt;
@@ -53,7 +53,8 @@ std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankA
       poolBounceRefusalLogged_ = true;
       CONCCL_INFO(rank_, device_,
                   "calls on cudaMallocAsync pool memory above CONCCL_STAGED_MAX_BYTES are staged through the peers' "
-                  "scratch (their host time grows with their size): no bounce regions: " + why);
+                  "scratch (their host time grows with their size): no bounce regions: " +
+                      why);
     }
     return std::nullopt;
   }

@@ -21,8 +21,8 @@ void* PoolBouncePlan::place(int b, const void* original, const std::array<void*,
   return static_cast<char*>(regions[static_cast<size_t>(at.region)]) + at.offset;
 }
 
-std::optional<PoolBouncePlan> planPoolBounce(const BounceBufferArg& send, const BounceBufferArg& recv, bool keepRecvGaps,
-                                             size_t maxRegionBytes, std::string* whyNot) {
+std::optional<PoolBouncePlan> planPoolBounce(const BounceBufferArg& send, const BounceBufferArg& recv,
+                                             bool keepRecvGaps, size_t maxRegionBytes, std::string* whyNot) {
   const bool sendUsed = send.bytes > 0, recvUsed = recv.bytes > 0;
   const uintptr_t s = addressOf(send.ptr), r = addressOf(recv.ptr);
   PoolBouncePlan plan;

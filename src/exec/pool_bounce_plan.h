@@ -58,12 +58,12 @@ struct PoolBouncePlan {
 };
 
 // The plan of a call with buffers `send` and `recv` (bufferBytes of the rank's call). Buffers that overlap (in place,
-// or an in-place block: AllGather's sendbuff inside recvbuff) share region 0 as one span; otherwise each pool buffer has
-// its own region (sendbuff 0, recvbuff 1). The input is copied in, the output out; with `keepRecvGaps` (AllToAllv, whose
-// displacements may leave bytes of recvbuff unwritten) the output's old bytes are copied in too, so that the copy out
-// writes back what the call did not. nullopt (reason in *whyNot) when no buffer is pool memory, or a span is above
+// or an in-place block: AllGather's sendbuff inside recvbuff) share region 0 as one span; otherwise each pool buffer
+// has its own region (sendbuff 0, recvbuff 1). The input is copied in, the output out; with `keepRecvGaps` (AllToAllv,
+// whose displacements may leave bytes of recvbuff unwritten) the output's old bytes are copied in too, so that the copy
+// out writes back what the call did not. nullopt (reason in *whyNot) when no buffer is pool memory, or a span is above
 // `maxRegionBytes`.
-std::optional<PoolBouncePlan> planPoolBounce(const BounceBufferArg& send, const BounceBufferArg& recv, bool keepRecvGaps,
-                                             size_t maxRegionBytes, std::string* whyNot);
+std::optional<PoolBouncePlan> planPoolBounce(const BounceBufferArg& send, const BounceBufferArg& recv,
+                                             bool keepRecvGaps, size_t maxRegionBytes, std::string* whyNot);
 
 }  // namespace conccl::exec

@@ -22,7 +22,9 @@ std::array<void*, 2> regions() {
   return {reinterpret_cast<void*>(uintptr_t{0x7000'0000'0000}), reinterpret_cast<void*>(uintptr_t{0x7100'0000'0000})};
 }
 
-uintptr_t regionAt(int r, size_t offset) { return reinterpret_cast<uintptr_t>(regions()[static_cast<size_t>(r)]) + offset; }
+uintptr_t regionAt(int r, size_t offset) {
+  return reinterpret_cast<uintptr_t>(regions()[static_cast<size_t>(r)]) + offset;
+}
 
 TEST(PoolBouncePlan, InPlaceAllReduceIsOneSpanCopiedInAndOut) {
   const uintptr_t b = 0x1000'0000;

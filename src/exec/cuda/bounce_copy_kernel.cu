@@ -55,9 +55,9 @@ __global__ void bounceCopyKernel(BounceCopyArgs args) {
   }
   __syncthreads();
   if (last && threadIdx.x == 0) {
+    *args.finished = 0;  // for the next launch with a mark, which starts only after the mark below was seen
     __threadfence_system();
     *args.mark = args.markValue;
-    *args.finished = 0;  // for the next launch (stream order: it starts after this one ends)
   }
 }
 

@@ -91,8 +91,8 @@ bool PoolBounceRegions::grow(Region& r, size_t bytes, std::string* why) {
   r.mapped = target;
   CONCCL_INFO(rank_, device_,
               "calls on cudaMallocAsync pool memory run through bounce regions: " + bytesText(mappedBytes()) +
-                  " of device memory, given back once unused for CONCCL_POOL_BOUNCE_IDLE_MS (CONCCL_POOL_BOUNCE_MAX_BYTES "
-                  "caps a region; 0 stages such calls instead)");
+                  " of device memory, given back once unused for CONCCL_POOL_BOUNCE_IDLE_MS "
+                  "(CONCCL_POOL_BOUNCE_MAX_BYTES caps a region; 0 stages such calls instead)");
   return true;
 }
 
@@ -111,8 +111,8 @@ std::optional<std::array<void*, 2>> PoolBounceRegions::enter(cudaStream_t stream
   unsigned long long streamId = 0;
   CUDA_CHECK(cudaStreamGetId(stream, &streamId));
   if (uses_ > 0 && streamId != lastStreamId_) {
-    CU_CHECK(driverApi().streamWaitValue32(reinterpret_cast<CUstream>(stream), markDevice_, uses_,
-                                           CU_STREAM_WAIT_VALUE_EQ));
+    CU_CHECK(
+        driverApi().streamWaitValue32(reinterpret_cast<CUstream>(stream), markDevice_, uses_, CU_STREAM_WAIT_VALUE_EQ));
   }
   HostLaps::lap("pool bounce: regions");
   BounceCopyArgs in;

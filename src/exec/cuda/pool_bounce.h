@@ -82,10 +82,10 @@ class PoolBounceRegions {
   std::mutex mutex_;
   int maxCtas_ = 1;  // the copy kernel's CTAs at most: the device's SMs (as the driver's own copy inside a GPU)
   std::array<Region, 2> regions_;
-  PinnedBuffer mark_;              // uint32: the use count the last finished copy out wrote
-  CUdeviceptr markDevice_ = 0;     // the same word as the device addresses it
-  DeviceBuffer finishedCtas_;      // uint32: the copy kernel's count of finished CTAs (bounce_copy_kernel.h)
-  uint32_t uses_ = 0;              // calls that left the regions so far (the value their last copy out writes)
+  PinnedBuffer mark_;                    // uint32: the use count the last finished copy out wrote
+  CUdeviceptr markDevice_ = 0;           // the same word as the device addresses it
+  DeviceBuffer finishedCtas_;            // uint32: the copy kernel's count of finished CTAs (bounce_copy_kernel.h)
+  uint32_t uses_ = 0;                    // calls that left the regions so far (the value their last copy out writes)
   unsigned long long lastStreamId_ = 0;  // cudaStreamGetId of the last use's stream
   std::chrono::steady_clock::time_point lastUseAt_{};
   bool active_ = false;  // between enter and leave: a call is being matched on the regions
