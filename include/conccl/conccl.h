@@ -261,7 +261,9 @@ CONCCL_API concclResult_t concclGetUniqueId(concclUniqueId* uniqueId);
  * concclCommDeregister to drop it earlier. Memory from cudaMallocAsync pools or the VMM API (PyTorch's
  * expandable segments) cannot be shared this way: calls on it move data through the peers' scratch instead
  * (staged), except VMM memory created shareable (its pieces are exported to the peers as POSIX descriptors;
- * CONCCL_VMM_EXPORT=0 stages it too). No call across processes waits on the host for its peers: a collective (AllToAllv too)
+ * CONCCL_VMM_EXPORT=0 stages it too) and, above CONCCL_STAGED_MAX_BYTES, pool memory: such a call is copied into
+ * the rank's bounce regions (shareable VMM memory, up to CONCCL_POOL_BOUNCE_MAX_BYTES each, given back after
+ * CONCCL_POOL_BOUNCE_IDLE_MS unused), runs there and is copied back, on the caller's stream. No call across processes waits on the host for its peers: a collective (AllToAllv too)
  * whose peers have not all called within CONCCL_RENDEZVOUS_SPIN_US (not waited at all for a peer two calls behind
  * or late for the previous call) is launched at once on a late route, pair-owned or staged (CONCCL_STAGE_LATE_CALLS, CONCCL_PAIR_OWNED_LATE_CALLS, default 1; every rank takes the same route),
  * and calls up to CONCCL_STAGED_MAX_BYTES are staged; its GPU work then
