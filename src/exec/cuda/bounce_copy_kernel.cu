@@ -68,17 +68,17 @@ void preloadBounceCopyKernel() {
   CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&bounceCopyKernel)));
 }
 
-void launchBounceCopy(const BounceCopyArgs& args, int maxCtas, cudaStream_t stream) {
+void launchBounceCopy(const BounceCopyArgs& args, int maxCtas, int priority, cudaStream_t stream) {
   CONCCL_ASSERT(args.jobs >= 0 && args.jobs <= kBounceCopyMaxJobs && maxCtas > 0);
   size_t total = 0;
   for (int j = 0; j < args.jobs; ++j) total += args.bytes[j];
   if (total == 0 && args.mark == nullptr) return;
-  // A CTA for every 1 MiB (16 KiB of 16-byte words a thread), up to maxCtas.
+  // A CTA for every 1 MiB (2 KiB a thread), up to maxCtas.
   const size_t wanted = std::max<size_t>(1, (total + (size_t{1} << 20) - 1) >> 20);
   const auto ctas = static_cast<unsigned>(std::min<size_t>(wanted, static_cast<size_t>(maxCtas)));
   BounceCopyArgs copy = args;
   void* params[] = {&copy};
-  launchKernel(reinterpret_cast<const void*>(&bounceCopyKernel), ctas, kBounceCopyThreads, params, 0, stream);
+  launchKernel(reinterpret_cast<const void*>(&bounceCopyKernel), ctas, kBounceCopyThreads, params, priority, stream);
 }
 
 }  // namespace conccl::exec

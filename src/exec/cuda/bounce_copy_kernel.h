@@ -35,8 +35,8 @@ struct BounceCopyArgs {
 // waits for the device).
 void preloadBounceCopyKernel();
 
-// Enqueues the copies on `stream` with at most `maxCtas` CTAs (fewer for small copies). Throws
-// Error(concclUnhandledCudaError) when the launch fails.
-void launchBounceCopy(const BounceCopyArgs& args, int maxCtas, cudaStream_t stream);
+// Enqueues the copies on `stream` with at most `maxCtas` CTAs (fewer for small copies), at `priority` (launchKernel,
+// reduce_kernel.h). Throws Error(concclUnhandledCudaError) when the launch fails.
+void launchBounceCopy(const BounceCopyArgs& args, int maxCtas, int priority, cudaStream_t stream);
 
 }  // namespace conccl::exec

@@ -115,7 +115,8 @@ std::optional<std::array<void*, 2>> CudaExecutor::enterPoolBounce(int rank, cuda
     std::lock_guard<std::mutex> lock(poolBounceMutex_);
     if (!poolBounce_) {
       poolBounce_ = std::make_unique<PoolBounceRegions>(devices_[static_cast<size_t>(rank)], rank,
-                                                        config_.poolBounceMaxBytes);
+                                                        config_.poolBounceMaxBytes, config_.smBudget,
+                                                        kernelPriority_[static_cast<size_t>(rank)]);
     }
     regions = poolBounce_.get();
   }

@@ -32,11 +32,13 @@ size_t roundUp(size_t bytes, size_t granule) { return (bytes + granule - 1) / gr
 
 }  // namespace
 
-PoolBounceRegions::PoolBounceRegions(int device, int rank, size_t maxRegionBytes)
-    : device_(device), rank_(rank), maxRegionBytes_(maxRegionBytes) {
+PoolBounceRegions::PoolBounceRegions(int device, int rank, size_t maxRegionBytes, int maxCtas, int priority)
+    : device_(device), rank_(rank), maxRegionBytes_(maxRegionBytes), priority_(priority) {
   const CUmemAllocationProp prop = shareableProp(device);
   CU_CHECK(driverApi().memGetAllocationGranularity(&granule_, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
-  CUDA_CHECK(cudaDeviceGetAttribute(&maxCtas_, cudaDevAttrMultiProcessorCount, device));
+  int sms = 1;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  maxCtas_ = std::max(1, std::min(maxCtas, sms));
   mark_ = PinnedBuffer::allocate(sizeof(uint32_t));
   *mark_.as<uint32_t>() = 0;
   void* markDevice = nullptr;
@@ -122,7 +124,7 @@ std::optional<std::array<void*, 2>> PoolBounceRegions::enter(cudaStream_t stream
     in.dst[in.jobs] = static_cast<char*>(bases[static_cast<size_t>(c.region)]) + c.offset;
     in.bytes[in.jobs++] = c.bytes;
   }
-  launchBounceCopy(in, maxCtas_, stream);
+  launchBounceCopy(in, maxCtas_, priority_, stream);
   lastStreamId_ = streamId;
   active_ = true;
   return bases;
@@ -144,7 +146,7 @@ void PoolBounceRegions::leave(cudaStream_t stream, const PoolBouncePlan& plan, c
   out.markValue = uses_ + 1;
   out.finished = finishedCtas_.as<unsigned>();
   active_ = false;
-  launchBounceCopy(out, maxCtas_, stream);
+  launchBounceCopy(out, maxCtas_, priority_, stream);
   ++uses_;
   lastUseAt_ = std::chrono::steady_clock::now();
 }

@@ -36,7 +36,9 @@ namespace conccl::exec {
 
 class PoolBounceRegions {
  public:
-  PoolBounceRegions(int device, int rank, size_t maxRegionBytes);
+  // `maxCtas`: the copy kernel's CTAs at most (the communicator's smBudget); `priority`: its launch priority (as the
+  // reduce kernel's, launchKernel).
+  PoolBounceRegions(int device, int rank, size_t maxRegionBytes, int maxCtas, int priority);
   ~PoolBounceRegions();  // frees only what release() left (nothing after a release that timed out: leaked)
   PoolBounceRegions(const PoolBounceRegions&) = delete;
   PoolBounceRegions& operator=(const PoolBounceRegions&) = delete;
@@ -80,7 +82,8 @@ class PoolBounceRegions {
   const size_t maxRegionBytes_;
   size_t granule_ = 0;
   std::mutex mutex_;
-  int maxCtas_ = 1;  // the copy kernel's CTAs at most: the device's SMs (as the driver's own copy inside a GPU)
+  int maxCtas_ = 1;  // the copy kernel's CTAs at most: smBudget, at most the device's SMs
+  int priority_ = 0;
   std::array<Region, 2> regions_;
   PinnedBuffer mark_;                    // uint32: the use count the last finished copy out wrote
   CUdeviceptr markDevice_ = 0;           // the same word as the device addresses it
