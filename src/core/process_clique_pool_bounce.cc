@@ -6,6 +6,7 @@
 // the graph's, and a graph's replays would share the regions with eager calls outside the stream order it captured),
 // calls with chunk or input events (their events mark progress in the caller's own buffers), and Send/Recv groups
 // (always staged through the receiver's scratch).
+#include <algorithm>
 #include <string>
 
 #include "base/host_laps.h"
@@ -37,6 +38,19 @@ std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankA
   }
   *poolMemory = send.pool || recv.pool;
   if (!*poolMemory) return std::nullopt;
+  // The bounce copies read and write the caller's pool buffers, which the call itself then never sees: they are
+  // checked here as the regular path checks its buffers (this GPU's memory, large enough). A bad one is not bounced:
+  // the call goes on with it, and the regular path reports it on every rank.
+  try {
+    if (send.pool && send.ptr == recv.ptr) {  // in place: one query for both
+      executor_->checkBuffer(rank_, send.ptr, std::max(send.bytes, recv.bytes), "sendbuff", mine.stream);
+    } else {
+      if (send.pool) executor_->checkBuffer(rank_, send.ptr, send.bytes, "sendbuff", mine.stream);
+      if (recv.pool) executor_->checkBuffer(rank_, recv.ptr, recv.bytes, "recvbuff", mine.stream);
+    }
+  } catch (const Error&) {
+    return std::nullopt;
+  }
   HostLaps::lap("pool bounce: pool memory?");
   std::string why;
   std::optional<exec::PoolBouncePlan> plan = exec::planPoolBounce(

@@ -555,6 +555,20 @@ void scenarioErrors(cudaStream_t stream) {
   const void* send = gRank == gNranks - 1 ? static_cast<const void*>(host.data()) : a.p;
   expectError(concclAllReduce(send, b.p, count, concclFloat32, concclSum, gComm, stream), concclInvalidArgument,
               "host pointer", "host pointer");
+  // A cudaMallocAsync buffer half the size its call needs on the last rank, above the staged size (a call that would
+  // run on the bounce regions, whose copy in must not read past the buffer): every rank fails, with the offender's
+  // message.
+  {
+    const size_t bigCount = (size_t{16} << 20) / 4;
+    DevBuf in(bigCount * 4), out(bigCount * 4);
+    void* half = nullptr;
+    cudaOk(cudaMallocAsync(&half, bigCount * 2, stream), "cudaMallocAsync");
+    const void* mine = gRank == gNranks - 1 ? half : in.p;
+    expectError(concclAllReduce(mine, out.p, bigCount, concclFloat32, concclSum, gComm, stream), concclInvalidArgument,
+                "pool buffer too small", "too small");
+    cudaOk(cudaFreeAsync(half, stream), "cudaFreeAsync");
+    cudaOk(cudaStreamSynchronize(stream), "sync");
+  }
   // Still usable.
   size_t wrong = runCase(Coll::kAllReduce, concclFloat32, concclSum, count, false, 0, 42, stream);
   CHECK(wrong == 0, "AllReduce after errors: " + std::to_string(wrong) + " wrong");
