@@ -3,9 +3,9 @@
 // regions; ProcessClique::enterPoolBounce decides which calls take them).
 //
 // Why: no peer process can map pool memory (docs/multiprocess.md, "Buffers"), and after the caller's cudaFreeAsync
-// CUDA refuses the pointer in any later API call, so such a call used to be staged through the peers' scratch with
-// every operation enqueued before it returned: a program that grows with the call (188 ops for a 2-rank AllReduce of
-// 1 GiB), about 1 us of the caller's time an op. On a rank's own bounce regions (VMM memory the peers map, at the same
+// CUDA refuses the pointer in any later API call, so a call left on its pool buffers is staged through the peers'
+// scratch with every operation enqueued before it returns: a program that grows with the call (188 ops for a 2-rank
+// AllReduce of 1 GiB), about 1 us of the caller's time an op. On a rank's own bounce regions (VMM memory the peers map, at the same
 // addresses every call) the call is an ordinary call on shareable memory (the copy engines move it directly, a late
 // peer is not waited for), plus one copy in and one copy out on the caller's stream, whatever its size.
 #pragma once

@@ -5,7 +5,7 @@
 // (vmm_export.h) shares it with the peers like any such memory; its address never changes, so the peers map it once and
 // repeated calls replay cached graphs. A region reserves CONCCL_POOL_BOUNCE_MAX_BYTES of address space and maps memory
 // at its end as calls need it, at least doubling each time (few pieces: a call checks each piece it uses). The memory
-// stays mapped until the communicator is destroyed.
+// stays mapped while calls keep using it (idle regions give it back: below).
 //
 // The copies are one kernel per side of the call (bounce_copy_kernel.h); the copy out ends by writing the regions' use
 // count into host memory. Ordering: a call's copies in, its program and its copies out run in the caller's stream
