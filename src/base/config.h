@@ -51,8 +51,8 @@ struct Config {
   // Across processes, a call above stagedMaxBytes on cudaMallocAsync pool memory runs on the rank's bounce regions
   // (exec/pool_bounce_plan.h): one copy in and one copy out on the caller's stream around an ordinary call on memory
   // the peers map, instead of a staged program that grows with the call. The largest buffer (span of an in-place
-  // call) a region takes; its memory is mapped as calls need it and held until the communicator is destroyed. Larger
-  // calls, and every call with 0, are staged as before (CONCCL_POOL_BOUNCE_MAX_BYTES). Each process decides alone.
+  // call) a region takes; its memory is mapped as calls need it and given back after poolBounceIdleMs unused. Larger
+  // calls, and every call with 0, are staged (CONCCL_POOL_BOUNCE_MAX_BYTES). Each process decides alone.
   size_t poolBounceMaxBytes = size_t{1} << 30;
   // Bounce regions no call used for this long give their memory back (their peers' mappings go with the next
   // retirement); the next call on pool memory maps them again (CONCCL_POOL_BOUNCE_IDLE_MS).

@@ -17,25 +17,29 @@ namespace conccl {
 
 std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankArgs& mine, bool* poolMemory) {
   if (config_.poolBounceMaxBytes == 0 || mine.kind == sched::CollKind::kSendRecv || !mine.chunkEvents.empty() ||
-      !mine.inputEvents.empty() || mine.pushInputs || stagesThroughScratch(mine)) {
+      !mine.inputEvents.empty() || mine.pushInputs) {
     *poolMemory = usesPoolMemory(mine);
     return std::nullopt;
   }
+  // The queries usesPoolMemory makes, one a pointer: a call on ordinary memory (every call of most jobs) pays nothing
+  // more on its enqueue path. Sizes, checks and the plan only for a call on pool memory.
+  const bool sendPool = mine.sendbuff != nullptr && executor_->isPoolMemory(rank_, mine.sendbuff);
+  const bool recvPool = mine.recvbuff == mine.sendbuff
+                            ? sendPool
+                            : mine.recvbuff != nullptr && executor_->isPoolMemory(rank_, mine.recvbuff);
+  *poolMemory = sendPool || recvPool;
+  if (!*poolMemory || stagesThroughScratch(mine)) return std::nullopt;
   std::vector<size_t> bytes;
   try {
     bytes = sched::bufferBytes(soloCallOf(mine), rank_);
   } catch (const Error&) {
-    *poolMemory = usesPoolMemory(mine);
     return std::nullopt;  // sizes that overflow: the regular path reports them
   }
   CONCCL_ASSERT(bytes.size() == 2);
-  // Only the buffers the call uses are asked about (one driver query each; one for an in-place call): the caller may
-  // free those right after the call, which is what pool memory changes.
-  exec::BounceBufferArg send{mine.sendbuff, bytes[0], false}, recv{mine.recvbuff, bytes[1], false};
-  if (send.bytes > 0) send.pool = executor_->isPoolMemory(rank_, send.ptr);
-  if (recv.bytes > 0) {
-    recv.pool = recv.ptr == send.ptr && send.bytes > 0 ? send.pool : executor_->isPoolMemory(rank_, recv.ptr);
-  }
+  // What the call uses decides: the caller may free those buffers right after the call, which is what pool memory
+  // changes.
+  const exec::BounceBufferArg send{mine.sendbuff, bytes[0], sendPool && bytes[0] > 0};
+  const exec::BounceBufferArg recv{mine.recvbuff, bytes[1], recvPool && bytes[1] > 0};
   *poolMemory = send.pool || recv.pool;
   if (!*poolMemory) return std::nullopt;
   // The bounce copies read and write the caller's pool buffers, which the call itself then never sees: they are
