@@ -3,10 +3,10 @@
 //
 // Why a kernel of our own: a copy inside one GPU's memory runs on SMs on our driver whichever way it is enqueued
 // (FACTS.md), and cudaMemcpyAsync cost the caller 5 us for 64 MiB and 9 us for 1 GiB to enqueue (one H100, 2026-12-06,
-// docs/results/2026-12-06-1gpu-pool-bounce/, run 2), against about 2 us for one kernel launch whatever the size. The
-// kernel takes both copies of a side in one launch, and the copy out ends by writing the regions' use count into
-// host memory, which a call on another stream waits for (a stream memory operation) instead of an event recorded
-// after the copy.
+// docs/results/2026-12-06-h100-1gpu-pool-bounce/, run 2), against 3-4 us for one kernel launch whatever the size
+// (run 3). The kernel takes both copies of a side in one launch, and the copy out ends by writing the regions' use
+// count into host memory, which a call on another stream waits for (a stream memory operation) instead of an event
+// recorded after the copy.
 #pragma once
 
 #include <cuda_runtime_api.h>
