@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run 4 (2026-12-06, session 53), stage TARGETS="test_gpu_graph_cache test_gpu_call_resources test_gpu_no_hang
 #   test_gpu_nccl_shim test_gpu_ops_c_api test_gpu_multiprocess conccl_mp_worker conccl conccl_nccl_shim": the GPU
-#   suites not run since 2026-12-04 (docs/dev/next-steps.md, item 2), each bounded, shortest first.
+#   suites not run since 2026-12-04 (docs/dev/next-steps.md, item 2), each bounded, shortest first. (test_gpu_ops_c_api
+#   also needs the target conccl_ops: without it the binary did not load.)
 source "$(dirname "$0")/common.sh"
 NCCL_LIB=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 export LD_LIBRARY_PATH="$NCCL_LIB:$LD_LIBRARY_PATH"
