@@ -33,6 +33,10 @@ if [ -z "${TARGETS:-}" ]; then
     if grep -qx "$tool" <<<"$known"; then TARGETS+=" $tool"; fi
   done
 fi
+# test_gpu_ops_c_api loads libconccl_ops.so from gpu-stage/lib: a TARGETS list naming it stages the library too.
+if [[ " $TARGETS " == *" test_gpu_ops_c_api "* ]] && [[ " $TARGETS " != *" conccl_ops "* ]]; then
+  TARGETS+=" conccl_ops"
+fi
 # conccl_nccl_shim (libconccl_nccl.so, the NCCL drop-in), conccl (libconccl.so) and conccl_ops (libconccl_ops.so, the
 # fused ops' C interface) are shared libraries, staged in gpu-stage/lib/ below; the other targets are executables,
 # staged as gpu-stage/bin/.
