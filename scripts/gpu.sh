@@ -51,7 +51,7 @@ DEVICES|host time per call (host_us) A/B: conccl-bench under each of VARIANTS, -
 rank has a GPU
 mp-suite|1+ GPUs|3-4 min a shard|MP_SHARD (all; or k/n)|test_gpu_multiprocess whole (2-4 processes a test), in \
 gtest shards of MP_SHARDS (3): MP_SHARD=k/n runs the k-th of n, one device call each (the suite took 529 s on one \
-H200 and more than 700 s on an H100: no single call holds it); all = every shard in turn while the budget lasts
+H200 and about 670 s on an H100: no single call holds it); all = every shard in turn while the budget lasts
 multiproc|1+ GPUs|2-4 min||one process per rank: the example with 2 and 4 processes, the PyTorch snippet, nothing \
 left in /dev/shm, staged-call and graph-cache host time
 shim|1+ GPUs|5-9 min|SHIM_PHASES (gtest,ncclt,torch,fsdp), MAX_BYTES, ALLOPS_MAX_BYTES, NT_ITERS, NT_WARMUP, NP, \
