@@ -182,6 +182,12 @@ class ProcessClique final : public Clique {
   // cudaFreeAsync right after the call returns, after which CUDA refuses the pointer in any later API call (the
   // driver faulted on it, 2026-12-02), so such calls are enqueued on the caller's thread, never by the proxy.
   bool usesPoolMemory(const RankArgs& mine) const;
+  // Which of a collective's two buffers is pool memory (an in-place call's one buffer asked once). Not for Send/Recv.
+  struct PoolBuffers {
+    bool send = false;
+    bool recv = false;
+  };
+  PoolBuffers poolBuffersOf(const RankArgs& mine) const;
 
   // Calls on pool memory above Config::stagedMaxBytes run on the executor's bounce regions
   // (process_clique_pool_bounce.cc, exec/pool_bounce_plan.h): the copies in are enqueued and the call's pointers

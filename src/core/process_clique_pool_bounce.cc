@@ -23,11 +23,8 @@ std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankA
   }
   // The queries usesPoolMemory makes, one a pointer: a call on ordinary memory (every call of most jobs) pays nothing
   // more on its enqueue path. Sizes, checks and the plan only for a call on pool memory.
-  const bool sendPool = mine.sendbuff != nullptr && executor_->isPoolMemory(rank_, mine.sendbuff);
-  const bool recvPool = mine.recvbuff == mine.sendbuff
-                            ? sendPool
-                            : mine.recvbuff != nullptr && executor_->isPoolMemory(rank_, mine.recvbuff);
-  *poolMemory = sendPool || recvPool;
+  const PoolBuffers pool = poolBuffersOf(mine);
+  *poolMemory = pool.send || pool.recv;
   if (!*poolMemory || stagesThroughScratch(mine)) return std::nullopt;
   std::vector<size_t> bytes;
   try {
@@ -38,8 +35,8 @@ std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankA
   CONCCL_ASSERT(bytes.size() == 2);
   // What the call uses decides: the caller may free those buffers right after the call, which is what pool memory
   // changes.
-  const exec::BounceBufferArg send{mine.sendbuff, bytes[0], sendPool && bytes[0] > 0};
-  const exec::BounceBufferArg recv{mine.recvbuff, bytes[1], recvPool && bytes[1] > 0};
+  const exec::BounceBufferArg send{mine.sendbuff, bytes[0], pool.send && bytes[0] > 0};
+  const exec::BounceBufferArg recv{mine.recvbuff, bytes[1], pool.recv && bytes[1] > 0};
   *poolMemory = send.pool || recv.pool;
   if (!*poolMemory) return std::nullopt;
   // The bounce copies read and write the caller's pool buffers, which the call itself then never sees: they are

@@ -44,8 +44,19 @@ bool ProcessClique::usesPoolMemory(const RankArgs& mine) const {
     }
     return false;
   }
-  if (mine.sendbuff != nullptr && executor_->isPoolMemory(rank_, mine.sendbuff)) return true;
-  return mine.recvbuff != nullptr && mine.recvbuff != mine.sendbuff && executor_->isPoolMemory(rank_, mine.recvbuff);
+  const PoolBuffers pool = poolBuffersOf(mine);
+  return pool.send || pool.recv;
+}
+
+ProcessClique::PoolBuffers ProcessClique::poolBuffersOf(const RankArgs& mine) const {
+  PoolBuffers pool;
+  pool.send = mine.sendbuff != nullptr && executor_->isPoolMemory(rank_, mine.sendbuff);
+  if (mine.recvbuff == mine.sendbuff) {
+    pool.recv = pool.send;
+  } else {
+    pool.recv = mine.recvbuff != nullptr && executor_->isPoolMemory(rank_, mine.recvbuff);
+  }
+  return pool;
 }
 
 bool ProcessClique::proxyBusy() {

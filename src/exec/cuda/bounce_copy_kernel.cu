@@ -28,16 +28,20 @@ __device__ void copyBytes(const char* src, char* dst, size_t bytes) {
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < bytes; i += stride) dst[i] = src[i];
 }
 
+// Words of type W, then the tail that is less than one word, byte by byte.
+template <typename W>
+__device__ void copyWordsAndTail(const void* src, void* dst, size_t bytes) {
+  copyWords<W>(src, dst, bytes);
+  const size_t done = bytes / sizeof(W) * sizeof(W);
+  copyBytes(static_cast<const char*>(src) + done, static_cast<char*>(dst) + done, bytes - done);
+}
+
 __device__ void copyOne(const void* src, void* dst, size_t bytes) {
   const auto a = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst);
   if (a % 16 == 0) {
-    copyWords<uint4>(src, dst, bytes);
-    const size_t done = bytes / 16 * 16;
-    copyBytes(static_cast<const char*>(src) + done, static_cast<char*>(dst) + done, bytes - done);
+    copyWordsAndTail<uint4>(src, dst, bytes);
   } else if (a % 4 == 0) {
-    copyWords<uint32_t>(src, dst, bytes);
-    const size_t done = bytes / 4 * 4;
-    copyBytes(static_cast<const char*>(src) + done, static_cast<char*>(dst) + done, bytes - done);
+    copyWordsAndTail<uint32_t>(src, dst, bytes);
   } else {
     copyBytes(static_cast<const char*>(src), static_cast<char*>(dst), bytes);
   }
@@ -62,6 +66,13 @@ __global__ void bounceCopyKernel(BounceCopyArgs args) {
 }
 
 }  // namespace
+
+void BounceCopyArgs::add(const void* from, void* to, size_t n) {
+  CONCCL_ASSERT(jobs < kBounceCopyMaxJobs);
+  src[jobs] = from;
+  dst[jobs] = to;
+  bytes[jobs++] = n;
+}
 
 void preloadBounceCopyKernel() {
   cudaFuncAttributes attr{};

@@ -29,6 +29,9 @@ struct BounceCopyArgs {
   volatile uint32_t* mark = nullptr;
   uint32_t markValue = 0;
   unsigned* finished = nullptr;
+
+  // Appends one copy (at most kBounceCopyMaxJobs).
+  void add(const void* from, void* to, size_t n);
 };
 
 // Loads the kernel into the current device's context now (see preloadReduceKernels: the lazy loader's first launch

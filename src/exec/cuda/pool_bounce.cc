@@ -119,10 +119,8 @@ std::optional<std::array<void*, 2>> PoolBounceRegions::enter(cudaStream_t stream
   HostLaps::lap("pool bounce: regions");
   BounceCopyArgs in;
   for (const BounceCopy& c : plan.copiesIn) {
-    CONCCL_ASSERT(in.jobs < kBounceCopyMaxJobs);
-    in.src[in.jobs] = reinterpret_cast<const void*>(c.user);
-    in.dst[in.jobs] = static_cast<char*>(bases[static_cast<size_t>(c.region)]) + c.offset;
-    in.bytes[in.jobs++] = c.bytes;
+    in.add(reinterpret_cast<const void*>(c.user), static_cast<char*>(bases[static_cast<size_t>(c.region)]) + c.offset,
+           c.bytes);
   }
   launchBounceCopy(in, maxCtas_, priority_, stream);
   lastStreamId_ = streamId;
@@ -135,12 +133,11 @@ void PoolBounceRegions::leave(cudaStream_t stream, const PoolBouncePlan& plan, c
   std::lock_guard<std::mutex> lock(mutex_);
   // A failed call still writes its mark (no copies): the next call on another stream waits for exactly that count.
   BounceCopyArgs out;
-  for (const BounceCopy& c : plan.copiesOut) {
-    if (!copyOut) break;
-    CONCCL_ASSERT(out.jobs < kBounceCopyMaxJobs);
-    out.src[out.jobs] = static_cast<const char*>(regions[static_cast<size_t>(c.region)]) + c.offset;
-    out.dst[out.jobs] = reinterpret_cast<void*>(c.user);
-    out.bytes[out.jobs++] = c.bytes;
+  if (copyOut) {
+    for (const BounceCopy& c : plan.copiesOut) {
+      out.add(static_cast<const char*>(regions[static_cast<size_t>(c.region)]) + c.offset,
+              reinterpret_cast<void*>(c.user), c.bytes);
+    }
   }
   out.mark = reinterpret_cast<volatile uint32_t*>(markDevice_);
   out.markValue = uses_ + 1;
