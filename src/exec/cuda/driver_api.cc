@@ -55,6 +55,7 @@ const DriverApi& driverApi() {
     resolve("cuMemGetAllocationGranularity", a.memGetAllocationGranularity);
     resolve("cuGraphNodeGetType", a.graphNodeGetType);
     resolve("cuGraphMemAllocNodeGetParams", a.graphMemAllocNodeGetParams);
+    resolve("cuLaunchKernelEx", a.launchKernelEx);
     resolve("cuGetErrorName", a.getErrorName);
     resolve("cuGetErrorString", a.getErrorString);
     api = a;
