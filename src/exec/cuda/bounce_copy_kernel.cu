@@ -5,7 +5,7 @@
 #include "base/error.h"
 #include "exec/cuda/bounce_copy_kernel.h"
 #include "exec/cuda/cuda_check.h"
-#include "exec/cuda/driver_api.h"
+#include "exec/cuda/reduce_kernel.h"  // launchKernel
 
 namespace conccl::exec {
 
@@ -74,35 +74,22 @@ void BounceCopyArgs::add(const void* from, void* to, size_t n) {
   bytes[jobs++] = n;
 }
 
-CUfunction bounceCopyFunction() {
-  cudaFunction_t f = nullptr;
-  CUDA_CHECK(cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(&bounceCopyKernel)));
-  return reinterpret_cast<CUfunction>(f);
+void preloadBounceCopyKernel() {
+  cudaFuncAttributes attr{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&bounceCopyKernel)));
 }
 
-void launchBounceCopy(const BounceCopyArgs& args, CUfunction kernel, int maxCtas, int priority, cudaStream_t stream) {
-  CONCCL_ASSERT(args.jobs >= 0 && args.jobs <= kBounceCopyMaxJobs && maxCtas > 0 && kernel != nullptr);
+void launchBounceCopy(const BounceCopyArgs& args, int maxCtas, int priority, cudaStream_t stream) {
+  CONCCL_ASSERT(args.jobs >= 0 && args.jobs <= kBounceCopyMaxJobs && maxCtas > 0);
   size_t total = 0;
   for (int j = 0; j < args.jobs; ++j) total += args.bytes[j];
   if (total == 0 && args.mark == nullptr) return;
   // A CTA for every 1 MiB (2 KiB a thread), up to maxCtas.
   const size_t wanted = std::max<size_t>(1, (total + (size_t{1} << 20) - 1) >> 20);
-  CUlaunchConfig config{};
-  config.gridDimX = static_cast<unsigned>(std::min<size_t>(wanted, static_cast<size_t>(maxCtas)));
-  config.gridDimY = config.gridDimZ = 1;
-  config.blockDimX = kBounceCopyThreads;
-  config.blockDimY = config.blockDimZ = 1;
-  config.hStream = reinterpret_cast<CUstream>(stream);
-  CUlaunchAttribute attribute{};
-  if (priority != 0) {  // as launchKernel (reduce_kernel.cu) sets it
-    attribute.id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
-    attribute.value.priority = priority;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-  }
+  const auto ctas = static_cast<unsigned>(std::min<size_t>(wanted, static_cast<size_t>(maxCtas)));
   BounceCopyArgs copy = args;
   void* params[] = {&copy};
-  CU_CHECK(driverApi().launchKernelEx(&config, kernel, params, nullptr));
+  launchKernel(reinterpret_cast<const void*>(&bounceCopyKernel), ctas, kBounceCopyThreads, params, priority, stream);
 }
 
 }  // namespace conccl::exec

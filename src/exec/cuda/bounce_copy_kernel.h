@@ -9,7 +9,6 @@
 // recorded after the copy.
 #pragma once
 
-#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -35,14 +34,12 @@ struct BounceCopyArgs {
   void add(const void* from, void* to, size_t n);
 };
 
-// The kernel's driver handle in the current device's context, loaded now (see preloadReduceKernels: the lazy loader's
-// first launch waits for the device). Looked up once per regions: the runtime's launch looks the kernel up again on
-// every call, which a call on pool memory pays twice (its copies in and out).
-CUfunction bounceCopyFunction();
+// Loads the kernel into the current device's context now (see preloadReduceKernels: the lazy loader's first launch
+// waits for the device).
+void preloadBounceCopyKernel();
 
-// Enqueues the copies on `stream` (of the device `kernel` was looked up on) with at most `maxCtas` CTAs (fewer for
-// small copies), at `priority` (launchKernel, reduce_kernel.h). Throws Error(concclUnhandledCudaError) when the launch
-// fails.
-void launchBounceCopy(const BounceCopyArgs& args, CUfunction kernel, int maxCtas, int priority, cudaStream_t stream);
+// Enqueues the copies on `stream` with at most `maxCtas` CTAs (fewer for small copies), at `priority` (launchKernel,
+// reduce_kernel.h). Throws Error(concclUnhandledCudaError) when the launch fails.
+void launchBounceCopy(const BounceCopyArgs& args, int maxCtas, int priority, cudaStream_t stream);
 
 }  // namespace conccl::exec

@@ -55,7 +55,6 @@ const DriverApi& driverApi() {
     resolve("cuMemGetAllocationGranularity", a.memGetAllocationGranularity);
     resolve("cuGraphNodeGetType", a.graphNodeGetType);
     resolve("cuGraphMemAllocNodeGetParams", a.graphMemAllocNodeGetParams);
-    resolve("cuLaunchKernelEx", a.launchKernelEx);
     resolve("cuGetErrorName", a.getErrorName);
     resolve("cuGetErrorString", a.getErrorString);
     api = a;

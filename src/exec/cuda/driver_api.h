@@ -36,9 +36,6 @@ struct DriverApi {
   // PyTorch capture (cudaErrorUnknown); the driver's knows every node type.
   PFN_cuGraphNodeGetType_v10000 graphNodeGetType = nullptr;
   PFN_cuGraphMemAllocNodeGetParams_v11040 graphMemAllocNodeGetParams = nullptr;
-  // The bounce copy's launch (bounce_copy_kernel.h) on a function looked up once: the runtime's launch looks the
-  // kernel up again on every call.
-  PFN_cuLaunchKernelEx_v11060 launchKernelEx = nullptr;
   PFN_cuGetErrorName_v6000 getErrorName = nullptr;
   PFN_cuGetErrorString_v6000 getErrorString = nullptr;
 };

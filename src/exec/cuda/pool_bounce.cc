@@ -46,7 +46,7 @@ PoolBounceRegions::PoolBounceRegions(int device, int rank, size_t maxRegionBytes
   markDevice_ = reinterpret_cast<CUdeviceptr>(markDevice);
   finishedCtas_ = DeviceBuffer::allocate(sizeof(uint32_t));
   CUDA_CHECK(cudaMemset(finishedCtas_.get(), 0, sizeof(uint32_t)));
-  copyKernel_ = bounceCopyFunction();
+  preloadBounceCopyKernel();
 }
 
 PoolBounceRegions::~PoolBounceRegions() {
@@ -122,7 +122,7 @@ std::optional<std::array<void*, 2>> PoolBounceRegions::enter(cudaStream_t stream
     in.add(reinterpret_cast<const void*>(c.user), static_cast<char*>(bases[static_cast<size_t>(c.region)]) + c.offset,
            c.bytes);
   }
-  launchBounceCopy(in, copyKernel_, maxCtas_, priority_, stream);
+  launchBounceCopy(in, maxCtas_, priority_, stream);
   lastStreamId_ = streamId;
   active_ = true;
   return bases;
@@ -143,7 +143,7 @@ void PoolBounceRegions::leave(cudaStream_t stream, const PoolBouncePlan& plan, c
   out.markValue = uses_ + 1;
   out.finished = finishedCtas_.as<unsigned>();
   active_ = false;
-  launchBounceCopy(out, copyKernel_, maxCtas_, priority_, stream);
+  launchBounceCopy(out, maxCtas_, priority_, stream);
   ++uses_;
   lastUseAt_ = std::chrono::steady_clock::now();
 }

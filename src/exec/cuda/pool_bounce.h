@@ -84,7 +84,6 @@ class PoolBounceRegions {
   std::mutex mutex_;
   int maxCtas_ = 1;  // the copy kernel's CTAs at most: smBudget, at most the device's SMs
   int priority_ = 0;
-  CUfunction copyKernel_ = nullptr;  // the copy kernel in this device's context (bounceCopyFunction)
   std::array<Region, 2> regions_;
   PinnedBuffer mark_;                    // uint32: the use count the last finished copy out wrote
   CUdeviceptr markDevice_ = 0;           // the same word as the device addresses it
