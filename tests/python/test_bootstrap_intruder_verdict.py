@@ -16,7 +16,7 @@ import threading
 import time
 import unittest
 
-HELPER = os.path.join(os.path.dirname(__file__), "..", "..", "torch", "bootstrap_intruder.py")
+HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch", "bootstrap_intruder.py")
 HEADER = struct.Struct("<IIiiqQ")
 CCB2 = 0x32424343
 
