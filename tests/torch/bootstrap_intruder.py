@@ -31,7 +31,6 @@ import time
 
 WIRE_MAGIC = 0x31424343  # "CCB1"
 WIRE_MAGICS = {WIRE_MAGIC: "CCB1", 0x32424343: "CCB2"}  # CCB2: the bootstrap that authenticates (challenge first)
-MAGIC_NAMES = {0x31424343: "CCB1", 0x32424343: "CCB2"}
 HEADER = struct.Struct("<IIiiqQ")
 TYPES = {1: "hello", 2: "table", 3: "error", 4: "gather", 5: "gathered", 6: "challenge", 7: "proof",
          8: "root-proof"}
@@ -108,7 +107,7 @@ def race(name, args):
                     break
                 body += chunk
             buf.extend(body)
-            how = f"answered a {TYPES.get(typ, typ)} ({MAGIC_NAMES.get(magic, hex(magic))}) with a wrong proof"
+            how = f"answered a {TYPES.get(typ, typ)} ({WIRE_MAGICS.get(magic, hex(magic))}) with a wrong proof"
             fake = os.urandom(64)  # our challenge c1 and a MAC made without the secret
             s.sendall(HEADER.pack(magic, 7, rank, n, me, len(fake)) + fake)
             s.sendall(HEADER.pack(magic, 1, rank, n, me, len(payload)) + payload)
