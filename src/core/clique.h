@@ -57,6 +57,9 @@ struct RankArgs {
   // and the call runs eagerly (capturing a cached graph can wait for the device, where the caller's stream waits for
   // this very call: exec/cuda/deferred_launch.h).
   bool deferred = false;
+  // Set by ProcessClique when this rank's pool buffers were moved onto its bounce regions (sendbuff and recvbuff now
+  // point there): a launch on the caller's stream enqueues the bounce copies with the program (CallBinding::poolBounce).
+  bool onBounceRegions = false;
   const char* apiName = "";  // for messages, e.g. "concclAllGather"
 };
 

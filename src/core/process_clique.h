@@ -190,19 +190,15 @@ class ProcessClique final : public Clique {
   PoolBuffers poolBuffersOf(const RankArgs& mine) const;
 
   // Calls on pool memory above Config::stagedMaxBytes run on the executor's bounce regions
-  // (process_clique_pool_bounce.cc, exec/pool_bounce_plan.h): the copies in are enqueued and the call's pointers
-  // moved onto the regions before it is matched, the copies out after it was launched or handed to the proxy. Then
-  // it is an ordinary call on shareable memory: routed, deferred and replayed from cached graphs like any.
-  struct PoolBounceUse {
-    exec::PoolBouncePlan plan;
-    std::array<void*, 2> regions{};
-    cudaStream_t stream = nullptr;  // the caller's
-  };
-  // nullopt when the call keeps its own buffers (not pool memory, staged by size, chunk events, above
+  // (process_clique_pool_bounce.cc, exec/pool_bounce_plan.h): the call's pointers are moved onto the regions before it
+  // is matched (RankArgs::onBounceRegions), its launch or its deferral enqueues the copies in (with the copies out, as
+  // nodes of a replayed graph), and the copies out follow once it was launched or handed to the proxy. Then it is an
+  // ordinary call on shareable memory: routed, deferred and replayed from cached graphs like any.
+  // Returns false when the call keeps its own buffers (not pool memory, staged by size, chunk events, above
   // Config::poolBounceMaxBytes, or the executor cannot: logged once). Not for a captured call. *poolMemory: whether
   // the call, as it goes on, uses pool memory (usesPoolMemory, asked once; false once moved onto the regions).
-  std::optional<PoolBounceUse> enterPoolBounce(RankArgs& mine, bool* poolMemory);
-  void leavePoolBounce(const PoolBounceUse& use, bool copyOut);
+  bool enterPoolBounce(RankArgs& mine, bool* poolMemory);
+  void leavePoolBounce(bool copyOut);
   // The rank's part of a call as a CollectiveCall of its own arguments (what bufferBytes and forEachUsedBuffer read).
   sched::CollectiveCall soloCallOf(const RankArgs& mine) const;
   // Non-blocking checks of what the blocking forms would wait for.

@@ -38,8 +38,8 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     CONCCL_THROW(concclInvalidUsage, ticket.what + ": the graph capture on the caller's stream was invalidated before "
                                                    "this call (by an earlier CUDA call of the capture)");
   }
-  // On pool memory: its pointers moved onto the bounce regions, copied in now and out once it is launched.
-  std::optional<PoolBounceUse> bounce;
+  // On pool memory: its pointers moved onto the bounce regions, copied in by its launch and out once it is launched.
+  bool bounce = false;
   RankArgs& mine = *ticket.call->args[static_cast<size_t>(rank_)];
   bool poolMemory = false;
   if (atEntry == exec::CaptureStatus::kNone) {
@@ -56,14 +56,14 @@ void ProcessClique::waitAndLaunch(CallTicket& ticket) {
     } catch (...) {
       if (bounce) {
         try {
-          leavePoolBounce(*bounce, /*copyOut=*/false);
+          leavePoolBounce(/*copyOut=*/false);
         } catch (const Error&) {  // the call's own error is the one to report
         }
       }
       throw;
     }
   }
-  if (bounce) leavePoolBounce(*bounce, /*copyOut=*/true);
+  if (bounce) leavePoolBounce(/*copyOut=*/true);
   if (atEntry != exec::CaptureStatus::kActive) return;
   if (exec::captureStatusOf(stream) == exec::CaptureStatus::kInvalidated) {
     CONCCL_THROW(concclUnhandledCudaError,
@@ -534,6 +534,9 @@ void ProcessClique::launchProgram(PendingCall& pending, const CallTicket& ticket
   // the device for this very call.
   const bool deferred = pending.args[static_cast<size_t>(rank_)]->deferred;
   if (deferred) pending.binding.eagerOnly = true;
+  // On the bounce regions and launched here on the caller's stream: the launch enqueues the copies in (a deferred call
+  // had them enqueued before its gate).
+  pending.binding.poolBounce = !deferred && pending.args[static_cast<size_t>(rank_)]->onBounceRegions;
   CONCCL_TRACE(rank_, device_,
                "launch " + ticket.what + " (seq " + std::to_string(pending.seq) + ", " +
                    std::to_string(pending.schedule->programs[static_cast<size_t>(rank_)].ops.size()) + " ops" +

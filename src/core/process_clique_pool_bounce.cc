@@ -15,22 +15,22 @@
 
 namespace conccl {
 
-std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankArgs& mine, bool* poolMemory) {
+bool ProcessClique::enterPoolBounce(RankArgs& mine, bool* poolMemory) {
   if (config_.poolBounceMaxBytes == 0 || mine.kind == sched::CollKind::kSendRecv || !mine.chunkEvents.empty() ||
       !mine.inputEvents.empty() || mine.pushInputs) {
     *poolMemory = usesPoolMemory(mine);
-    return std::nullopt;
+    return false;
   }
   // The queries usesPoolMemory makes, one a pointer: a call on ordinary memory (every call of most jobs) pays nothing
   // more on its enqueue path. Sizes, checks and the plan only for a call on pool memory.
   const PoolBuffers pool = poolBuffersOf(mine);
   *poolMemory = pool.send || pool.recv;
-  if (!*poolMemory || stagesThroughScratch(mine)) return std::nullopt;
+  if (!*poolMemory || stagesThroughScratch(mine)) return false;
   std::vector<size_t> bytes;
   try {
     bytes = sched::bufferBytes(soloCallOf(mine), rank_);
   } catch (const Error&) {
-    return std::nullopt;  // sizes that overflow: the regular path reports them
+    return false;  // sizes that overflow: the regular path reports them
   }
   CONCCL_ASSERT(bytes.size() == 2);
   // What the call uses decides: the caller may free those buffers right after the call, which is what pool memory
@@ -38,7 +38,7 @@ std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankA
   const exec::BounceBufferArg send{mine.sendbuff, bytes[0], pool.send && bytes[0] > 0};
   const exec::BounceBufferArg recv{mine.recvbuff, bytes[1], pool.recv && bytes[1] > 0};
   *poolMemory = send.pool || recv.pool;
-  if (!*poolMemory) return std::nullopt;
+  if (!*poolMemory) return false;
   // The bounce copies read and write the caller's pool buffers, which the call itself then never sees: they are
   // checked here as the regular path checks its buffers (this GPU's memory, large enough). A bad one is not bounced:
   // the call goes on with it, and the regular path reports it on every rank.
@@ -50,7 +50,7 @@ std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankA
       if (recv.pool) executor_->checkBuffer(rank_, recv.ptr, recv.bytes, "recvbuff", mine.stream);
     }
   } catch (const Error&) {
-    return std::nullopt;
+    return false;
   }
   HostLaps::lap("pool bounce: pool memory?");
   std::string why;
@@ -58,10 +58,8 @@ std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankA
       send, recv, /*keepRecvGaps=*/mine.kind == sched::CollKind::kAllToAllv, config_.poolBounceMaxBytes, &why);
   if (!plan) {
     if (logLevel() >= LogLevel::kTrace) CONCCL_TRACE(rank_, device_, std::string(mine.apiName) + " is staged: " + why);
-    return std::nullopt;
+    return false;
   }
-  PoolBounceUse use;
-  use.stream = mine.stream;
   std::optional<std::array<void*, 2>> regions = executor_->enterPoolBounce(rank_, mine.stream, *plan, &why);
   if (!regions) {
     if (!poolBounceRefusalLogged_) {
@@ -71,20 +69,18 @@ std::optional<ProcessClique::PoolBounceUse> ProcessClique::enterPoolBounce(RankA
                   "scratch (their host time grows with their size): no bounce regions: " +
                       why);
     }
-    return std::nullopt;
+    return false;
   }
-  use.regions = *regions;
-  mine.sendbuff = plan->place(0, mine.sendbuff, use.regions);
-  mine.recvbuff = plan->place(1, mine.recvbuff, use.regions);
-  use.plan = std::move(*plan);
+  mine.sendbuff = plan->place(0, mine.sendbuff, *regions);
+  mine.recvbuff = plan->place(1, mine.recvbuff, *regions);
+  mine.onBounceRegions = true;
   *poolMemory = false;  // the call now runs on the regions
-  HostLaps::lap("pool bounce: copies in");
-  return use;
+  return true;
 }
 
-void ProcessClique::leavePoolBounce(const PoolBounceUse& use, bool copyOut) {
-  executor_->leavePoolBounce(rank_, use.stream, use.plan, use.regions, copyOut);
-  HostLaps::lap("pool bounce: use marked");
+void ProcessClique::leavePoolBounce(bool copyOut) {
+  executor_->leavePoolBounce(rank_, copyOut);
+  HostLaps::lap("pool bounce: left");
 }
 
 }  // namespace conccl

@@ -53,6 +53,10 @@ struct CallBinding {
   // instantiating there can wait for the device, whose queues then hold a peer's Wait for this very rank (seen on one
   // H200, 2026-12-01).
   bool eagerOnly = false;
+  // The calling process's rank runs this call on its bounce regions and launches it on its caller's stream
+  // (Executor::enterPoolBounce): the launch enqueues the copies in before the program, or replays a cached graph that
+  // holds both sides of the copies (exec/cuda/graph_cache.h).
+  bool poolBounce = false;
 };
 
 // CallBinding::bufferIds values that are not allocation ids.
@@ -183,17 +187,17 @@ class Executor {
   // refuses the pointer in later API calls, whatever the stream order).
   virtual bool isPoolMemory(int /*rank*/, const void* /*ptr*/) const { return false; }
   // A call on pool memory run on the rank's bounce regions instead (exec/pool_bounce_plan.h, exec/cuda/pool_bounce.h;
-  // several processes, with the VMM export on). Before the call: maps the regions `plan` needs, orders `stream` after
-  // their previous use and enqueues the copies in; returns the regions' bases, or nullopt with the reason in *whyNot
-  // (the call then runs on the caller's buffers). After the call was launched (or failed: `copyOut` false): the copies
-  // out on `stream`, and the regions' use is marked.
+  // several processes, with the VMM export on). Before the call: maps the regions `plan` needs and orders `stream`
+  // after their previous use; returns the regions' bases, or nullopt with the reason in *whyNot (the call then runs on
+  // the caller's buffers). The copies in are enqueued by the call's launch (CallBinding::poolBounce) or its deferral.
+  // After the call was launched (or failed: `copyOut` false): the copies out on `stream` unless the launch ran them,
+  // and the regions' use is marked.
   virtual std::optional<std::array<void*, 2>> enterPoolBounce(int /*rank*/, cudaStream_t /*stream*/,
                                                               const PoolBouncePlan& /*plan*/, std::string* whyNot) {
     *whyNot = "not supported by this executor";
     return std::nullopt;
   }
-  virtual void leavePoolBounce(int /*rank*/, cudaStream_t /*stream*/, const PoolBouncePlan& /*plan*/,
-                               const std::array<void*, 2>& /*regions*/, bool /*copyOut*/) {}
+  virtual void leavePoolBounce(int /*rank*/, bool /*copyOut*/) {}
 
   // --- Deferred launches (several processes; exec/cuda/deferred_launch.h; the others answer "not supported") ---
 
@@ -274,6 +278,8 @@ size_t graphCacheReplays();
 // Of those, replays of programs that use lanes (parallel graph branches): never where ranks share a GPU
 // (CudaExecutor::graphCacheable).
 size_t graphCacheLaneReplays();
+// Of those, replays that ran a call's bounce copies as nodes of the graph (exec/cuda/graph_cache.h; for tests).
+size_t graphCacheBounceReplays();
 
 // Number of flags (uint32) per rank a CUDA executor needs for an n-rank clique with this config.
 int cudaFlagSlots(int nranks, const Config& config);

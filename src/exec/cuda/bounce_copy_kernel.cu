@@ -65,6 +65,16 @@ __global__ void bounceCopyKernel(BounceCopyArgs args) {
   }
 }
 
+// A CTA for every 1 MiB (2 KiB a thread), up to maxCtas; 0 when there is nothing to launch.
+unsigned bounceCopyCtas(const BounceCopyArgs& args, int maxCtas) {
+  CONCCL_ASSERT(args.jobs >= 0 && args.jobs <= kBounceCopyMaxJobs && maxCtas > 0);
+  size_t total = 0;
+  for (int j = 0; j < args.jobs; ++j) total += args.bytes[j];
+  if (total == 0 && args.mark == nullptr) return 0;
+  const size_t wanted = std::max<size_t>(1, (total + (size_t{1} << 20) - 1) >> 20);
+  return static_cast<unsigned>(std::min<size_t>(wanted, static_cast<size_t>(maxCtas)));
+}
+
 }  // namespace
 
 void BounceCopyArgs::add(const void* from, void* to, size_t n) {
@@ -79,17 +89,26 @@ void preloadBounceCopyKernel() {
   CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&bounceCopyKernel)));
 }
 
-void launchBounceCopy(const BounceCopyArgs& args, int maxCtas, int priority, cudaStream_t stream) {
-  CONCCL_ASSERT(args.jobs >= 0 && args.jobs <= kBounceCopyMaxJobs && maxCtas > 0);
-  size_t total = 0;
-  for (int j = 0; j < args.jobs; ++j) total += args.bytes[j];
-  if (total == 0 && args.mark == nullptr) return;
-  // A CTA for every 1 MiB (2 KiB a thread), up to maxCtas.
-  const size_t wanted = std::max<size_t>(1, (total + (size_t{1} << 20) - 1) >> 20);
-  const auto ctas = static_cast<unsigned>(std::min<size_t>(wanted, static_cast<size_t>(maxCtas)));
+bool launchBounceCopy(const BounceCopyArgs& args, int maxCtas, int priority, cudaStream_t stream) {
+  const unsigned ctas = bounceCopyCtas(args, maxCtas);
+  if (ctas == 0) return false;
   BounceCopyArgs copy = args;
   void* params[] = {&copy};
   launchKernel(reinterpret_cast<const void*>(&bounceCopyKernel), ctas, kBounceCopyThreads, params, priority, stream);
+  return true;
+}
+
+void setBounceCopyNode(cudaGraphExec_t exec, cudaGraphNode_t node, const BounceCopyArgs& args, int maxCtas) {
+  const unsigned ctas = bounceCopyCtas(args, maxCtas);
+  CONCCL_ASSERT(ctas > 0);  // the node was captured from a launch of the same shape, which had something to do
+  BounceCopyArgs copy = args;
+  void* params[] = {&copy};
+  cudaKernelNodeParams nodeParams{};
+  nodeParams.func = reinterpret_cast<void*>(&bounceCopyKernel);
+  nodeParams.gridDim = dim3(ctas);
+  nodeParams.blockDim = dim3(kBounceCopyThreads);
+  nodeParams.kernelParams = params;  // copied by the call: `copy` may go once it returns
+  CUDA_CHECK(cudaGraphExecKernelNodeSetParams(exec, node, &nodeParams));
 }
 
 }  // namespace conccl::exec

@@ -39,7 +39,14 @@ struct BounceCopyArgs {
 void preloadBounceCopyKernel();
 
 // Enqueues the copies on `stream` with at most `maxCtas` CTAs (fewer for small copies), at `priority` (launchKernel,
-// reduce_kernel.h). Throws Error(concclUnhandledCudaError) when the launch fails.
-void launchBounceCopy(const BounceCopyArgs& args, int maxCtas, int priority, cudaStream_t stream);
+// reduce_kernel.h). Returns false, having launched nothing, when there is nothing to copy and no mark to write. Throws
+// Error(concclUnhandledCudaError) when the launch fails. On a capturing stream it adds the kernel node that
+// setBounceCopyNode later sets.
+bool launchBounceCopy(const BounceCopyArgs& args, int maxCtas, int priority, cudaStream_t stream);
+
+// Points `node` of `exec` (a node captured from launchBounceCopy) at the copies of `args` for the launches of `exec`
+// from now on (cudaGraphExecKernelNodeSetParams: launches already enqueued keep what they had). `args` must have
+// something to do, as the captured launch had.
+void setBounceCopyNode(cudaGraphExec_t exec, cudaGraphNode_t node, const BounceCopyArgs& args, int maxCtas);
 
 }  // namespace conccl::exec

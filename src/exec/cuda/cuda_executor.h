@@ -67,8 +67,7 @@ class CudaExecutor final : public Executor {
   bool isPoolMemory(int rank, const void* ptr) const override;
   std::optional<std::array<void*, 2>> enterPoolBounce(int rank, cudaStream_t stream, const PoolBouncePlan& plan,
                                                       std::string* whyNot) override;
-  void leavePoolBounce(int rank, cudaStream_t stream, const PoolBouncePlan& plan, const std::array<void*, 2>& regions,
-                       bool copyOut) override;
+  void leavePoolBounce(int rank, bool copyOut) override;
 
   std::optional<DeferredCall> deferCall(int rank, cudaStream_t caller, std::string* whyNot) override;
   void beginDeferred(int rank, const DeferredCall& call) override;
@@ -90,6 +89,9 @@ class CudaExecutor final : public Executor {
   bool graphCacheable(const sched::Schedule& schedule, int rank) const;
   // An eager call on another stream than the rank's previous eager call waits on the GPU for that call to end.
   void orderAfterPreviousCall(RankState& s, cudaStream_t main);
+  // The bounce regions when `binding` is this process's rank's call on them with its copies in still to enqueue on
+  // `stream` (CallBinding::poolBounce); null otherwise.
+  PoolBounceRegions* pendingPoolBounce(const CallBinding& binding, int rank, cudaStream_t stream) const;
   // launch()'s second half: rank `rank`'s program on `main` (small-message kernel, cached graph or op by op).
   void enqueueProgram(RankState& s, const sched::Schedule& schedule, const CallBinding& binding, int rank,
                       cudaStream_t main, const std::vector<cudaEvent_t>* chunks, bool eager);

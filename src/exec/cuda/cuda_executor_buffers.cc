@@ -123,11 +123,17 @@ std::optional<std::array<void*, 2>> CudaExecutor::enterPoolBounce(int rank, cuda
   return regions->enter(stream, plan, whyNot);
 }
 
-void CudaExecutor::leavePoolBounce(int rank, cudaStream_t stream, const PoolBouncePlan& plan,
-                                   const std::array<void*, 2>& regions, bool copyOut) {
+void CudaExecutor::leavePoolBounce(int rank, bool copyOut) {
   CONCCL_ASSERT(processMode_ && rank == localRank_ && poolBounce_);
   DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
-  poolBounce_->leave(stream, plan, regions, copyOut);
+  poolBounce_->leave(copyOut);
+}
+
+PoolBounceRegions* CudaExecutor::pendingPoolBounce(const CallBinding& binding, int rank, cudaStream_t stream) const {
+  // Only the caller's thread enters and launches a call on the regions (the proxy launches other calls meanwhile, never
+  // with poolBounce set), so the regions exist here whenever such a call is launched.
+  if (!binding.poolBounce || !processMode_ || rank != localRank_ || !poolBounce_) return nullptr;
+  return poolBounce_->copiesInPending(stream) ? poolBounce_.get() : nullptr;
 }
 
 std::optional<BufferExport> CudaExecutor::exportIfShareable(int rank, const void* ptr, size_t bytes, const char* what,

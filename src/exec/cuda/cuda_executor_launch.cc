@@ -168,6 +168,9 @@ void CudaExecutor::enqueueProgram(RankState& s, const sched::Schedule& schedule,
   const LocationResolver resolve(ranks_, binding);
   const sched::RankProgram& program = schedule.programs[static_cast<size_t>(rank)];
 
+  // A call on the rank's bounce regions: its copies in go before the program, or into its cached graph with the
+  // copies out (graph_cache.h); otherwise the copies out follow when the caller leaves the regions.
+  PoolBounceRegions* bounce = pendingPoolBounce(binding, rank, main);
   const InputPieces* inputs =
       static_cast<size_t>(rank) < binding.inputPieces.size() && !binding.inputPieces[static_cast<size_t>(rank)].events.empty()
           ? &binding.inputPieces[static_cast<size_t>(rank)]
@@ -179,6 +182,7 @@ void CudaExecutor::enqueueProgram(RankState& s, const sched::Schedule& schedule,
         if (e != nullptr) CUDA_CHECK(cudaStreamWaitEvent(main, e, 0));
       }
     }
+    if (bounce != nullptr) bounce->enqueueCopiesIn();
     launchSmall(s, program, resolve, main, eager);
     recordEach(chunks, main);  // one kernel moves every block: they are all in place when it ends
     HostLaps::lap("small-program kernel");
@@ -196,9 +200,14 @@ void CudaExecutor::enqueueProgram(RankState& s, const sched::Schedule& schedule,
     s.graphs->dropIfStale(mappingGeneration_.load(std::memory_order_acquire));
     CallShape& shape = s.graphs->scratchShape();
     // Its laps (graph_cache.cc): "graph lookup" (or the capture of a new shape), "graph launch", "done marker".
-    if (makeCallShape(schedule.id, rank, binding, shape) && s.graphs->launch(s, shape, setup, resolve, program)) {
+    if (makeCallShape(schedule.id, rank, binding, shape) &&
+        s.graphs->launch(s, shape, setup, resolve, program, bounce)) {
       return;
     }
+  }
+  if (bounce != nullptr) {
+    bounce->enqueueCopiesIn();
+    HostLaps::lap("pool bounce: copies in");
   }
   CopyEngineProgram(s, setup, resolve).enqueue(program);
   HostLaps::lap("eager enqueue");
@@ -273,6 +282,12 @@ std::optional<DeferredCall> CudaExecutor::deferCall(int rank, cudaStream_t calle
   if (!deferred_) {
     *whyNot = "the rank was released";
     return std::nullopt;
+  }
+  // A call on the bounce regions: its copies in go on the caller's stream before the gate the deferred launch waits
+  // behind (the proxy launches the program alone, on its own stream).
+  if (poolBounce_ && poolBounce_->copiesInPending(caller)) {
+    DeviceGuard guard(devices_[static_cast<size_t>(rank)]);
+    poolBounce_->enqueueCopiesIn();
   }
   return deferred_->defer(caller, whyNot);
 }

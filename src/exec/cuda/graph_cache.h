@@ -12,7 +12,12 @@
 //   - flags carry constants (wait for 1, reset to 0), scratch offsets and flag slots come from the schedule, and
 //     addresses from the shape: nothing in the graph changes from call to call;
 //   - the one per-call value, the done marker (launch k writes k: synchronize and the GPU watchdog poll it), is not
-//     in the graph: a stream write after the graph launch writes it, as the eager path does when lanes were used.
+//     in the graph: a stream write after the graph launch writes it, as the eager path does when lanes were used;
+//   - except for a call on the rank's bounce regions (pool_bounce.h): its graph starts with the copy kernel of its
+//     copies in and ends with that of its copies out, two kernel nodes set for each launch
+//     (cudaGraphExecKernelNodeSetParams, which leaves launches already enqueued as they were) to the call's own pool
+//     buffers and use count. One launch then replaces three: the copy kernels' own launches cost 3-5 us each, setting
+//     a node about 1 us (one H100, 2026-12-06, docs/results/2026-12-06-h100-1gpu-launch-forms/).
 // Capturing costs the eager enqueue plus an instantiation (~100s of us), so a shape is captured on its second call,
 // never its first; in a local clique from Executor::prepareCall, before any rank of the call launches (prepare()).
 // Destroying a cached graph that is still running is allowed (the driver frees it on completion).
@@ -24,6 +29,7 @@
 #include <cstdint>
 
 #include "exec/call_shape_cache.h"
+#include "exec/cuda/pool_bounce.h"
 #include "exec/cuda/raii.h"
 #include "sched/schedule.h"
 
@@ -49,10 +55,12 @@ class RankGraphCache {
   // Runs `program` (rank s.rank's part of a call of the given shape) as its cached graph on setup.main, then writes
   // the done marker and counts the launch like an eager one. After prepare() for this call it only looks the shape
   // up; without (several processes: no prepareCall) it records the call and captures on the second call itself.
-  // Returns false when the caller must enqueue the program eagerly instead: the shape's first call, or a shape whose
-  // capture failed once (logged).
-  bool launch(RankState& s, const CallShape& shape, const CopyEngineSetup& setup, const LocationResolver& resolve,
-              const sched::RankProgram& program);
+  // With `bounce` (a call on the rank's bounce regions with its copies in still pending), the graph holds the call's
+  // copies too (the words that say so are added to `shape`), and the regions learn that they ran there.
+  // Returns false when the caller must enqueue the program eagerly instead (and the copies with it): the shape's first
+  // call, or a shape whose capture failed once (logged).
+  bool launch(RankState& s, CallShape& shape, const CopyEngineSetup& setup, const LocationResolver& resolve,
+              const sched::RankProgram& program, PoolBounceRegions* bounce = nullptr);
 
   // Drops every cached graph when `generation` differs from the one the graphs were made under (the executor's
   // count of peer mappings closed and allocations newly exported: an address may then name other memory).
@@ -66,14 +74,23 @@ class RankGraphCache {
   CallShape& scratchShape() { return shape_; }
 
  private:
+  // An instantiated graph, and for a call on the bounce regions its copy kernels' nodes (in the template graph, which
+  // cudaGraphExecKernelNodeSetParams names them by, so it is kept too).
+  struct CachedGraph {
+    GraphExec exec;
+    Graph graph;                       // null unless copy nodes are kept
+    cudaGraphNode_t copyIn = nullptr;  // null: the call has no copies in
+    cudaGraphNode_t copyOut = nullptr;
+  };
   // Counts a call of `shape` and captures its graph when the shape is due; returns the entry.
-  CallShapeCache<GraphExec>::Entry& record(RankState& s, const CallShape& shape, const CopyEngineSetup& setup,
-                                           const LocationResolver& resolve, const sched::RankProgram& program);
-  GraphExec capture(RankState& s, const CopyEngineSetup& eagerSetup, const LocationResolver& resolve,
-                    const sched::RankProgram& program);
+  CallShapeCache<CachedGraph>::Entry& record(RankState& s, const CallShape& shape, const CopyEngineSetup& setup,
+                                             const LocationResolver& resolve, const sched::RankProgram& program,
+                                             PoolBounceRegions* bounce);
+  CachedGraph capture(RankState& s, const CopyEngineSetup& eagerSetup, const LocationResolver& resolve,
+                      const sched::RankProgram& program, PoolBounceRegions* bounce);
 
   Stream captureStream_;
-  CallShapeCache<GraphExec> cache_;
+  CallShapeCache<CachedGraph> cache_;
   CallShape shape_;
   uint64_t generation_ = 0;
   // Calls prepare() recorded whose launch() has not come yet. A group posts (and prepares) all its calls before it

@@ -117,35 +117,67 @@ std::optional<std::array<void*, 2>> PoolBounceRegions::enter(cudaStream_t stream
         driverApi().streamWaitValue32(reinterpret_cast<CUstream>(stream), markDevice_, uses_, CU_STREAM_WAIT_VALUE_EQ));
   }
   HostLaps::lap("pool bounce: regions");
-  BounceCopyArgs in;
+  Call call;
+  call.stream = stream;
   for (const BounceCopy& c : plan.copiesIn) {
-    in.add(reinterpret_cast<const void*>(c.user), static_cast<char*>(bases[static_cast<size_t>(c.region)]) + c.offset,
-           c.bytes);
+    call.copies.in.add(reinterpret_cast<const void*>(c.user),
+                       static_cast<char*>(bases[static_cast<size_t>(c.region)]) + c.offset, c.bytes);
   }
-  launchBounceCopy(in, maxCtas_, priority_, stream);
+  for (const BounceCopy& c : plan.copiesOut) {
+    call.copies.out.add(static_cast<const char*>(bases[static_cast<size_t>(c.region)]) + c.offset,
+                        reinterpret_cast<void*>(c.user), c.bytes);
+  }
+  call_ = call;
   lastStreamId_ = streamId;
-  active_ = true;
   return bases;
 }
 
-void PoolBounceRegions::leave(cudaStream_t stream, const PoolBouncePlan& plan, const std::array<void*, 2>& regions,
-                              bool copyOut) {
+bool PoolBounceRegions::copiesInPending(cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mutex_);
-  // A failed call still writes its mark (no copies): the next call on another stream waits for exactly that count.
-  BounceCopyArgs out;
-  if (copyOut) {
-    for (const BounceCopy& c : plan.copiesOut) {
-      out.add(static_cast<const char*>(regions[static_cast<size_t>(c.region)]) + c.offset,
-              reinterpret_cast<void*>(c.user), c.bytes);
-    }
-  }
+  return call_ && call_->stream == stream && !call_->inEnqueued && !call_->ranInGraph;
+}
+
+void PoolBounceRegions::enqueueCopiesIn() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  CONCCL_ASSERT(call_ && !call_->inEnqueued && !call_->ranInGraph);
+  launchBounceCopy(call_->copies.in, maxCtas_, priority_, call_->stream);
+  call_->inEnqueued = true;
+}
+
+BounceCopyArgs PoolBounceRegions::copyOutMarked(bool withCopies) const {
+  BounceCopyArgs out = withCopies ? call_->copies.out : BounceCopyArgs{};
   out.mark = reinterpret_cast<volatile uint32_t*>(markDevice_);
   out.markValue = uses_ + 1;
   out.finished = finishedCtas_.as<unsigned>();
-  active_ = false;
-  launchBounceCopy(out, maxCtas_, priority_, stream);
-  ++uses_;
+  return out;
+}
+
+PoolBounceRegions::CallCopies PoolBounceRegions::graphCopies() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  CONCCL_ASSERT(call_ && !call_->inEnqueued && !call_->ranInGraph);
+  return CallCopies{call_->copies.in, copyOutMarked(/*withCopies=*/true)};
+}
+
+void PoolBounceRegions::copiesLaunchedInGraph() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  CONCCL_ASSERT(call_ && !call_->inEnqueued && !call_->ranInGraph);
+  call_->ranInGraph = true;
+  ++uses_;  // the graph's copy out writes this count
+}
+
+void PoolBounceRegions::leave(bool copyOut) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  CONCCL_ASSERT(call_);
   lastUseAt_ = std::chrono::steady_clock::now();
+  const Call call = *call_;
+  call_.reset();
+  if (call.ranInGraph) return;                // the graph copied out and marked the use
+  if (!call.inEnqueued && !copyOut) return;   // a failed call that enqueued nothing of its own
+  // A launched call whose launch enqueued nothing (no op for this rank) still has its copies in pending: they go first.
+  if (!call.inEnqueued) launchBounceCopy(call.copies.in, maxCtas_, priority_, call.stream);
+  // A failed call still writes its mark (no copies): the next call on another stream waits for exactly that count.
+  launchBounceCopy(copyOutMarked(copyOut), maxCtas_, priority_, call.stream);
+  ++uses_;
 }
 
 bool PoolBounceRegions::release(std::chrono::milliseconds limit) {
@@ -171,7 +203,7 @@ bool PoolBounceRegions::release(std::chrono::milliseconds limit) {
 
 bool PoolBounceRegions::releaseIfIdle(std::chrono::milliseconds idle) {
   std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
-  if (!lock.owns_lock() || active_ || mappedBytes() == 0) return false;  // a call is on the regions: not idle
+  if (!lock.owns_lock() || call_ || mappedBytes() == 0) return false;  // a call is on the regions: not idle
   if (std::chrono::steady_clock::now() - lastUseAt_ < idle || !lastUseDone()) return false;
   const size_t bytes = mappedBytes();
   freeRegions();

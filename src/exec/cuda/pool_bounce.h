@@ -7,8 +7,9 @@
 // at its end as calls need it, at least doubling each time (few pieces: a call checks each piece it uses). The memory
 // stays mapped while calls keep using it (idle regions give it back: below).
 //
-// The copies are one kernel per side of the call (bounce_copy_kernel.h); the copy out ends by writing the regions' use
-// count into host memory. Ordering: a call's copies in, its program and its copies out run in the caller's stream
+// The copies are one kernel per side of the call (bounce_copy_kernel.h), launched around the call's program or, when the
+// call replays a cached graph, as two kernel nodes of that graph set for each call; the copy out ends by writing the
+// regions' use count into host memory. Ordering: a call's copies in, its program and its copies out run in the caller's stream
 // order; the next call on the same stream follows them. A call on another stream first waits (a stream memory
 // operation) for the previous call's use count: the executor's own order across streams
 // (CudaExecutor::orderAfterPreviousCall) ends at the program's done marker, before the copy out.
@@ -29,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/cuda/bounce_copy_kernel.h"
 #include "exec/cuda/raii.h"
 #include "exec/pool_bounce_plan.h"
 
@@ -44,12 +46,33 @@ class PoolBounceRegions {
   PoolBounceRegions& operator=(const PoolBounceRegions&) = delete;
 
   // Before the call, on the caller's thread: maps the regions as large as `plan` needs, orders `stream` after the
-  // regions' previous use, and enqueues the copies in. Returns the regions' bases (null where unused); nullopt, with
-  // the reason, when memory for them cannot be had (nothing was enqueued then).
+  // regions' previous use, and keeps the call's copies for its launch (below). Returns the regions' bases (null where
+  // unused); nullopt, with the reason, when memory for them cannot be had (nothing was enqueued then).
   std::optional<std::array<void*, 2>> enter(cudaStream_t stream, const PoolBouncePlan& plan, std::string* whyNot);
-  // After the call's launch (its program, or the wait for a deferred one, is on `stream`): enqueues the copies out
-  // (unless `copyOut` is false: the call failed) and marks the regions' use.
-  void leave(cudaStream_t stream, const PoolBouncePlan& plan, const std::array<void*, 2>& regions, bool copyOut);
+
+  // The copies of the call between enter and leave. The copies in wait for the call's launch, which either enqueues
+  // them on their own before the program (enqueueCopiesIn: an eager program, the gate of a deferred launch) or runs
+  // both sides as kernel nodes of the call's cached graph (graphCopies, then copiesLaunchedInGraph): one launch for the
+  // copies and the program instead of three (exec/cuda/graph_cache.h).
+  struct CallCopies {
+    BounceCopyArgs in;
+    BounceCopyArgs out;  // ends by writing the use count of this call into the regions' mark
+  };
+  // Whether a call on `stream` is between enter and leave with its copies in not yet enqueued.
+  bool copiesInPending(cudaStream_t stream);
+  // Enqueues the call's copies in on its stream.
+  void enqueueCopiesIn();
+  // Both sides of the call, for the nodes of the graph launched next; copiesLaunchedInGraph() once it is launched.
+  CallCopies graphCopies();
+  void copiesLaunchedInGraph();
+  // How the copy kernel is launched: its CTAs at most, its priority (launchBounceCopy, setBounceCopyNode).
+  int maxCtas() const { return maxCtas_; }
+  int priority() const { return priority_; }
+
+  // After the call's launch (its program, or the wait for a deferred one, is on the call's stream): enqueues the
+  // copies out (unless `copyOut` is false: the call failed; or they ran in the call's graph) and marks the regions'
+  // use. A failed call whose copies in were never enqueued left nothing on the stream: no use is marked.
+  void leave(bool copyOut);
   // At destroy, after the rank drained and the VMM exports were withdrawn: waits (bounded by `limit`) for the last use
   // on the GPU, then unmaps and frees. Returns false and leaks the memory when the GPU did not finish in time.
   bool release(std::chrono::milliseconds limit);
@@ -71,6 +94,15 @@ class PoolBounceRegions {
     size_t mapped = 0;
     std::vector<Piece> pieces;
   };
+  // The call between enter and leave.
+  struct Call {
+    cudaStream_t stream = nullptr;
+    CallCopies copies;         // copies.out without its mark
+    bool inEnqueued = false;   // the copies in are on the stream
+    bool ranInGraph = false;   // both sides ran as nodes of the call's graph, which marked the use
+  };
+  // The copy out of the current call writing use count uses_ + 1, or (`withCopies` false) only that mark.
+  BounceCopyArgs copyOutMarked(bool withCopies) const;
   // Maps `r` to at least `bytes`; false with the reason when the driver refuses.
   bool grow(Region& r, size_t bytes, std::string* why);
   void freeRegions();
@@ -91,7 +123,7 @@ class PoolBounceRegions {
   uint32_t uses_ = 0;                    // calls that left the regions so far (the value their last copy out writes)
   unsigned long long lastStreamId_ = 0;  // cudaStreamGetId of the last use's stream
   std::chrono::steady_clock::time_point lastUseAt_{};
-  bool active_ = false;  // between enter and leave: a call is being matched on the regions
+  std::optional<Call> call_;  // between enter and leave: a call is being matched on the regions
   bool leaked_ = false;
 };
 
