@@ -22,11 +22,11 @@ late() {  # NAME BIN_DIR [VAR=value...]
     cut -c1-150 | tee -a "$s"
 }
 for i in 1 2 3; do
-  [ $((SECONDS - t0)) -lt 470 ] || break
+  [ $((SECONDS - t0)) -lt 390 ] || break
   late "base$i" gpu-stage-base/bin
   late "new$i" gpu-stage/bin
 done
-[ $((SECONDS - t0)) -lt 540 ] && late new-laps gpu-stage/bin CONCCL_HOST_LAPS=1 &&
+[ $((SECONDS - t0)) -lt 470 ] && late new-laps gpu-stage/bin CONCCL_HOST_LAPS=1 &&
   grep -a "host laps of" "$OUT/new-laps.log" | sed -E 's/.*host laps of //' | sort -u | cut -c1-400 | tee -a "$s"
 pack
 true
