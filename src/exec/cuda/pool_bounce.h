@@ -7,12 +7,14 @@
 // at its end as calls need it, at least doubling each time (few pieces: a call checks each piece it uses). The memory
 // stays mapped while calls keep using it (idle regions give it back: below).
 //
-// The copies are one kernel per side of the call (bounce_copy_kernel.h), launched around the call's program or, when the
-// call replays a cached graph, as two kernel nodes of that graph set for each call; the copy out ends by writing the
-// regions' use count into host memory. Ordering: a call's copies in, its program and its copies out run in the caller's stream
-// order; the next call on the same stream follows them. A call on another stream first waits (a stream memory
-// operation) for the previous call's use count: the executor's own order across streams
-// (CudaExecutor::orderAfterPreviousCall) ends at the program's done marker, before the copy out.
+// The copies are one kernel per side of the call (bounce_copy_kernel.h), launched around the call's program or, when
+// the call replays a cached graph, as two kernel nodes of that graph set for each call; the copy out ends by writing
+// the regions' use count into host memory. Ordering: a call's copies in, its program and its copies out run in the
+// caller's stream order; the next call on the same stream follows them. A call on another stream first waits (a stream
+// memory operation) for the previous call's use count: the executor's own order across streams
+// (CudaExecutor::orderAfterPreviousCall) ends at the program's done marker, which an eager call writes before its copy
+// out (a replayed graph's marker follows its copy-out node). The copies in are enqueued by the call's launch, or before
+// the gate of a deferred call: they touch only the caller's buffers and the regions, which the wait above orders.
 //
 // Idle regions give their memory back (releaseIfIdle, from the communicator's housekeeping): their pieces are unmapped
 // once no call used them for CONCCL_POOL_BOUNCE_IDLE_MS and the GPU is done with the last one; the VMM export's sweep
