@@ -16,7 +16,7 @@
 //   - except for a call on the rank's bounce regions (pool_bounce.h): its graph starts with the copy kernel of its
 //     copies in and ends with that of its copies out, two kernel nodes set for each launch
 //     (cudaGraphExecKernelNodeSetParams, which leaves launches already enqueued as they were) to the call's own pool
-//     buffers and use count. One launch then replaces three: the copy kernels' own launches cost 3-5 us each, setting
+//     buffers and use count. One launch then replaces three: a copy kernel's own launch cost about 3 us, setting
 //     a node about 1 us (one H100, 2026-12-06, docs/results/2026-12-06-h100-1gpu-launch-forms/).
 // Capturing costs the eager enqueue plus an instantiation (~100s of us), so a shape is captured on its second call,
 // never its first; in a local clique from Executor::prepareCall, before any rank of the call launches (prepare()).

@@ -134,12 +134,12 @@ std::optional<std::array<void*, 2>> PoolBounceRegions::enter(cudaStream_t stream
 
 bool PoolBounceRegions::copiesInPending(cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return call_ && call_->stream == stream && !call_->inEnqueued && !call_->ranInGraph;
+  return copiesPendingLocked() && call_->stream == stream;
 }
 
 void PoolBounceRegions::enqueueCopiesIn() {
   std::lock_guard<std::mutex> lock(mutex_);
-  CONCCL_ASSERT(call_ && !call_->inEnqueued && !call_->ranInGraph);
+  CONCCL_ASSERT(copiesPendingLocked());
   launchBounceCopy(call_->copies.in, maxCtas_, priority_, call_->stream);
   call_->inEnqueued = true;
 }
@@ -154,13 +154,13 @@ BounceCopyArgs PoolBounceRegions::copyOutMarked(bool withCopies) const {
 
 PoolBounceRegions::CallCopies PoolBounceRegions::graphCopies() {
   std::lock_guard<std::mutex> lock(mutex_);
-  CONCCL_ASSERT(call_ && !call_->inEnqueued && !call_->ranInGraph);
+  CONCCL_ASSERT(copiesPendingLocked());
   return CallCopies{call_->copies.in, copyOutMarked(/*withCopies=*/true)};
 }
 
 void PoolBounceRegions::copiesLaunchedInGraph() {
   std::lock_guard<std::mutex> lock(mutex_);
-  CONCCL_ASSERT(call_ && !call_->inEnqueued && !call_->ranInGraph);
+  CONCCL_ASSERT(copiesPendingLocked());
   call_->ranInGraph = true;
   ++uses_;  // the graph's copy out writes this count
 }

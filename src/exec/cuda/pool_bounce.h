@@ -103,6 +103,8 @@ class PoolBounceRegions {
     bool inEnqueued = false;   // the copies in are on the stream
     bool ranInGraph = false;   // both sides ran as nodes of the call's graph, which marked the use
   };
+  // Whether a call is between enter and leave with neither its copies in enqueued nor its graph launched (mutex_ held).
+  bool copiesPendingLocked() const { return call_ && !call_->inEnqueued && !call_->ranInGraph; }
   // The copy out of the current call writing use count uses_ + 1, or (`withCopies` false) only that mark.
   BounceCopyArgs copyOutMarked(bool withCopies) const;
   // Maps `r` to at least `bytes`; false with the reason when the driver refuses.

@@ -218,6 +218,24 @@ float poolInput(int r, size_t j) {
   return static_cast<float>(((static_cast<uint64_t>(r) + 1) * 2654435761u ^ (j * 40503u)) % 97);
 }
 
+// An in-place or out-of-place AllReduce's result at element j: the sum of every rank's poolInput there.
+float poolSum(int nranks, size_t j) {
+  float sum = 0;
+  for (int r = 0; r < nranks; ++r) sum += poolInput(r, j);
+  return sum;
+}
+
+// Throws unless every element j of `got` is poolSum(nranks, j + shift); `what` names the call in the message.
+void checkPoolSums(const std::vector<float>& got, size_t shift, int nranks, const std::string& what) {
+  for (size_t j = 0; j < got.size(); ++j) {
+    const float want = poolSum(nranks, j + shift);
+    if (got[j] != want) {
+      throw std::runtime_error(what + ", element " + std::to_string(j) + " is " + std::to_string(got[j]) + ", want " +
+                               std::to_string(want));
+    }
+  }
+}
+
 // `calls` in-place calls of `coll` (AllReduce, AllGather or ReduceScatter) on `bytes` of cudaMallocAsync memory, each
 // on a buffer allocated from the pool on `stream` before the call and freed with cudaFreeAsync right after it; the
 // peers of rank 0 start `delayMs` late. Returns rank 0's host time of each call (the call alone). The first and last
@@ -272,7 +290,7 @@ std::vector<double> poolBurst(concclComm_t comm, t::Coll coll, size_t bytes, int
       if (coll == t::Coll::kAllGather) {
         want = poolInput(static_cast<int>(j / part), j);
       } else {
-        for (int r = 0; r < nranks; ++r) want += poolInput(r, j);
+        want = poolSum(nranks, j);
       }
       const float have = got[static_cast<size_t>(i) * 2 * kSample + k];
       if (have != want) {
@@ -504,15 +522,8 @@ void poolCallsOnTwoStreams(concclComm_t comm, int rank, int nranks, cudaStream_t
   for (int k = 0; k < 2; ++k) syncBounded(streams[k], "pool AllReduce on two streams", 120);
   cudaStreamDestroy(other);
   for (int k = 0; k < 2; ++k) {
-    for (size_t j = 0; j < elems[k]; ++j) {
-      float want = 0;
-      for (int r = 0; r < nranks; ++r) want += poolInput(r, j + static_cast<size_t>(k) * 7);
-      if (host[k][j] != want) {
-        throw std::runtime_error("pool AllReduce on two streams: call " + std::to_string(k + 1) + ", element " +
-                                 std::to_string(j) + " is " + std::to_string(host[k][j]) + ", want " +
-                                 std::to_string(want));
-      }
-    }
+    checkPoolSums(host[k], static_cast<size_t>(k) * 7, nranks,
+                  "pool AllReduce on two streams: call " + std::to_string(k + 1));
   }
 }
 
@@ -551,16 +562,8 @@ size_t poolCallsOnAlternatingBuffers(concclComm_t comm, int rank, int nranks, cu
   }
   syncBounded(stream, "cudaFreeAsync", 120);
   for (int i = 0; i < kCalls; ++i) {
-    const size_t shift = static_cast<size_t>(i % 2) * 11;
-    for (size_t j = 0; j < elems; ++j) {
-      float want = 0;
-      for (int r = 0; r < nranks; ++r) want += poolInput(r, j + shift);
-      const float have = got[static_cast<size_t>(i)][j];
-      if (have != want) {
-        throw std::runtime_error("pool AllReduce on alternating buffers: call " + std::to_string(i + 1) + ", element " +
-                                 std::to_string(j) + " is " + std::to_string(have) + ", want " + std::to_string(want));
-      }
-    }
+    checkPoolSums(got[static_cast<size_t>(i)], static_cast<size_t>(i % 2) * 11, nranks,
+                  "pool AllReduce on alternating buffers: call " + std::to_string(i + 1));
   }
   // A shape is captured on its second call and replayed from its third (graph_cache.cc, kCaptureOnUse); the route a
   // call takes (direct, or pair-owned when a peer is late) is part of its shape, so not every call replays.
