@@ -62,6 +62,7 @@ __global__ void bounceCopyKernel(BounceCopyArgs args) {
     *args.finished = 0;  // for the next launch with a mark, which starts only after the mark below was seen
     __threadfence_system();
     *args.mark = args.markValue;
+    if (args.done != nullptr) *args.done = args.doneValue;
   }
 }
 

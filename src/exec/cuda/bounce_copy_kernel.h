@@ -31,6 +31,10 @@ struct BounceCopyArgs {
   volatile uint32_t* mark = nullptr;
   uint32_t markValue = 0;
   unsigned* finished = nullptr;
+  // With a mark: also writes `doneValue` into `done` after it (the executor's done marker, when the copy out ends a
+  // replayed graph: graph_cache.h); null: no second word.
+  volatile uint32_t* done = nullptr;
+  uint32_t doneValue = 0;
 
   // Appends one copy (at most kBounceCopyMaxJobs).
   void add(const void* from, void* to, size_t n);

@@ -98,8 +98,12 @@ bool RankGraphCache::launch(RankState& s, CallShape& shape, const CopyEngineSetu
   if (entry == nullptr || !entry->value) return false;
   HostLaps::lap("graph lookup");
   CachedGraph& graph = *entry->value;
+  const uint32_t marker = s.launches + 1;
   if (copies) {
-    // For this launch and the next ones; launches already enqueued keep the previous call's buffers.
+    // For this launch and the next ones; launches already enqueued keep the previous call's buffers. The copy out,
+    // the graph's last node, also writes the done marker (after its own mark, every CTA's copies visible).
+    copies->out.done = reinterpret_cast<volatile uint32_t*>(s.doneCounterDevice);
+    copies->out.doneValue = marker;
     if (graph.copyIn != nullptr) setBounceCopyNode(graph.exec.get(), graph.copyIn, copies->in, bounce->maxCtas());
     setBounceCopyNode(graph.exec.get(), graph.copyOut, copies->out, bounce->maxCtas());
     HostLaps::lap("bounce copy nodes set");
@@ -107,13 +111,14 @@ bool RankGraphCache::launch(RankState& s, CallShape& shape, const CopyEngineSetu
   CUDA_CHECK(cudaGraphLaunch(graph.exec.get(), setup.main));
   if (bounce != nullptr) bounce->copiesLaunchedInGraph();
   HostLaps::lap("graph launch");
-  // The done marker, as the eager path writes it (copy_engine_program.cc, finish): after everything of the call on
-  // M, with a memory barrier. Not in the graph, because its value changes with every launch.
-  const uint32_t marker = s.launches + 1;
-  CU_CHECK(driverApi().streamWriteValue32(reinterpret_cast<CUstream>(setup.main), s.doneCounterDevice, marker,
-                                          CU_STREAM_WRITE_VALUE_DEFAULT));
+  if (!copies) {
+    // The done marker, as the eager path writes it (copy_engine_program.cc, finish): after everything of the call on
+    // M, with a memory barrier. Not in the graph, because its value changes with every launch.
+    CU_CHECK(driverApi().streamWriteValue32(reinterpret_cast<CUstream>(setup.main), s.doneCounterDevice, marker,
+                                            CU_STREAM_WRITE_VALUE_DEFAULT));
+    HostLaps::lap("done marker");
+  }
   ++s.launches;
-  HostLaps::lap("done marker");
   graphCacheReplayCount.fetch_add(1, std::memory_order_relaxed);
   if (!setup.singleStream) graphCacheLaneReplayCount.fetch_add(1, std::memory_order_relaxed);
   if (bounce != nullptr) graphCacheBounceReplayCount.fetch_add(1, std::memory_order_relaxed);
