@@ -17,7 +17,9 @@
 //     copies in and ends with that of its copies out, two kernel nodes set for each launch
 //     (cudaGraphExecKernelNodeSetParams, which leaves launches already enqueued as they were) to the call's own pool
 //     buffers and use count. One launch then replaces three: a copy kernel's own launch cost about 3 us, setting
-//     a node about 1 us (one H100, 2026-12-06, docs/results/2026-12-06-h100-1gpu-launch-forms/).
+//     a node about 1 us (one H100, 2026-12-06, docs/results/2026-12-06-h100-1gpu-launch-forms/). The copy-out node
+//     also writes the done marker after its use count, so no stream write follows that graph (0.4-1.1 us less a
+//     call: docs/results/2026-12-06-h100-1gpu-done-marker/).
 // Capturing costs the eager enqueue plus an instantiation (~100s of us), so a shape is captured on its second call,
 // never its first; in a local clique from Executor::prepareCall, before any rank of the call launches (prepare()).
 // Destroying a cached graph that is still running is allowed (the driver frees it on completion).
@@ -53,7 +55,7 @@ class RankGraphCache {
                const sched::RankProgram& program);
 
   // Runs `program` (rank s.rank's part of a call of the given shape) as its cached graph on setup.main, then writes
-  // the done marker and counts the launch like an eager one. After prepare() for this call it only looks the shape
+  // the done marker (or has the graph's copy-out node write it) and counts the launch like an eager one. After prepare() for this call it only looks the shape
   // up; without (several processes: no prepareCall) it records the call and captures on the second call itself.
   // With `bounce` (a call on the rank's bounce regions with its copies in still pending), the graph holds the call's
   // copies too (the words that say so are added to `shape`), and the regions learn that they ran there.
