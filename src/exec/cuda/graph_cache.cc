@@ -135,7 +135,7 @@ RankGraphCache::CachedGraph RankGraphCache::capture(RankState& s, const CopyEngi
   const RelaxedCaptureScope relaxed(true);
   CopyEngineSetup setup = eagerSetup;
   setup.main = captureStream_.get();
-  setup.eager = false;  // no done marker inside the graph: launch() writes it after every replay
+  setup.eager = false;  // no done marker captured: launch() writes it or sets the copy-out node to
   CachedGraph cached;
   // Thread-local mode: the capture restricts only this thread (which makes no unsafe call while capturing); other
   // ranks' threads and the application's keep running their own work.
