@@ -16,7 +16,8 @@
 #   stream_waits.py (side streams waiting on a call whose peers are late: a deadlock fails the case in 10 s)
 #       each with NP in $NPS, through the drop-in and on plain NCCL (--sim-hosts: NCCL_HOSTID per process)
 #   skew_host_time.py  NP=2, SKEW_BURST calls a round, drop-in (asserted: SKEW_ASSERT_US, or SKEW_COLD_ASSERT_US
-#                      for one call a round) and plain NCCL (reported)
+#                      for one call a round) and plain NCCL (reported; its own time too: the drop-in is loaded in
+#                      forwarding mode, CONCCL_NCCL_SHIM=0, and times every call it passes on, unless SKEW_NCCL_TIMED=0)
 #   fault_cases.py     drop-in: kill (host, gpu), abort (host with each abort API, gpu), the bootstrap intruder
 #                      (bootstrap_intruder.py racing the ranks), NP=2; kill host + intruder also NP=4
 #   Order: the NP=2 runs, skew, the NP=2 fault cases, then NP=4 (runs and faults), then the allocator variants.
@@ -36,8 +37,9 @@
 #   only the runs under ALLOCS=async), WORKLOAD_CASES (workloads.py --cases), SKEW_ASSERT_US (default 20: calls back to
 #   back), SKEW_COLD_ASSERT_US (250: with SKEW_BURST=1, one call per round after an idle wait), SKEW_CALLS (rounds: 2),
 #   SKEW_BURST (calls per round, back to back: 9), SKEW_ALLOCS (the allocator settings the skew case runs under, as in
-#   ALLOCS: default "default"; e.g. "default expandable"), ORDERING_TIMEOUT_MS (5000), NO_NCCL=1 (skip the
-#   plain NCCL references),
+#   ALLOCS: default "default"; e.g. "default expandable"), SKEW_NCCL_TIMED (1: plain NCCL's skew runs go through the
+#   drop-in in forwarding mode, which times NCCL's own calls; 0: NCCL alone), ORDERING_TIMEOUT_MS (5000), NO_NCCL=1
+#   (skip the plain NCCL references),
 #   SMOKE_CPU=1 (no GPU: every script with --backend gloo --device cpu, no drop-in; checks the scripts' plumbing).
 # Kept for every process: NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1.
 set -u
@@ -66,6 +68,7 @@ SKEW_COLD_ASSERT_US="${SKEW_COLD_ASSERT_US:-250}"
 SKEW_CALLS="${SKEW_CALLS:-2}"
 SKEW_BURST="${SKEW_BURST:-9}"
 SKEW_ALLOCS="${SKEW_ALLOCS:-default}"
+SKEW_NCCL_TIMED="${SKEW_NCCL_TIMED:-1}"
 ORDERING_TIMEOUT_MS="${ORDERING_TIMEOUT_MS:-5000}"
 NO_NCCL="${NO_NCCL:-0}"
 ORDERING_CASES="send_first_all_reduce,recv_first_all_reduce,send_first_all_gather,recv_first_all_gather"
@@ -131,6 +134,11 @@ set_env() {  # LIB ALLOC
       ARGS_EXTRA+=(--expect-path conccl) ;;
     nccl)
       ENVCMD+=(LD_LIBRARY_PATH="$NCCL_LIB:${LD_LIBRARY_PATH:-}" NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1)
+      # NCCL_VIA_DROPIN=1 (the skew case): the drop-in passes every call on to the real NCCL and times each one, so
+      # NCCL's own host time is reported beside the Python call's (src/nccl/call_time.h).
+      if [ "${NCCL_VIA_DROPIN:-0}" = 1 ]; then
+        ENVCMD+=(LD_PRELOAD="$SHIM" CONCCL_NCCL_SHIM=0 CONCCL_NCCL_REAL_LIB="$NCCL_LIB/libnccl.so.2")
+      fi
       ARGS_EXTRA+=(--sim-hosts --expect-path NCCL) ;;
     gloo) ;;
   esac
@@ -358,7 +366,10 @@ if wanted skew; then
       [ "$lib" = nccl ] && sleep_s=1  # NCCL never waits for the peer: 1 s shows it as well, in half the time
       [ "$SMOKE_CPU" = 1 ] && { sleep_s=0.2; skew_args+=(--max-mib 64); }
       rm -f "$skew_out"
+      NCCL_VIA_DROPIN=0
+      [ "$lib" = nccl ] && [ "$SKEW_NCCL_TIMED" = 1 ] && [ "$SMOKE_CPU" != 1 ] && NCCL_VIA_DROPIN=1
       torchrun_cases skew_host_time.py 2 "$lib" "$skew_alloc" 180 skew "${skew_args[@]}" --sleep-s "$sleep_s"
+      NCCL_VIA_DROPIN=0
       grep -h -A12 '^host time per call' "$logs/skew_host_time-np2-$lib-$skew_alloc.log" 2>/dev/null >>"$summary"
     done
   done
