@@ -367,7 +367,7 @@ if wanted skew; then
       [ "$SMOKE_CPU" = 1 ] && { sleep_s=0.2; skew_args+=(--max-mib 64); }
       rm -f "$skew_out"
       NCCL_VIA_DROPIN=0
-      [ "$lib" = nccl ] && [ "$SKEW_NCCL_TIMED" = 1 ] && [ "$SMOKE_CPU" != 1 ] && NCCL_VIA_DROPIN=1
+      [ "$lib" = nccl ] && [ "$SKEW_NCCL_TIMED" = 1 ] && NCCL_VIA_DROPIN=1
       torchrun_cases skew_host_time.py 2 "$lib" "$skew_alloc" 180 skew "${skew_args[@]}" --sleep-s "$sleep_s"
       NCCL_VIA_DROPIN=0
       grep -h -A12 '^host time per call' "$logs/skew_host_time-np2-$lib-$skew_alloc.log" 2>/dev/null >>"$summary"

@@ -7,8 +7,8 @@
 // (run 3). The kernel takes both copies of a side in one launch, and the copy out ends by writing the regions' use
 // count into host memory, which a call on another stream waits for (a stream memory operation) instead of an event
 // recorded after the copy. A repeated call runs both sides as kernel nodes of its cached graph, set for each call
-// (graph_cache.h): in the launch-forms probe (docs/results/2026-12-06-h100-1gpu-launch-forms/) memcpy nodes set per call
-// cost the caller 0.5-0.7 us more than kernel nodes.
+// (graph_cache.h): in the launch-forms probe (docs/results/2026-12-06-h100-1gpu-launch-forms/) memcpy nodes set per
+// call cost the caller 0.5-0.7 us more than kernel nodes.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -55,8 +55,9 @@ class RankGraphCache {
                const sched::RankProgram& program);
 
   // Runs `program` (rank s.rank's part of a call of the given shape) as its cached graph on setup.main, then writes
-  // the done marker (or has the graph's copy-out node write it) and counts the launch like an eager one. After prepare() for this call it only looks the shape
-  // up; without (several processes: no prepareCall) it records the call and captures on the second call itself.
+  // the done marker (or has the graph's copy-out node write it) and counts the launch like an eager one. After
+  // prepare() for this call it only looks the shape up; without (several processes: no prepareCall) it records the
+  // call and captures on the second call itself.
   // With `bounce` (a call on the rank's bounce regions with its copies in still pending), the graph holds the call's
   // copies too (the words that say so are added to `shape`), and the regions learn that they ran there.
   // Returns false when the caller must enqueue the program eagerly instead (and the copies with it): the shape's first

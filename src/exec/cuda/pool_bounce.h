@@ -13,8 +13,9 @@
 // caller's stream order; the next call on the same stream follows them. A call on another stream first waits (a stream
 // memory operation) for the previous call's use count: the executor's own order across streams
 // (CudaExecutor::orderAfterPreviousCall) ends at the program's done marker, which an eager call writes before its copy
-// out (a replayed graph's copy-out node writes the marker after the use count). The copies in are enqueued by the call's launch, or before
-// the gate of a deferred call: they touch only the caller's buffers and the regions, which the wait above orders.
+// out (a replayed graph's copy-out node writes the marker after the use count). The copies in are enqueued by the
+// call's launch, or before the gate of a deferred call: they touch only the caller's buffers and the regions, which
+// the wait above orders.
 //
 // Idle regions give their memory back (releaseIfIdle, from the communicator's housekeeping): their pieces are unmapped
 // once no call used them for CONCCL_POOL_BOUNCE_IDLE_MS and the GPU is done with the last one; the VMM export's sweep
