@@ -4,7 +4,7 @@
 #   1. the marker stage: test_gpu_graph_cache whole; test_gpu_multiprocess memory kinds (pool calls on alternating
 #      buffers, copies as graph nodes) and late calls (2-4 processes), every bound as the suite sets it;
 #   2. A/B alternating, CallsDoNotWaitForLatePeers/0 (2 processes, peer 2 s late), bound relaxed to report only.
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/../../2026-12-06-h100-1gpu-pool-launch/commands/common.sh"
 say "marker: $(head -1 gpu-stage-marker/BUILD_INFO)"
 t0=$SECONDS
 ( cd gpu-stage-marker/bin && timeout 120 ./test_gpu_graph_cache ) >"$OUT/graph-cache.log" 2>&1
