@@ -20,11 +20,17 @@ Two times per call: the Python call's (what PyTorch's user sees: PyTorch's own w
 the drop-in, conccl's own share of it: the time rank 0's thread spent inside the drop-in's NCCL calls during that
 Python call (concclNcclShimTakeCallNs, conccl/nccl_shim.h; absent on plain NCCL).
 
+Where a slow call's time goes outside the library: each timed call's CPU time on rank 0's thread (a call slower
+in wall time than in CPU time waited or was descheduled; one slower in both ran on a slower CPU), and per round the
+CPU the thread ran on before and after its calls, and the whole process's CPU time during them (the rest is other
+threads': a thread spinning beside the caller, perhaps on its core's sibling).
+
 Output: a table on stdout (rank 0), and one JSON object per op to --out (JSON lines): op, bytes, calls, p50_us,
-max_us, samples_us (the Python call), dropin_p50_us, dropin_max_us, dropin_samples_us, dropin_calls (NCCL calls
-per Python call), sleep_s, world, lib (conccl / NCCL, from the shim's line), tag. --assert-max-us X makes the run
-fail unless every op's p50 (or --assert-stat max) is at most X us (the target on conccl: 20), of the drop-in's own
-time where the drop-in is loaded, of the Python call's otherwise (--assert-on).
+max_us, samples_us (the Python call), cpu_samples_us (its thread CPU time), dropin_p50_us, dropin_max_us,
+dropin_samples_us, dropin_calls (NCCL calls per Python call), rounds (per round: cpu_before / cpu_after, wall_us,
+thread_cpu_us, process_cpu_us of its calls), sleep_s, world, lib (conccl / NCCL, from the shim's line), tag.
+--assert-max-us X makes the run fail unless every op's p50 (or --assert-stat max) is at most X us (the target on
+conccl: 20), of the drop-in's own time where the drop-in is loaded, of the Python call's otherwise (--assert-on).
 
     LD_PRELOAD=.../libconccl_nccl.so python -m torch.distributed.run --standalone --nproc-per-node 2 \\
         tests/torch/skew_host_time.py --out skew-conccl.jsonl --assert-max-us 20
@@ -112,6 +118,15 @@ def dropin_clock():
     return fn
 
 
+def this_cpu():
+    """The CPU the calling thread last ran on (field 39 of /proc/thread-self/stat), or -1 where it cannot be read."""
+    try:
+        with open("/proc/thread-self/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[36])  # fields after the command's ")" start at field 3
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
 def main():
     p = tcommon.base_parser(__doc__, timeout_s=300)
     p.add_argument("--sleep-s", type=float, default=2.0, help="how late the peer (rank 1) is, before every call")
@@ -148,6 +163,8 @@ def main():
             continue
         call = make()
         samples = []
+        cpu_samples = []  # the thread's CPU time per measured call
+        rounds = []
         dropin = []  # (us, NCCL calls) per measured call
         err = None
         try:
@@ -168,17 +185,27 @@ def main():
                 if rank == 1 and k > 0:
                     time.sleep(args.sleep_s)
                 works = []
+                cpu_before = this_cpu()
+                round_t0, round_thread0, round_proc0 = time.perf_counter(), time.thread_time(), time.process_time()
                 for _ in range(args.burst if k > 0 else 1):
                     if clock is not None:
                         clock(None)  # reset: count only this call's NCCL calls
+                    c0 = time.thread_time()
                     t0 = time.perf_counter()
                     works.append(call())
                     t1 = time.perf_counter()
+                    c1 = time.thread_time()
                     inside_ns = clock(ctypes.byref(ncalls)) if clock is not None else None
                     if k > 0:
                         samples.append((t1 - t0) * 1e6)
+                        cpu_samples.append((c1 - c0) * 1e6)
                         if inside_ns is not None:
                             dropin.append((inside_ns / 1e3, int(ncalls.value)))
+                if k > 0:
+                    rounds.append({"cpu_before": cpu_before, "cpu_after": this_cpu(),
+                                   "wall_us": round((time.perf_counter() - round_t0) * 1e6, 1),
+                                   "thread_cpu_us": round((time.thread_time() - round_thread0) * 1e6, 1),
+                                   "process_cpu_us": round((time.process_time() - round_proc0) * 1e6, 1)})
                 for work in works:
                     if work is not None:
                         work.wait()
@@ -193,7 +220,9 @@ def main():
                    "lib": lib, "tag": args.tag,
                    "p50_us": round(statistics.median(samples), 1) if samples else None,
                    "max_us": round(max(samples), 1) if samples else None,
-                   "samples_us": [round(s, 1) for s in samples]}
+                   "samples_us": [round(s, 1) for s in samples],
+                   "cpu_p50_us": round(statistics.median(cpu_samples), 1) if cpu_samples else None,
+                   "cpu_samples_us": [round(c, 1) for c in cpu_samples], "rounds": rounds}
             if dropin:
                 us = [d[0] for d in dropin]
                 row.update({"dropin_p50_us": round(statistics.median(us), 1), "dropin_max_us": round(max(us), 1),
@@ -212,9 +241,10 @@ def main():
         alloc = os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or "default allocator"
         print(f"\nhost time per call on rank 0, peer {args.sleep_s:g} s late, {world} ranks, {lib}, {alloc}, "
               f"{args.burst} call(s) per round:")
-        print("| op | Python call p50 us | max us | drop-in's own p50 us | max us | calls |\n|---|---|---|---|---|---|")
+        print("| op | Python call p50 us | max us | its thread CPU p50 us | drop-in's own p50 us | max us | calls |\n"
+              "|---|---|---|---|---|---|---|")
         for r in results:
-            print(f"| {r['op']} | {r['p50_us']} | {r['max_us']} | {r.get('dropin_p50_us', '-')} | "
+            print(f"| {r['op']} | {r['p50_us']} | {r['max_us']} | {r['cpu_p50_us']} | {r.get('dropin_p50_us', '-')} | "
                   f"{r.get('dropin_max_us', '-')} | {r['calls']} |")
         if args.out:
             with open(args.out, "a") as f:
