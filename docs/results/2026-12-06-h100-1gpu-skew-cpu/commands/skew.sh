@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# issue 24's host time per call with the peer 2 s late, through the drop-in, 2 processes, under PyTorch's
+# Call 1: issue 24's host time per call with the peer 2 s late, through the drop-in, 2 processes, under PyTorch's
 #   cudaMallocAsync backend, its default allocator and expandable segments, plain NCCL (NCCL_HOSTID per process) beside
 #   each. Budget 240 s.
 source "$(dirname "$0")/../../2026-12-06-h100-1gpu-pool-launch/commands/common.sh"
