@@ -135,6 +135,9 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   struct LeaveGated {
     ~LeaveGated() { HostGatedWork::instance().leave(); }
   } leaveGated;
+  // A lap of its own: enter() waits while this process's closer thread unmaps a peer's freed buffer (100-300 us for
+  // a VMM unit on one H100), the one step where a call leaves the CPU (host_gated_work.h).
+  HostLaps::lap(kCloseWaitLap);
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.released) CONCCL_THROW(concclInvalidUsage, "rank " + std::to_string(rank) + " was already released");
   CONCCL_ASSERT(schedule.nranks == static_cast<int>(ranks_.size()));
@@ -159,7 +162,7 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   // Captured calls are not ordered against each other across streams (a graph's branches): an open hazard,
   // CallOrderRepro.DISABLED_CallsCapturedOnTwoStreamsOfOneCapture.
   if (eager) orderAfterPreviousCall(s, main);
-  HostLaps::lap("executor entry");  // gate, rank lock, device, capture query, order after the previous call
+  HostLaps::lap("executor entry");  // rank lock, device, capture query, order after the previous call
   enqueueProgram(s, schedule, binding, rank, main, chunks, eager);
 }
 

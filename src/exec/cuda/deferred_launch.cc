@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "base/host_laps.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/driver_api.h"
 #include "exec/cuda/host_gated_work.h"
@@ -134,6 +135,7 @@ std::optional<DeferredCall> DeferredLaunches::defer(cudaStream_t caller, std::st
   }
   // Counted before the Wait exists, so that no close of an IPC mapping starts while it could be pending.
   HostGatedWork::instance().enter();
+  HostLaps::lap(kCloseWaitLap);
   DeferredCall call;
   {
     std::lock_guard<std::mutex> lock(mutex_);

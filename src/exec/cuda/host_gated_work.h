@@ -16,6 +16,11 @@
 // thread 2.0 s). So every executor registers a busy probe (GPU work of its ranks not completed), runUngated() waits
 // for a moment when no probe says busy, and every launch enqueues between enter() and leave(), so that none starts
 // while the function runs.
+// The price: a call that arrives while the closer unmaps waits for the unmap. Peers' frees reach this process with
+// their next call, and the unmap starts once the GPU work of that call is done, often just as the caller makes its
+// next call: the first timed call of each new 64 MiB buffer under expandable segments waited 170-310 us for a VMM
+// unit's unmap (one H100, two processes, 2026-12-06, docs/results/2026-12-06-h100-1gpu-whole/). Every call's laps show
+// the wait as kCloseWaitLap (base/host_laps.h).
 #pragma once
 
 #include <chrono>
@@ -27,6 +32,9 @@
 #include <mutex>
 
 namespace conccl::exec {
+
+// The lap (base/host_laps.h) a caller's enter() is timed under.
+inline constexpr const char* kCloseWaitLap = "wait for a close of a peer's mapping";
 
 class HostGatedWork {
  public:
