@@ -14,7 +14,9 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -127,14 +129,47 @@ TEST(CallOrder, CallsOnTwoStreamsRunInCallOrderSmallKernel) {
   runCase(1024);  // 4 KiB per call: the small-message kernel where the ranks can use it
 }
 
+// The nodes the next node captured on `stream` would depend on: where the stream's part of its capture ends now.
+std::vector<cudaGraphNode_t> captureFrontier(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t* nodes = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;
+  size_t count = 0;
+  EXPECT_EQ(cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &nodes, &edges, &count), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  return std::vector<cudaGraphNode_t>(nodes, nodes + count);
+}
+
+// Whether every node of `ancestors` is reached from `from` by following the graph's edges backwards.
+bool allReachedBackwards(const std::vector<cudaGraphNode_t>& from, const std::vector<cudaGraphNode_t>& ancestors) {
+  std::set<cudaGraphNode_t> seen;
+  std::vector<cudaGraphNode_t> todo = from;
+  while (!todo.empty()) {
+    cudaGraphNode_t node = todo.back();
+    todo.pop_back();
+    if (!seen.insert(node).second) continue;
+    size_t count = 0;
+    EXPECT_EQ(cudaGraphNodeGetDependencies(node, nullptr, nullptr, &count), cudaSuccess);
+    std::vector<cudaGraphNode_t> deps(count);
+    std::vector<cudaGraphEdgeData> edges(count);
+    if (count > 0) {
+      EXPECT_EQ(cudaGraphNodeGetDependencies(node, deps.data(), edges.data(), &count), cudaSuccess);
+    }
+    todo.insert(todo.end(), deps.begin(), deps.end());
+  }
+  return std::all_of(ancestors.begin(), ancestors.end(), [&](cudaGraphNode_t n) { return seen.count(n) > 0; });
+}
+
 // The same rule inside a CUDA graph capture: call 1 captured on stream A, call 2 on stream B forked off A inside the
-// same capture. Nothing orders them today: they are parallel branches of the graph and can run into each other on a
-// replay (issue 24 item 4, open). Expected to FAIL until captured calls are ordered: an attempt that made the second
-// call's stream wait on an event recorded after the first (2026-12-02) got error 900 from cudaGraphInstantiate here
-// and was taken out (docs/results/2026-12-02-h200-1gpu-process-contract/). Each rank's graph is replayed three
-// times; out of place, so every replay must give the same sums.
-TEST(CallOrderRepro, DISABLED_CallsCapturedOnTwoStreamsOfOneCapture) {
-  SKIP_WITHOUT_GPU();
+// same capture (as a caller overlaps two collectives). Unordered, they are parallel branches of the graph and can run
+// into each other on a replay; CudaExecutor::orderAfterPreviousCapturedCall makes call 2 depend on the nodes call 1
+// ended with. Checked where it cannot depend on timing: in each rank's captured graph, every node call 1 ended with is
+// an ancestor of where call 2 ends. Then each rank's graph is replayed three times (no gate: a replay's branches run
+// on streams the driver picks, which no queue claim reaches where ranks share a GPU), out of place, so every replay
+// must give the same sums. (An earlier attempt, the second call's stream waiting on an event recorded after the first,
+// got error 900 from cudaGraphInstantiate on one H200, 2026-12-02:
+// docs/results/2026-12-02-h200-1gpu-process-contract/.)
+void runCapturedCase() {
   const int n = 2;
   // 1 MiB per call: the copy-engine path, on one stream per call where ranks share a GPU (as captured calls must be
   // there: a graph's branches run on streams the driver picks, docs/cuda-executor.md)
@@ -151,6 +186,7 @@ TEST(CallOrderRepro, DISABLED_CallsCapturedOnTwoStreamsOfOneCapture) {
     float *x = nullptr, *x2 = nullptr, *y = nullptr, *y2 = nullptr;
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
+    std::vector<cudaGraphNode_t> call1End, call2End;  // where each call's part of the capture ended
   };
   std::vector<Side> side(n);
   for (int r = 0; r < n; ++r) {
@@ -174,7 +210,8 @@ TEST(CallOrderRepro, DISABLED_CallsCapturedOnTwoStreamsOfOneCapture) {
     ASSERT_EQ(cudaEventRecord(s.fork, s.a), cudaSuccess);
     ASSERT_EQ(cudaStreamWaitEvent(s.b, s.fork, 0), cudaSuccess);  // B joins A's capture
   }
-  for (auto [in, out, stream] : {std::tuple{&Side::x, &Side::x2, &Side::a}, std::tuple{&Side::y, &Side::y2, &Side::b}}) {
+  for (auto [in, out, stream, end] : {std::tuple{&Side::x, &Side::x2, &Side::a, &Side::call1End},
+                                      std::tuple{&Side::y, &Side::y2, &Side::b, &Side::call2End}}) {
     ASSERT_EQ(concclGroupStart(), concclSuccess);
     for (int r = 0; r < n; ++r) {
       const Side& s = side[static_cast<size_t>(r)];
@@ -184,6 +221,17 @@ TEST(CallOrderRepro, DISABLED_CallsCapturedOnTwoStreamsOfOneCapture) {
           << concclGetLastError(comms[static_cast<size_t>(r)]);
     }
     ASSERT_EQ(concclGroupEnd(), concclSuccess) << concclGetLastError(comms[0]);
+    for (int r = 0; r < n; ++r) {
+      Side& s = side[static_cast<size_t>(r)];
+      ASSERT_EQ(cudaSetDevice(devices[static_cast<size_t>(r)]), cudaSuccess);
+      s.*end = captureFrontier(s.*stream);
+      ASSERT_FALSE((s.*end).empty()) << "rank " << r << ": nothing captured";
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    const Side& s = side[static_cast<size_t>(r)];
+    EXPECT_TRUE(allReachedBackwards(s.call2End, s.call1End))
+        << "rank " << r << ": call 2 (stream B) does not depend on the end of call 1 (stream A) in the captured graph";
   }
   for (int r = 0; r < n; ++r) {
     Side& s = side[static_cast<size_t>(r)];
@@ -233,6 +281,11 @@ TEST(CallOrderRepro, DISABLED_CallsCapturedOnTwoStreamsOfOneCapture) {
   }
 }
 
+TEST(CallOrder, CallsCapturedOnTwoStreamsOfOneCaptureRunInCallOrder) {
+  SKIP_WITHOUT_GPU();
+  runCapturedCase();
+}
+
 // Without the ordering: expected to fail (timeouts or wrong values). Not run by default.
 TEST(CallOrderRepro, DISABLED_CallsOnTwoStreamsWithoutCallOrderCopyEngines) {
   SKIP_WITHOUT_GPU();
@@ -244,6 +297,13 @@ TEST(CallOrderRepro, DISABLED_CallsOnTwoStreamsWithoutCallOrderSmallKernel) {
   SKIP_WITHOUT_GPU();
   const ConfigTestHook hook([](Config& config) { config.callOrder = false; });
   runCase(1024);
+}
+
+// Captured without the ordering: the graph check fails (and a replay may hang or sum wrong).
+TEST(CallOrderRepro, DISABLED_CallsCapturedOnTwoStreamsWithoutCallOrder) {
+  SKIP_WITHOUT_GPU();
+  const ConfigTestHook hook([](Config& config) { config.callOrder = false; });
+  runCapturedCase();
 }
 
 }  // namespace

@@ -87,8 +87,11 @@ class CudaExecutor final : public Executor {
   bool takesSmallPath(const sched::Schedule& schedule, int rank) const;
   // Whether rank `rank`'s copy-engine program of an eager call may run as a cached graph (graph_cache.h).
   bool graphCacheable(const sched::Schedule& schedule, int rank) const;
-  // An eager call on another stream than the rank's previous eager call waits on the GPU for that call to end.
+  // An eager call on another stream than the rank's previous eager call waits on the GPU for that call to end; a
+  // captured call on another stream of the same capture depends on the nodes that call ended with (call_order.cc).
   void orderAfterPreviousCall(RankState& s, cudaStream_t main);
+  void orderAfterPreviousCapturedCall(RankState& s, cudaStream_t main);
+  void rememberCapturedCallEnd(RankState& s, cudaStream_t main);
   // The bounce regions when `binding` is this process's rank's call on them with its copies in still to enqueue on
   // `stream` (CallBinding::poolBounce); null otherwise.
   PoolBounceRegions* pendingPoolBounce(const CallBinding& binding, int rank, cudaStream_t stream) const;

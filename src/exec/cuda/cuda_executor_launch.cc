@@ -1,8 +1,8 @@
 // The CUDA executor's enqueue path (the class: cuda_executor.h). prepareCall runs once per call from the thread
 // that completed the rendezvous: first use of new caller streams (queue_claim.h) and the graphs of repeated calls
 // (graph_cache.h). launch() then enqueues one rank's program on the caller's stream: the small-message kernel, a
-// cached graph, or the copy-engine program op by op (copy_engine_program.h). It never waits for the GPU and
-// allocates nothing.
+// cached graph, or the copy-engine program op by op (copy_engine_program.h), after the rank's previous call
+// (call_order.cc). It never waits for the GPU, and an eager call allocates nothing.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -20,7 +20,6 @@
 #include "exec/cuda/copy_engine_program.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_executor.h"
-#include "exec/cuda/driver_api.h"
 #include "exec/cuda/graph_cache.h"
 #include "exec/cuda/host_gated_work.h"
 #include "exec/cuda/small_program_kernel.h"
@@ -159,11 +158,14 @@ void CudaExecutor::launch(const sched::Schedule& schedule, const CallBinding& bi
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(main, &capture));
   const bool eager = capture == cudaStreamCaptureStatusNone;
-  // Captured calls are not ordered against each other across streams (a graph's branches): an open hazard,
-  // CallOrderRepro.DISABLED_CallsCapturedOnTwoStreamsOfOneCapture.
-  if (eager) orderAfterPreviousCall(s, main);
+  if (eager) {
+    orderAfterPreviousCall(s, main);
+  } else {
+    orderAfterPreviousCapturedCall(s, main);
+  }
   HostLaps::lap("executor entry");  // rank lock, device, capture query, order after the previous call
   enqueueProgram(s, schedule, binding, rank, main, chunks, eager);
+  if (!eager) rememberCapturedCallEnd(s, main);
 }
 
 void CudaExecutor::enqueueProgram(RankState& s, const sched::Schedule& schedule, const CallBinding& binding, int rank,
@@ -214,23 +216,6 @@ void CudaExecutor::enqueueProgram(RankState& s, const sched::Schedule& schedule,
   }
   CopyEngineProgram(s, setup, resolve).enqueue(program);
   HostLaps::lap("eager enqueue");
-}
-
-void CudaExecutor::orderAfterPreviousCall(RankState& s, cudaStream_t main) {
-  // The calls of a rank run on the GPU in the order they were made, whatever streams they were made on (NCCL's rule,
-  // which PyTorch relies on: FSDP2 all-gathers on one stream and reduce-scatters on another). Every call of a rank
-  // uses the rank's one set of flags and its scratch, so two calls running at once would take each other's signals
-  // and overwrite each other's chunks: a GPU deadlock (FSDP2 through the NCCL drop-in, 2026-12-01) or wrong data.
-  // Calls on the same stream are ordered by the stream; a call on another stream waits for the done marker of the
-  // previous launch (GEQ is a wrap-safe comparison). One memory operation, only when the stream changes.
-  if (!config_.callOrder) return;  // a test reproducing what this prevents (Config::callOrder)
-  unsigned long long id = 0;
-  CUDA_CHECK(cudaStreamGetId(main, &id));
-  if (s.launches > 0 && id != s.lastStreamId) {
-    CU_CHECK(driverApi().streamWaitValue32(reinterpret_cast<CUstream>(main), s.doneCounterDevice, s.launches,
-                                           CU_STREAM_WAIT_VALUE_GEQ));
-  }
-  s.lastStreamId = id;
 }
 
 bool CudaExecutor::graphCacheable(const sched::Schedule& schedule, int rank) const {

@@ -45,6 +45,15 @@ struct RankState {
   // cudaStreamGetId of the caller's stream of the last eager launch (meaningful once launches > 0): a call on another
   // stream first waits for that launch's done marker (CudaExecutor::orderAfterPreviousCall).
   unsigned long long lastStreamId = 0;
+  // The last captured launch: its capture (cudaStreamGetCaptureInfo's id, unique in the process), its stream and the
+  // graph nodes it ended with, on which a later call captured into the same graph on another stream depends
+  // (CudaExecutor::orderAfterPreviousCapturedCall).
+  struct CapturedCallEnd {
+    bool valid = false;
+    unsigned long long id = 0;
+    cudaStream_t stream = nullptr;
+    std::vector<cudaGraphNode_t> endNodes;
+  } lastCapture;
   // Written 1 by a small-message kernel whose wait timed out (see small_program_kernel.h); checked by launch and
   // synchronize, which report concclTimeout.
   PinnedBuffer smallKernelError;
