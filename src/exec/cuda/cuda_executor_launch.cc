@@ -176,10 +176,9 @@ void CudaExecutor::enqueueProgram(RankState& s, const sched::Schedule& schedule,
   // A call on the rank's bounce regions: its copies in go before the program, or into its cached graph with the
   // copies out (graph_cache.h); otherwise the copies out follow when the caller leaves the regions.
   PoolBounceRegions* bounce = pendingPoolBounce(binding, rank, main);
+  const auto r = static_cast<size_t>(rank);
   const InputPieces* inputs =
-      static_cast<size_t>(rank) < binding.inputPieces.size() && !binding.inputPieces[static_cast<size_t>(rank)].events.empty()
-          ? &binding.inputPieces[static_cast<size_t>(rank)]
-          : nullptr;
+      r < binding.inputPieces.size() && !binding.inputPieces[r].events.empty() ? &binding.inputPieces[r] : nullptr;
   if (takesSmallPath(schedule, rank)) {
     // One kernel reads every piece: it starts once all of them are ready.
     if (inputs != nullptr) {
