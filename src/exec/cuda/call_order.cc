@@ -31,7 +31,7 @@ void CudaExecutor::orderAfterPreviousCapturedCall(RankState& s, cudaStream_t mai
   // depends on the nodes the earlier one ended with instead: an edge in the graph, so no event or memory operation of
   // its own. A call on the same stream is ordered by the stream already. Calls of different captures are different
   // graphs, whose launches the caller orders.
-  if (!config_.callOrder || !s.lastCapture.valid || s.lastCapture.stream == main) return;
+  if (!config_.callOrder || s.lastCapture.endNodes.empty() || s.lastCapture.stream == main) return;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
   CUDA_CHECK(cudaStreamGetCaptureInfo(main, &status, &id));
@@ -44,18 +44,17 @@ void CudaExecutor::rememberCapturedCallEnd(RankState& s, cudaStream_t main) {
   // The program joined its lanes back into `main` at its end (CopyEngineProgram::finish), so the nodes the stream's
   // next capture would depend on are where the whole call ends. The driver's array lives until the next call on the
   // stream: copied. The nodes stay valid while their graph lives, and a later call of another capture never uses them.
-  s.lastCapture.valid = false;
+  s.lastCapture.endNodes.clear();
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
   const cudaGraphNode_t* nodes = nullptr;
   const cudaGraphEdgeData* edges = nullptr;  // asked for, or the query fails where an edge carries data
   size_t count = 0;
   CUDA_CHECK(cudaStreamGetCaptureInfo(main, &status, &id, nullptr, &nodes, &edges, &count));
-  if (status != cudaStreamCaptureStatusActive || count == 0) return;
+  if (status != cudaStreamCaptureStatusActive) return;
   s.lastCapture.endNodes.assign(nodes, nodes + count);
   s.lastCapture.id = id;
   s.lastCapture.stream = main;
-  s.lastCapture.valid = true;
 }
 
 }  // namespace conccl::exec

@@ -46,10 +46,9 @@ struct RankState {
   // stream first waits for that launch's done marker (CudaExecutor::orderAfterPreviousCall).
   unsigned long long lastStreamId = 0;
   // The last captured launch: its capture (cudaStreamGetCaptureInfo's id, unique in the process), its stream and the
-  // graph nodes it ended with, on which a later call captured into the same graph on another stream depends
-  // (CudaExecutor::orderAfterPreviousCapturedCall).
+  // graph nodes it ended with (none: no such launch to order after), on which a later call captured into the same
+  // graph on another stream depends (CudaExecutor::orderAfterPreviousCapturedCall).
   struct CapturedCallEnd {
-    bool valid = false;
     unsigned long long id = 0;
     cudaStream_t stream = nullptr;
     std::vector<cudaGraphNode_t> endNodes;
