@@ -57,6 +57,12 @@ struct Config {
   // Bounce regions no call used for this long give their memory back (their peers' mappings go with the next
   // retirement); the next call on pool memory maps them again (CONCCL_POOL_BOUNCE_IDLE_MS).
   int poolBounceIdleMs = 200;
+  // A peer's buffer that its owner freed is unmapped here by a background thread, which holds this process's launches
+  // off while it unmaps (exec/cuda/host_gated_work.h: 170-310 us for a 64 MiB VMM unit). It waits for no launch in
+  // unmapQuietUs (0: not asked), at most unmapQuietMaxMs, so that the unmap falls between bursts of calls
+  // (CONCCL_UNMAP_QUIET_US, CONCCL_UNMAP_QUIET_MAX_MS). Process-wide: the last communicator made sets it.
+  int unmapQuietUs = 2000;
+  int unmapQuietMaxMs = 100;
   // A call across processes whose peers have not all made it within rendezvousSpinUs of this rank is run staged
   // through the peers' scratch (as a staged call: no peer address needed) and launched at once, on the caller's thread
   // and stream; every rank of the call takes the same route, agreed through the shared segment (ProcessClique, "Late

@@ -126,6 +126,8 @@ Config resolveConfig(const concclConfig_t* user, bool cudaAvailable) {
   if (envInt("CONCCL_STAGED_MAX_BYTES", 0, LLONG_MAX, &v)) config.stagedMaxBytes = static_cast<size_t>(v);
   if (envInt("CONCCL_POOL_BOUNCE_MAX_BYTES", 0, LLONG_MAX, &v)) config.poolBounceMaxBytes = static_cast<size_t>(v);
   if (envInt("CONCCL_POOL_BOUNCE_IDLE_MS", 0, 3600 * 1000, &v)) config.poolBounceIdleMs = static_cast<int>(v);
+  if (envInt("CONCCL_UNMAP_QUIET_US", 0, 1000 * 1000, &v)) config.unmapQuietUs = static_cast<int>(v);
+  if (envInt("CONCCL_UNMAP_QUIET_MAX_MS", 0, 60 * 1000, &v)) config.unmapQuietMaxMs = static_cast<int>(v);
   if (envInt("CONCCL_THREAD_STAGED", 0, 1, &v)) config.threadStaged = static_cast<int>(v);
   if (envInt("CONCCL_DEFER_CALLS", 0, 1, &v)) config.deferCalls = v != 0;
   if (envInt("CONCCL_STAGE_LATE_CALLS", 0, 1, &v)) config.stageLateCalls = v != 0;

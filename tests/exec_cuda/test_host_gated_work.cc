@@ -89,3 +89,92 @@ TEST(HostGatedWork, ALaunchWaitsWhileTheFunctionRuns) {
   gated().leave();
   closer.join();
 }
+
+namespace {
+
+// Launches (enter() + leave()) every `period` until stopped, the way a caller's burst of calls looks to the closer.
+class LaunchBurst {
+ public:
+  explicit LaunchBurst(std::chrono::microseconds period)
+      : thread_([this, period] {
+          while (!stop_) {
+            gated().enter();
+            lastEnter_ = std::chrono::steady_clock::now().time_since_epoch().count();
+            gated().leave();
+            std::this_thread::sleep_for(period);
+          }
+        }) {}
+  ~LaunchBurst() { stop(); }
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  bool running() const { return !stop_; }
+  std::chrono::steady_clock::time_point lastEnter() const {
+    return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(lastEnter_.load()));
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<std::chrono::steady_clock::rep> lastEnter_{0};
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST(HostGatedWork, AQuietCallerWaitsForAPauseInTheLaunches) {
+  LaunchBurst burst(200us);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(150ms);
+    burst.stop();
+  });
+  std::atomic<bool> burstWasRunning{true};
+  std::chrono::steady_clock::time_point ranAt;
+  EXPECT_TRUE(gated().runUngated(
+      [&] {
+        burstWasRunning = burst.running();
+        ranAt = std::chrono::steady_clock::now();
+      },
+      10000ms, HostGatedWork::Quiet{20ms, 10000ms}));
+  stopper.join();
+  EXPECT_FALSE(burstWasRunning) << "the function ran in the middle of the launches";
+  EXPECT_GE(ranAt - burst.lastEnter(), 19ms) << "it ran before the quiet interval had passed";
+}
+
+TEST(HostGatedWork, AQuietCallerGoesAheadOnceItsBoundHasPassed) {
+  LaunchBurst burst(200us);  // never pauses for 500 ms
+  const auto t0 = std::chrono::steady_clock::now();
+  std::atomic<bool> burstWasRunning{false};
+  EXPECT_TRUE(gated().runUngated([&] { burstWasRunning = burst.running(); }, 10000ms,
+                                 HostGatedWork::Quiet{500ms, 50ms}));
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  burst.stop();
+  EXPECT_TRUE(burstWasRunning);
+  EXPECT_GE(waited, 45ms);
+  EXPECT_LT(waited, 5000ms);
+}
+
+TEST(HostGatedWork, AHurryDropsTheQuietInterval) {
+  LaunchBurst burst(200us);  // never pauses for 500 ms
+  std::atomic<bool> hurried{false}, ran{false};
+  std::thread waiter([&] {
+    std::this_thread::sleep_for(50ms);
+    HostGatedWork::Hurry hurry;  // a caller now waits for what the function does
+    hurried = true;
+    const auto giveUp = std::chrono::steady_clock::now() + 3000ms;
+    while (!ran && std::chrono::steady_clock::now() < giveUp) std::this_thread::sleep_for(1ms);
+  });
+  std::atomic<bool> ranInHurry{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(gated().runUngated(
+      [&] {
+        ranInHurry = hurried.load();
+        ran = true;
+      },
+      10000ms, HostGatedWork::Quiet{500ms, 60000ms}));
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  burst.stop();
+  waiter.join();
+  EXPECT_TRUE(ranInHurry);
+  EXPECT_LT(waited, 2500ms) << "it waited past the hurry";
+}

@@ -120,7 +120,8 @@ TEST(ApiErrors, AutoReduceCtasAndTuningVariables) {
   config.reduceCtas = CONCCL_CONFIG_UNDEF_INT;
   for (const char* name :
        {"CONCCL_PIPELINE_DEPTH", "CONCCL_MIN_CHUNK_BYTES", "CONCCL_GRAPH_CACHE", "CONCCL_STAGED_MAX_BYTES",
-        "CONCCL_POOL_BOUNCE_MAX_BYTES", "CONCCL_POOL_BOUNCE_IDLE_MS", "CONCCL_THREAD_STAGED"}) {
+        "CONCCL_POOL_BOUNCE_MAX_BYTES", "CONCCL_POOL_BOUNCE_IDLE_MS", "CONCCL_THREAD_STAGED",
+        "CONCCL_UNMAP_QUIET_US", "CONCCL_UNMAP_QUIET_MAX_MS"}) {
     const std::string bad = name == std::string("CONCCL_MIN_CHUNK_BYTES") ? "12"
                             : name == std::string("CONCCL_GRAPH_CACHE")   ? "-1"
                                                                           : "0x";

@@ -260,6 +260,9 @@ CudaExecutor::CudaExecutor(const ProcessTopology& topo, const Config& config)
 
 void CudaExecutor::watchForIpcCloses() {
   busyProbe_ = HostGatedWork::instance().addBusyProbe([this] { return busy(); });
+  IpcImportTable::instance().setCloseQuiet(
+      HostGatedWork::Quiet{std::chrono::microseconds(config_.unmapQuietUs),
+                           std::chrono::milliseconds(config_.unmapQuietMaxMs)});
 }
 
 bool CudaExecutor::busy() const {

@@ -14,7 +14,12 @@ void HostGatedWork::enter() {
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [this] { return !running_; });
   ++pending_;
+  lastEnter_ = std::chrono::steady_clock::now();
 }
+
+HostGatedWork::Hurry::Hurry() { instance().hurries_.fetch_add(1); }
+
+HostGatedWork::Hurry::~Hurry() { instance().hurries_.fetch_sub(1); }
 
 void HostGatedWork::leave(size_t n) {
   bool idle = false;
@@ -51,13 +56,22 @@ bool HostGatedWork::anyBusyLocked() const {
 }
 
 bool HostGatedWork::runUngated(const std::function<void()>& fn, std::chrono::milliseconds limit) {
+  return runUngated(fn, limit, Quiet{});
+}
+
+bool HostGatedWork::runUngated(const std::function<void()>& fn, std::chrono::milliseconds limit, Quiet quiet) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    // GPU work completes without notifying anyone: look again every millisecond while a probe says busy.
-    const auto until = std::chrono::steady_clock::now() + limit;
+    // GPU work completes (and launches pass) without notifying anyone: look again every millisecond.
+    const auto start = std::chrono::steady_clock::now();
+    const auto until = start + limit;
+    const auto quietUntil = start + quiet.within;
     for (;;) {
-      if (pending_ == 0 && !running_ && !anyBusyLocked()) break;
-      if (std::chrono::steady_clock::now() >= until) return false;
+      const auto now = std::chrono::steady_clock::now();
+      const bool quietNow = quiet.interval.count() == 0 || hurries_.load() > 0 || now >= quietUntil ||
+                            now - lastEnter_ >= quiet.interval;
+      if (pending_ == 0 && !running_ && quietNow && !anyBusyLocked()) break;
+      if (now >= until) return false;
       changed_.wait_for(lock, std::chrono::milliseconds(1));
     }
     running_ = true;

@@ -17,12 +17,15 @@
 // for a moment when no probe says busy, and every launch enqueues between enter() and leave(), so that none starts
 // while the function runs.
 // The price: a call that arrives while the closer unmaps waits for the unmap. Peers' frees reach this process with
-// their next call, and the unmap starts once the GPU work of that call is done, often just as the caller makes its
+// their next call, and the unmap started once the GPU work of that call was done, often just as the caller made its
 // next call: the first timed call of each new 64 MiB buffer under expandable segments waited 170-310 us for a VMM
-// unit's unmap (one H100, two processes, 2026-12-06, docs/results/2026-12-06-h100-1gpu-whole/). Every call's laps show
-// the wait as kCloseWaitLap (base/host_laps.h).
+// unit's unmap (one H100, two processes, 2026-12-06, docs/results/2026-12-06-h100-1gpu-whole/). So the closer asks
+// for a quiet moment too (Quiet): no launch for a while, as between a burst of calls and the next; past a bound any
+// ungated moment will do, and none is asked for while a caller waits for the close (Hurry). Every call's laps show
+// what is left of the wait as kCloseWaitLap (base/host_laps.h).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -43,10 +46,27 @@ class HostGatedWork {
   void enter();
   // Once the gate's release is enqueued (or done from the host): one enter() fewer.
   void leave(size_t n = 1);
+  // What a runUngated() caller that need not hurry asks for besides an ungated moment: that no enter() came for
+  // `interval` (0: not asked), until `within` has passed since it began to wait.
+  struct Quiet {
+    std::chrono::microseconds interval{0};
+    std::chrono::milliseconds within{0};
+  };
   // Runs `fn` at a moment when no gate is pending, no enqueue is between enter() and leave() and no busy probe says
-  // busy, holding new ones off until it returns. Waits at most `limit` for such a moment; false (and `fn` not run)
-  // if none came.
-  bool runUngated(const std::function<void()>& fn, std::chrono::milliseconds limit);
+  // busy (and `quiet` holds, while no Hurry lives), holding new ones off until it returns. Waits at most `limit` for
+  // such a moment; false (and `fn` not run) if none came.
+  bool runUngated(const std::function<void()>& fn, std::chrono::milliseconds limit, Quiet quiet);
+  bool runUngated(const std::function<void()>& fn, std::chrono::milliseconds limit);  // no quiet interval asked
+
+  // While one lives, runUngated() asks for no quiet interval: a thread waits for what it runs (a caller whose import
+  // of a peer's buffer waits for a pending close), so the interval would only delay that thread.
+  class Hurry {
+   public:
+    Hurry();
+    ~Hurry();
+    Hurry(const Hurry&) = delete;
+    Hurry& operator=(const Hurry&) = delete;
+  };
 
   // A probe says whether its owner has GPU work that may wait for another process (called under this class's lock:
   // it must not block or take a lock held around enter()). Returns a token for removeBusyProbe.
@@ -59,6 +79,10 @@ class HostGatedWork {
   std::mutex mutex_;
   std::condition_variable changed_;
   size_t pending_ = 0;
+  std::chrono::steady_clock::time_point lastEnter_{};
+  // Hurry objects alive. Atomic, not under mutex_: a Hurry may be made under locks a busy probe could need;
+  // runUngated() looks at it on every poll (each millisecond), so no wake-up is needed.
+  std::atomic<int> hurries_{0};
   bool running_ = false;  // a runUngated() call is running its function
   uint64_t nextToken_ = 1;
   std::map<uint64_t, BusyProbe> probes_;

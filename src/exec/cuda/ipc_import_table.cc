@@ -92,6 +92,7 @@ void* IpcImportTable::acquire(const BufferExport& b, int device, std::chrono::mi
                        (opening ? "another thread's mapping of it" : "the close of its earlier mapping here") +
                        " did not finish within " + std::to_string(limit.count()) + " ms");
     }
+    HostGatedWork::Hurry hurry;  // the close must not wait for a quiet moment while this caller waits for it
     settled_.wait_until(lock, deadline);
   }
   if (vmmUnit) return acquireVmm(lock, key, b, std::min<std::chrono::milliseconds>(limit, kVmmImportTimeout));
@@ -118,6 +119,7 @@ void* IpcImportTable::acquire(const BufferExport& b, int device, std::chrono::mi
     (void)cudaGetLastError();
     closeSuperseded(b, device);
     if (closePendingFor(b.pid, device)) {
+      HostGatedWork::Hurry hurry;
       if (!settled_.wait_until(lock, deadline, [&] { return !closePendingFor(b.pid, device); })) {
         CONCCL_THROW(concclUnhandledCudaError,
                      "mapping allocation " + std::to_string(b.allocId) + " of pid " + std::to_string(b.pid) +
@@ -219,15 +221,19 @@ namespace {
 // in place (a leak of address space, not of correctness).
 constexpr auto kUngatedWait = std::chrono::seconds(300);
 
-void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, int device, const std::string& what) {
+void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, int device, const std::string& what,
+                  HostGatedWork::Quiet quiet) {
   // cudaIpcCloseMemHandle waits for the device holding a driver lock (cuMemUnmap may too; nothing documents either
   // way): never while a deferred call's gate is pending in this process (host_gated_work.h). Neither is relied on to
   // order the unmap after GPU work: an owner retires an allocation once it freed it, after its own calls on it
-  // completed, and those wait for every peer copy that touches its buffers.
+  // completed, and those wait for every peer copy that touches its buffers. A background close also waits for
+  // `quiet`: a launch that comes while it runs waits for it.
   cudaError_t err = cudaSuccess;
   const auto t0 = std::chrono::steady_clock::now();
+  auto unmapStart = t0;
   const bool ran = HostGatedWork::instance().runUngated(
       [&] {
+        unmapStart = std::chrono::steady_clock::now();
         DeviceGuard guard(device);
         if (vmm) {
           unmapVmmImport(*vmm);
@@ -235,7 +241,7 @@ void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, int device,
           err = cudaIpcCloseMemHandle(base);
         }
       },
-      std::chrono::duration_cast<std::chrono::milliseconds>(kUngatedWait));
+      std::chrono::duration_cast<std::chrono::milliseconds>(kUngatedWait), quiet);
   if (!ran) {
     CONCCL_WARN(-1, device, "an IPC mapping of a peer's buffer was left open: deferred calls were pending for " +
                                 std::to_string(kUngatedWait.count()) + " s");
@@ -247,13 +253,17 @@ void closeMapping(void* base, const std::shared_ptr<VmmImport>& vmm, int device,
     return;
   }
   // Where memory a peer freed goes back (or why it does not yet): the wait is for a moment without conccl GPU work
-  // of this process that waits for a peer.
+  // of this process that waits for a peer (and, in the background, without launches for a while); the unmap's own
+  // time is what a launch meanwhile waits.
+  using std::chrono::duration_cast;
   CONCCL_TRACE(-1, device,
-               "unmapped " + what + " (waited " +
-                   std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                      std::chrono::steady_clock::now() - t0)
+               "unmapped " + what + " in " +
+                   std::to_string(duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                                            unmapStart)
                                       .count()) +
-                   " ms for GPU work waiting for a peer)");
+                   " us (waited " + std::to_string(duration_cast<std::chrono::milliseconds>(unmapStart - t0).count()) +
+                   " ms for a moment without GPU work waiting for a peer" +
+                   (quiet.interval.count() > 0 ? " and a quiet interval" : "") + ")");
 }
 
 }  // namespace
@@ -283,7 +293,7 @@ void IpcImportTable::release(int64_t pid, uint64_t allocId, int device, bool inB
       settled_.notify_all();
     });
     lock.unlock();
-    closeMapping(base, vmm, device, describeKey(pid, allocId));
+    closeMapping(base, vmm, device, describeKey(pid, allocId), HostGatedWork::Quiet{});  // the caller waits for it
     return;
   }
   queueClose(PendingClose{key, base, std::move(vmm)});
@@ -303,12 +313,13 @@ void IpcImportTable::closeLoop() {
     std::vector<PendingClose> batch;
     batch.swap(pendingCloses_);
     for (const PendingClose& p : batch) closing_.push_back(p.key);
+    const HostGatedWork::Quiet quiet = closeQuiet_;
     // Each key is unmarked as soon as its own close ran, so that an acquire waiting for it does not wait for the
     // rest of the batch (each close may wait for a moment without GPU work that waits for a peer).
     for (const PendingClose& p : batch) {
       lock.unlock();
       try {
-        closeMapping(p.base, p.vmm, p.key.device, describeKey(p.key.pid, p.key.allocId));
+        closeMapping(p.base, p.vmm, p.key.device, describeKey(p.key.pid, p.key.allocId), quiet);
       } catch (const std::exception& e) {
         CONCCL_WARN(-1, p.key.device, std::string("closing a peer's mapping failed: ") + e.what());
       }
@@ -320,8 +331,14 @@ void IpcImportTable::closeLoop() {
 }
 
 bool IpcImportTable::waitForBackgroundCloses(std::chrono::milliseconds limit) {
+  HostGatedWork::Hurry hurry;
   std::unique_lock<std::mutex> lock(mutex_);
   return settled_.wait_for(lock, limit, [this] { return pendingCloses_.empty() && closing_.empty(); });
+}
+
+void IpcImportTable::setCloseQuiet(HostGatedWork::Quiet quiet) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  closeQuiet_ = quiet;
 }
 
 }  // namespace conccl::exec

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/cuda/host_gated_work.h"
 #include "exec/cuda/vmm_export.h"
 #include "exec/executor.h"
 
@@ -60,6 +61,10 @@ class IpcImportTable {
   void release(int64_t pid, uint64_t allocId, int device, bool inBackground);
   // Waits, at most `limit`, until every background close has run; false on timeout.
   bool waitForBackgroundCloses(std::chrono::milliseconds limit);
+  // The quiet moment a background close waits for before it unmaps (host_gated_work.h; CONCCL_UNMAP_QUIET_US and
+  // CONCCL_UNMAP_QUIET_MAX_MS, set by every communicator as it is made: the process's last setting holds). Closes
+  // that a thread waits for do not wait for it.
+  void setCloseQuiet(HostGatedWork::Quiet quiet);
 
  private:
   struct Key {
@@ -103,6 +108,7 @@ class IpcImportTable {
   // closes (the lock released): a second acquire of one waits for the first.
   std::vector<Key> opening_;
   bool closerStarted_ = false;
+  HostGatedWork::Quiet closeQuiet_;
   // closeWork_: closes to run; settled_: a close or an import finished (waiters look again).
   std::condition_variable closeWork_, settled_;
 };
