@@ -103,7 +103,10 @@ class LaunchBurst {
             gated().leave();
             std::this_thread::sleep_for(period);
           }
-        }) {}
+        }) {
+    // Started once it has launched: before that, a test that runs alone (ctest) sees a process with no launch yet.
+    while (lastEnter_.load() == 0) std::this_thread::sleep_for(100us);
+  }
   ~LaunchBurst() { stop(); }
   void stop() {
     stop_ = true;
