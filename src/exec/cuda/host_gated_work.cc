@@ -14,7 +14,7 @@ void HostGatedWork::enter() {
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [this] { return !running_; });
   ++pending_;
-  lastEnter_ = std::chrono::steady_clock::now();
+  lastLaunch_ = std::chrono::steady_clock::now();
 }
 
 HostGatedWork::Hurry::Hurry() { instance().hurries_.fetch_add(1); }
@@ -27,6 +27,7 @@ void HostGatedWork::leave(size_t n) {
     std::lock_guard<std::mutex> lock(mutex_);
     CONCCL_ASSERT(pending_ >= n);
     pending_ -= n;
+    lastLaunch_ = std::chrono::steady_clock::now();  // a long launch's end counts, not only its start
     idle = pending_ == 0;
   }
   // Only runUngated() waits on pending_, and only for 0: no wake-up on every launch's leave.
@@ -69,7 +70,7 @@ bool HostGatedWork::runUngated(const std::function<void()>& fn, std::chrono::mil
     for (;;) {
       const auto now = std::chrono::steady_clock::now();
       const bool quietNow = quiet.interval.count() == 0 || hurries_.load() > 0 || now >= quietUntil ||
-                            now - lastEnter_ >= quiet.interval;
+                            now - lastLaunch_ >= quiet.interval;
       if (pending_ == 0 && !running_ && quietNow && !anyBusyLocked()) break;
       if (now >= until) return false;
       changed_.wait_for(lock, std::chrono::milliseconds(1));
