@@ -59,6 +59,17 @@ ProcessClique::OwnP2P ProcessClique::checkOwnP2P(const RankArgs& mine, bool stag
   own.windows.resize(ops);
   own.exports.resize(ops);
   own.viaScratch.assign(ops, false);
+  // The allocations already checked in this group: an AllToAll's Sends are slices of one tensor, its Recvs of
+  // another, so a buffer inside one of them is known good (its allocation cannot change during the call).
+  std::vector<exec::Executor::CheckedRange> checked;
+  auto check = [&](const void* ptr, size_t bytes, const std::string& what) {
+    for (const exec::Executor::CheckedRange& c : checked) {
+      if (c.covers(ptr, bytes)) return;
+    }
+    exec::Executor::CheckedRange range;
+    executor_->checkBufferIn(rank_, ptr, bytes, what.c_str(), mine.stream, &range);
+    if (range.size != 0) checked.push_back(range);
+  };
   for (size_t i = 0; i < ops && !own.error; ++i) {
     const sched::P2POp& op = mine.p2p[i];
     if (op.count == 0) continue;
@@ -69,14 +80,14 @@ ProcessClique::OwnP2P ProcessClique::checkOwnP2P(const RankArgs& mine, bool stag
     try {
       CONCCL_REQUIRE(ptr != nullptr, what + " is NULL");
       if (stageAll && op.peer != rank_) {
-        executor_->checkBuffer(rank_, ptr, op.count, what.c_str(), mine.stream);
+        check(ptr, op.count, what);
         own.viaScratch[i] = !op.isSend;
         continue;
       }
       own.windows[i] = findWindow(ptr, op.count);
       if (own.windows[i].id != 0) continue;
       if (op.peer == rank_ || op.isSend) {
-        executor_->checkBuffer(rank_, ptr, op.count, what.c_str(), mine.stream);
+        check(ptr, op.count, what);
       } else if (std::optional<exec::BufferExport> e =
                      executor_->exportIfShareable(rank_, ptr, op.count, what.c_str(), mine.stream)) {
         own.exports[i] = *e;

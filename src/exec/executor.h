@@ -107,6 +107,22 @@ class Executor {
   // PyTorch's cudaMallocAsync backend hands out while capturing) is accepted as device memory no peer can map.
   virtual uint64_t checkBuffer(int rank, const void* ptr, size_t bytes, const char* what,
                                cudaStream_t stream) const = 0;
+  // checkBuffer that also tells the allocation it found `ptr` in: [base, base + size) (size 0: the backend cannot
+  // tell). A call with many buffers in one allocation (an AllToAll's slices as grouped Sends and Recvs) then checks
+  // each allocation once: one driver query, about 1 us on an H100 host, instead of one per buffer.
+  struct CheckedRange {
+    uintptr_t base = 0;
+    size_t size = 0;
+    bool covers(const void* ptr, size_t bytes) const {
+      const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+      return size != 0 && p >= base && p - base <= size && bytes <= size - (p - base);
+    }
+  };
+  virtual uint64_t checkBufferIn(int rank, const void* ptr, size_t bytes, const char* what, cudaStream_t stream,
+                                 CheckedRange* range) const {
+    *range = CheckedRange{};
+    return checkBuffer(rank, ptr, bytes, what, stream);
+  }
 
   // Runs (host) or enqueues on binding.streams[rank] (CUDA) rank `rank`'s program. Called exactly once per
   // rank per call, possibly concurrently from one thread per rank, in the same call order on every rank.

@@ -45,6 +45,8 @@ class CudaExecutor final : public Executor {
 
   sched::BuildOptions buildOptions() const override { return options_; }
   uint64_t checkBuffer(int rank, const void* ptr, size_t bytes, const char* what, cudaStream_t stream) const override;
+  uint64_t checkBufferIn(int rank, const void* ptr, size_t bytes, const char* what, cudaStream_t stream,
+                         CheckedRange* range) const override;
   void launch(const sched::Schedule& schedule, const CallBinding& binding, int rank) override;
   void prepareCall(const sched::Schedule& schedule, const CallBinding& binding, const std::vector<int>& ranks) override;
   bool gpuProgress(int rank, uint32_t* launched, uint32_t* completed) override;

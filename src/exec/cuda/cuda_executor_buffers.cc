@@ -29,9 +29,16 @@ namespace conccl::exec {
 
 uint64_t CudaExecutor::checkBuffer(int rank, const void* ptr, size_t bytes, const char* what,
                                    cudaStream_t stream) const {
+  CheckedRange range;
+  return checkBufferIn(rank, ptr, bytes, what, stream, &range);
+}
+
+uint64_t CudaExecutor::checkBufferIn(int rank, const void* ptr, size_t bytes, const char* what, cudaStream_t stream,
+                                     CheckedRange* range) const {
   CONCCL_ASSERT(rank >= 0 && rank < static_cast<int>(devices_.size()));
   DeviceGuard guard(devices_[rank]);
   const PointerInfo info = checkedPointer(rank, ptr, bytes, what, stream);
+  *range = CheckedRange{static_cast<uintptr_t>(info.base), info.base != 0 ? info.size : 0};
   // Managed memory migrates, and an allocation the driver does not report has no id: neither is cached by shape.
   const bool named = info.bufferId != 0 && !info.managed && info.base != 0;
   return named ? static_cast<uint64_t>(info.bufferId) : kAllocationUnknown;
