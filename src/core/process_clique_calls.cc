@@ -219,15 +219,13 @@ ProcessClique::OwnPart ProcessClique::checkOwnPart(const RankArgs& mine) const {
     // inside a registered window needs neither: the window was checked and mapped by the peers. A staged call's
     // peers never touch this rank's buffers: they are checked and not exported, so such calls also take memory that
     // CUDA IPC cannot share (cudaMallocAsync pools, the VMM API: PyTorch's expandable segments).
-    // The allocation a staged call's first buffer was checked in: an in-place call's second buffer is inside it.
-    exec::Executor::CheckedRange checked;
+    // An in-place staged call's second buffer lies in the allocation its first was checked in.
+    exec::Executor::CheckedAllocations checked;
     forEachUsedBuffer(solo, soloBinding, rank_, [&](int b, void* ptr, size_t bytes, const std::string& what) {
       CONCCL_ASSERT(b >= 0 && b < 2);
       if (findWindow(ptr, bytes).id != 0) return;
       if (own.staged) {
-        if (!checked.covers(ptr, bytes)) {
-          executor_->checkBufferIn(rank_, ptr, bytes, what.c_str(), mine.stream, &checked);
-        }
+        checked.check(*executor_, rank_, ptr, bytes, what.c_str(), mine.stream);
         return;
       }
       // Memory CUDA IPC cannot share (PyTorch's expandable segments, pools) is staged whatever the size (AllToAllv

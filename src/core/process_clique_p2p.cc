@@ -59,16 +59,10 @@ ProcessClique::OwnP2P ProcessClique::checkOwnP2P(const RankArgs& mine, bool stag
   own.windows.resize(ops);
   own.exports.resize(ops);
   own.viaScratch.assign(ops, false);
-  // The allocations already checked in this group: an AllToAll's Sends are slices of one tensor, its Recvs of
-  // another, so a buffer inside one of them is known good (its allocation cannot change during the call).
-  std::vector<exec::Executor::CheckedRange> checked;
+  // An AllToAll's Sends are slices of one tensor, its Recvs of another: each allocation is checked once.
+  exec::Executor::CheckedAllocations checked;
   auto check = [&](const void* ptr, size_t bytes, const std::string& what) {
-    for (const exec::Executor::CheckedRange& c : checked) {
-      if (c.covers(ptr, bytes)) return;
-    }
-    exec::Executor::CheckedRange range;
-    executor_->checkBufferIn(rank_, ptr, bytes, what.c_str(), mine.stream, &range);
-    if (range.size != 0) checked.push_back(range);
+    checked.check(*executor_, rank_, ptr, bytes, what.c_str(), mine.stream);
   };
   for (size_t i = 0; i < ops && !own.error; ++i) {
     const sched::P2POp& op = mine.p2p[i];

@@ -109,7 +109,8 @@ class Executor {
                                cudaStream_t stream) const = 0;
   // checkBuffer that also tells the allocation it found `ptr` in: [base, base + size) (size 0: the backend cannot
   // tell). A call with many buffers in one allocation (an AllToAll's slices as grouped Sends and Recvs) then checks
-  // each allocation once: one driver query, about 1 us on an H100 host, instead of one per buffer.
+  // each allocation once (CheckedAllocations): one driver query instead of one per buffer (an all_to_all_single's own
+  // checks took 6 us against an isend's 2 us, one H100, 2026-12-06, docs/results/2026-12-06-h100-1gpu-whole/ call 7).
   struct CheckedRange {
     uintptr_t base = 0;
     size_t size = 0;
@@ -123,6 +124,25 @@ class Executor {
     *range = CheckedRange{};
     return checkBuffer(rank, ptr, bytes, what, stream);
   }
+  // The allocations one call's buffers were checked in: check() asks the executor only about a buffer none of them
+  // covers. For one call only (between calls an allocation may be freed and its place reused). Keeps the last few
+  // without allocating (the enqueue path): one it dropped is only checked again.
+  class CheckedAllocations {
+   public:
+    void check(const Executor& executor, int rank, const void* ptr, size_t bytes, const char* what,
+               cudaStream_t stream) {
+      for (const CheckedRange& r : ranges_) {
+        if (r.covers(ptr, bytes)) return;
+      }
+      CheckedRange range;
+      executor.checkBufferIn(rank, ptr, bytes, what, stream, &range);
+      if (range.size != 0) ranges_[next_++ % ranges_.size()] = range;
+    }
+
+   private:
+    std::array<CheckedRange, 4> ranges_{};
+    size_t next_ = 0;
+  };
 
   // Runs (host) or enqueues on binding.streams[rank] (CUDA) rank `rank`'s program. Called exactly once per
   // rank per call, possibly concurrently from one thread per rank, in the same call order on every rank.

@@ -14,7 +14,6 @@ void HostGatedWork::enter() {
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [this] { return !running_; });
   ++pending_;
-  lastLaunch_ = std::chrono::steady_clock::now();
 }
 
 HostGatedWork::Hurry::Hurry() { instance().hurries_.fetch_add(1); }
@@ -27,7 +26,8 @@ void HostGatedWork::leave(size_t n) {
     std::lock_guard<std::mutex> lock(mutex_);
     CONCCL_ASSERT(pending_ >= n);
     pending_ -= n;
-    lastLaunch_ = std::chrono::steady_clock::now();  // a long launch's end counts, not only its start
+    // Only the end is stamped: while a launch is between enter() and leave(), pending_ holds runUngated() off anyway.
+    lastLaunch_ = std::chrono::steady_clock::now();
     idle = pending_ == 0;
   }
   // Only runUngated() waits on pending_, and only for 0: no wake-up on every launch's leave.

@@ -46,8 +46,8 @@ class HostGatedWork {
   void enter();
   // Once the gate's release is enqueued (or done from the host): one enter() fewer.
   void leave(size_t n = 1);
-  // What a runUngated() caller that need not hurry asks for besides an ungated moment: that no enter() or leave()
-  // came for `interval` (0: not asked), until `within` has passed since it began to wait.
+  // What a runUngated() caller that need not hurry asks for besides an ungated moment: that no launch ended
+  // (leave()) for `interval` (0: not asked), until `within` has passed since it began to wait.
   struct Quiet {
     std::chrono::microseconds interval{0};
     std::chrono::milliseconds within{0};
@@ -79,7 +79,7 @@ class HostGatedWork {
   std::mutex mutex_;
   std::condition_variable changed_;
   size_t pending_ = 0;
-  std::chrono::steady_clock::time_point lastLaunch_{};  // the last enter() or leave()
+  std::chrono::steady_clock::time_point lastLaunch_{};  // the last leave()
   // Hurry objects alive. Atomic, not under mutex_: a Hurry may be made under locks a busy probe could need;
   // runUngated() looks at it on every poll (each millisecond), so no wake-up is needed.
   std::atomic<int> hurries_{0};
