@@ -166,9 +166,7 @@ bool allReachedBackwards(const std::vector<cudaGraphNode_t>& from, const std::ve
 // ended with. Checked where it cannot depend on timing: in each rank's captured graph, every node call 1 ended with is
 // an ancestor of where call 2 ends. Then each rank's graph is replayed three times (no gate: a replay's branches run
 // on streams the driver picks, which no queue claim reaches where ranks share a GPU), out of place, so every replay
-// must give the same sums. (An earlier attempt, the second call's stream waiting on an event recorded after the first,
-// got error 900 from cudaGraphInstantiate on one H200, 2026-12-02:
-// docs/results/2026-12-02-h200-1gpu-process-contract/.)
+// must give the same sums.
 void runCapturedCase() {
   const int n = 2;
   // 1 MiB per call: the copy-engine path, on one stream per call where ranks share a GPU (as captured calls must be
@@ -239,6 +237,12 @@ void runCapturedCase() {
     ASSERT_EQ(cudaEventRecord(s.join, s.b), cudaSuccess);
     ASSERT_EQ(cudaStreamWaitEvent(s.a, s.join, 0), cudaSuccess);
     ASSERT_EQ(cudaStreamEndCapture(s.a, &s.graph), cudaSuccess);
+  }
+  // Only once every rank's capture has ended: while one is still active in this thread (thread-local mode),
+  // cudaGraphInstantiate is refused with cudaErrorStreamCaptureUnsupported (900).
+  for (int r = 0; r < n; ++r) {
+    Side& s = side[static_cast<size_t>(r)];
+    ASSERT_EQ(cudaSetDevice(devices[static_cast<size_t>(r)]), cudaSuccess);
     ASSERT_EQ(cudaGraphInstantiate(&s.exec, s.graph, 0), cudaSuccess);
   }
   std::vector<cudaStream_t> streams;
