@@ -181,3 +181,43 @@ TEST(HostGatedWork, AHurryDropsTheQuietInterval) {
   EXPECT_TRUE(ranInHurry);
   EXPECT_LT(waited, 2500ms) << "it waited past the hurry";
 }
+
+// The closer's request itself counts as activity: the call whose bind learned of a peer's free (and queued the close)
+// launches right after, and must not find the unmap running.
+TEST(HostGatedWork, AQuietCallerLeavesTheRequestingCallerTimeToLaunch) {
+  std::this_thread::sleep_for(30ms);  // no launch for longer than the interval: quiet by launches alone
+  std::atomic<bool> launched{false};
+  std::thread caller([&] {
+    std::this_thread::sleep_for(3ms);  // the requesting call goes on to its launch
+    gated().enter();
+    launched = true;
+    gated().leave();
+  });
+  std::atomic<bool> ranAfterTheLaunch{false};
+  EXPECT_TRUE(gated().runUngated([&] { ranAfterTheLaunch = launched.load(); }, 10000ms,
+                                 HostGatedWork::Quiet{20ms, 10000ms}));
+  caller.join();
+  EXPECT_TRUE(ranAfterTheLaunch) << "it ran before the call that asked for it had launched";
+}
+
+// A gated moment counts as activity: a caller whose GPU work waited for a late peer resumes as that work completes and
+// calls again at once. And time spent gated does not use up the bound: the seconds of a late peer are not quiet time.
+TEST(HostGatedWork, AQuietCallerWaitsForTheCallerToResumeAfterGatedWork) {
+  std::atomic<bool> busy{true};
+  const uint64_t token = gated().addBusyProbe([&] { return busy.load(); });
+  std::atomic<bool> launched{false};
+  std::thread caller([&] {
+    std::this_thread::sleep_for(120ms);  // longer than the bound: by time alone the quiet would no longer be asked
+    busy = false;                        // the GPU work that waited for the peer completed; the caller resumes
+    std::this_thread::sleep_for(3ms);
+    gated().enter();
+    launched = true;
+    gated().leave();
+  });
+  std::atomic<bool> ranAfterTheLaunch{false};
+  EXPECT_TRUE(gated().runUngated([&] { ranAfterTheLaunch = launched.load(); }, 10000ms,
+                                 HostGatedWork::Quiet{20ms, 60ms}));
+  caller.join();
+  gated().removeBusyProbe(token);
+  EXPECT_TRUE(ranAfterTheLaunch) << "it ran as the gate opened, before the resumed caller's launch";
+}

@@ -20,9 +20,13 @@
 // their next call, and the unmap started once the GPU work of that call was done, often just as the caller made its
 // next call: the first timed call of each new 64 MiB buffer under expandable segments waited 170-310 us for a VMM
 // unit's unmap (one H100, two processes, 2026-12-06, docs/results/2026-12-06-h100-1gpu-whole/). So the closer asks
-// for a quiet moment too (Quiet): no launch for a while, as between a burst of calls and the next; past a bound any
-// ungated moment will do, and none is asked for while a caller waits for the close (Hurry). Every call's laps show
-// what is left of the wait as kCloseWaitLap (base/host_laps.h).
+// for a quiet moment too (Quiet): no launch for a while, as between a burst of calls and the next. Counting launches
+// alone left two cases (one H100, 2026-12-07, docs/results/2026-12-07-h100-1gpu-verify/, 4 of 612 calls waited
+// 239-346 us): the caller resumes as its GPU work that waited for a late peer completes, the moment the gate opens;
+// and a caller's own call queues the close (its bind learns of the peer's free) just before it launches. So a gated
+// moment and the request count as activity too. Past a bound of ungated time any ungated moment will do, and none is
+// asked for while a caller waits for the close (Hurry). Every call's laps show what is left of the wait as
+// kCloseWaitLap (base/host_laps.h).
 #pragma once
 
 #include <atomic>
@@ -46,8 +50,9 @@ class HostGatedWork {
   void enter();
   // Once the gate's release is enqueued (or done from the host): one enter() fewer.
   void leave(size_t n = 1);
-  // What a runUngated() caller that need not hurry asks for besides an ungated moment: that no launch ended
-  // (leave()) for `interval` (0: not asked), until `within` has passed since it began to wait.
+  // What a runUngated() caller that need not hurry asks for besides an ungated moment: that for `interval` (0: not
+  // asked) no launch ended (leave()), no moment was gated and the request was not made; asked until `within` of
+  // ungated time has passed (time spent gated, a late peer's seconds, does not count).
   struct Quiet {
     std::chrono::microseconds interval{0};
     std::chrono::milliseconds within{0};

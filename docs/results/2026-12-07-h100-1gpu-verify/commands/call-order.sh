@@ -3,7 +3,7 @@
 #   `call-order.sh K N` then runs test_gpu_multiprocess shard K of N in the same call; `call-order.sh trace` the skew
 #   case under CONCCL_DEBUG=TRACE (expandable segments, then the default allocator, conccl only): where the closer's
 #   unmaps fall against the calls (each "unmapped ... in N us (waited M ms ...)" line) and each call's laps.
-source "$(dirname "$0")/../../results/2026-12-06-h100-1gpu-pool-launch/commands/common.sh"
+source "$(dirname "$0")/../../2026-12-06-h100-1gpu-pool-launch/commands/common.sh"
 t0=$SECONDS
 timeout 150 gpu-stage/bin/test_gpu_call_order >"$OUT/call-order.log" 2>&1
 say "test_gpu_call_order: rc=$? ($((SECONDS - t0)) s)"
