@@ -182,6 +182,17 @@ TEST(HostGatedWork, AHurryDropsTheQuietInterval) {
   EXPECT_LT(waited, 2500ms) << "it waited past the hurry";
 }
 
+namespace {
+
+// One launch (enter() + leave()), marked done while it is between the two.
+void launchOnce(std::atomic<bool>& launched) {
+  gated().enter();
+  launched = true;
+  gated().leave();
+}
+
+}  // namespace
+
 // The closer's request itself counts as activity: the call whose bind learned of a peer's free (and queued the close)
 // launches right after, and must not find the unmap running.
 TEST(HostGatedWork, AQuietCallerLeavesTheRequestingCallerTimeToLaunch) {
@@ -189,9 +200,7 @@ TEST(HostGatedWork, AQuietCallerLeavesTheRequestingCallerTimeToLaunch) {
   std::atomic<bool> launched{false};
   std::thread caller([&] {
     std::this_thread::sleep_for(3ms);  // the requesting call goes on to its launch
-    gated().enter();
-    launched = true;
-    gated().leave();
+    launchOnce(launched);
   });
   std::atomic<bool> ranAfterTheLaunch{false};
   EXPECT_TRUE(gated().runUngated([&] { ranAfterTheLaunch = launched.load(); }, 10000ms,
@@ -210,9 +219,7 @@ TEST(HostGatedWork, AQuietCallerWaitsForTheCallerToResumeAfterGatedWork) {
     std::this_thread::sleep_for(120ms);  // longer than the bound: by time alone the quiet would no longer be asked
     busy = false;                        // the GPU work that waited for the peer completed; the caller resumes
     std::this_thread::sleep_for(3ms);
-    gated().enter();
-    launched = true;
-    gated().leave();
+    launchOnce(launched);
   });
   std::atomic<bool> ranAfterTheLaunch{false};
   EXPECT_TRUE(gated().runUngated([&] { ranAfterTheLaunch = launched.load(); }, 10000ms,
