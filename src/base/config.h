@@ -60,7 +60,7 @@ struct Config {
   // A peer's buffer that its owner freed is unmapped here by a background thread, which holds this process's launches
   // off while it unmaps (exec/cuda/host_gated_work.h: 170-310 us for a 64 MiB VMM unit). It waits for unmapQuietUs
   // (0: not asked) without a launch, without GPU work waiting for a peer and since the close was asked for, at most
-  // unmapQuietMaxMs of time without such GPU work, so that the unmap falls between bursts of calls
+  // unmapQuietMaxMs after the request, so that the unmap falls between bursts of calls
   // (CONCCL_UNMAP_QUIET_US, CONCCL_UNMAP_QUIET_MAX_MS). Process-wide: the last communicator made sets it.
   int unmapQuietUs = 2000;
   int unmapQuietMaxMs = 100;

@@ -210,21 +210,43 @@ TEST(HostGatedWork, AQuietCallerLeavesTheRequestingCallerTimeToLaunch) {
 }
 
 // A gated moment counts as activity: a caller whose GPU work waited for a late peer resumes as that work completes and
-// calls again at once. And time spent gated does not use up the bound: the seconds of a late peer are not quiet time.
+// calls again at once.
 TEST(HostGatedWork, AQuietCallerWaitsForTheCallerToResumeAfterGatedWork) {
   std::atomic<bool> busy{true};
   const uint64_t token = gated().addBusyProbe([&] { return busy.load(); });
   std::atomic<bool> launched{false};
   std::thread caller([&] {
-    std::this_thread::sleep_for(120ms);  // longer than the bound: by time alone the quiet would no longer be asked
-    busy = false;                        // the GPU work that waited for the peer completed; the caller resumes
+    std::this_thread::sleep_for(40ms);  // longer than the interval: quiet by launches alone as the gate opens
+    busy = false;                       // the GPU work that waited for the peer completed; the caller resumes
     std::this_thread::sleep_for(3ms);
     launchOnce(launched);
   });
   std::atomic<bool> ranAfterTheLaunch{false};
   EXPECT_TRUE(gated().runUngated([&] { ranAfterTheLaunch = launched.load(); }, 10000ms,
-                                 HostGatedWork::Quiet{20ms, 60ms}));
+                                 HostGatedWork::Quiet{20ms, 10000ms}));
   caller.join();
   gated().removeBusyProbe(token);
   EXPECT_TRUE(ranAfterTheLaunch) << "it ran as the gate opened, before the resumed caller's launch";
+}
+
+// The bound counts from the request, time spent gated included: a peer late for longer than the bound does not hold a
+// peer's freed memory until launches pause. The function runs at the first ungated moment after the bound.
+TEST(HostGatedWork, AGateLongerThanTheBoundDoesNotPostponeTheClose) {
+  std::atomic<bool> busy{true};
+  const uint64_t token = gated().addBusyProbe([&] { return busy.load(); });
+  LaunchBurst burst(200us);  // never pauses for the interval
+  std::thread release([&] {
+    std::this_thread::sleep_for(150ms);
+    busy = false;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  std::atomic<bool> ranUngated{false};
+  EXPECT_TRUE(gated().runUngated([&] { ranUngated = !busy.load(); }, 10000ms, HostGatedWork::Quiet{500ms, 60ms}));
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  release.join();
+  burst.stop();
+  gated().removeBusyProbe(token);
+  EXPECT_TRUE(ranUngated);
+  EXPECT_GE(waited, 140ms);
+  EXPECT_LT(waited, 195ms) << "the bound was counted from the gate's end, not from the request";
 }

@@ -66,27 +66,21 @@ bool HostGatedWork::runUngated(const std::function<void()>& fn, std::chrono::mil
   {
     std::unique_lock<std::mutex> lock(mutex_);
     // GPU work completes (and launches pass) without notifying anyone: look again every millisecond.
-    using Clock = std::chrono::steady_clock;
-    const auto start = Clock::now();
+    const auto start = std::chrono::steady_clock::now();
     const auto until = start + limit;
+    const auto quietUntil = start + quiet.within;
     // What counts against a quiet moment: a launch, a gated moment (a caller waiting for its GPU work resumes as it
     // completes, and calls again at once) and the request itself (it came with a call that is about to launch).
     auto lastActive = start;
-    Clock::duration ungated{0};  // time spent ungated but not quiet: what `quiet.within` bounds
-    auto lastPoll = start;
-    bool wasUngated = false;
     for (;;) {
-      const auto now = Clock::now();
-      if (wasUngated) ungated += now - lastPoll;
-      lastPoll = now;
+      const auto now = std::chrono::steady_clock::now();
       const bool gatedNow = pending_ > 0 || running_ || anyBusyLocked();
       if (gatedNow) lastActive = now;
       lastActive = std::max(lastActive, lastLaunch_);
-      const bool quietNow = quiet.interval.count() == 0 || hurries_.load() > 0 || ungated >= quiet.within ||
+      const bool quietNow = quiet.interval.count() == 0 || hurries_.load() > 0 || now >= quietUntil ||
                             now - lastActive >= quiet.interval;
       if (!gatedNow && quietNow) break;
       if (now >= until) return false;
-      wasUngated = !gatedNow;
       changed_.wait_for(lock, std::chrono::milliseconds(1));
     }
     running_ = true;

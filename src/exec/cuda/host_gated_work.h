@@ -24,9 +24,11 @@
 // alone left two cases (one H100, 2026-12-07, docs/results/2026-12-07-h100-1gpu-verify/, 4 of 612 calls waited
 // 239-346 us): the caller resumes as its GPU work that waited for a late peer completes, the moment the gate opens;
 // and a caller's own call queues the close (its bind learns of the peer's free) just before it launches. So a gated
-// moment and the request count as activity too. Past a bound of ungated time any ungated moment will do, and none is
-// asked for while a caller waits for the close (Hurry). Every call's laps show what is left of the wait as
-// kCloseWaitLap (base/host_laps.h).
+// moment and the request count as activity too. Past a bound since the request any ungated moment will do, so that a
+// peer's freed memory is not held for as long as this process's GPU work keeps waiting for peers; where a gate outlasts
+// the bound (a peer seconds late), the unmap can still meet the caller as it resumes. None is asked for while a
+// caller waits for the close (Hurry).
+// Every call's laps show what is left of the wait as kCloseWaitLap (base/host_laps.h).
 #pragma once
 
 #include <atomic>
@@ -51,8 +53,8 @@ class HostGatedWork {
   // Once the gate's release is enqueued (or done from the host): one enter() fewer.
   void leave(size_t n = 1);
   // What a runUngated() caller that need not hurry asks for besides an ungated moment: that for `interval` (0: not
-  // asked) no launch ended (leave()), no moment was gated and the request was not made; asked until `within` of
-  // ungated time has passed (time spent gated, a late peer's seconds, does not count).
+  // asked) no launch ended (leave()), no moment was gated and the request was not made; asked until `within` has
+  // passed since the request (time spent gated counts: a late peer's seconds must not hold a peer's freed memory).
   struct Quiet {
     std::chrono::microseconds interval{0};
     std::chrono::milliseconds within{0};
