@@ -193,7 +193,8 @@ inline bool syncStreams(const std::vector<cudaStream_t>& streams, const std::vec
         return false;
       }
       if (std::chrono::steady_clock::now() > deadline) {
-        ADD_FAILURE() << "GPU work did not finish within " << limit.count() << " s (deadlock?); aborting the comms";
+        ADD_FAILURE() << "GPU work did not finish within " << limit.count() << " s (deadlock?)"
+                      << (comms.empty() ? "" : "; aborting the comms");
         for (concclComm_t c : comms) concclCommAbort(c);
         return false;
       }
