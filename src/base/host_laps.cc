@@ -27,11 +27,34 @@ struct Record {
   std::array<const char*, kMaxLaps> names{};
   std::array<int64_t, kMaxLaps> ns{};
   std::string tallyKey;  // set by tally(): the record is tallied under it when the call returns (drop())
+  bool joinsGroup = false;  // joinGroup(): its time is carried to the group's end when it closes
+  bool endsGroup = false;   // endGroup(): its launch takes the carried time as its first lap
 };
 
 thread_local Record tls;
 // When an API call of this thread last returned (drop() of an open record); none yet: the epoch.
 thread_local Clock::time_point lastReturn{};
+// The time of this thread's records that joined the open group (joinGroup), not yet taken by its end.
+thread_local int64_t carriedNs = 0;
+
+// At a group end's launch: the carried time becomes the record's first lap and moves its begin back by as much (the
+// total spans the group). With every slot used, the last two laps are folded into one to make room.
+void takeCarried() {
+  if (!tls.endsGroup || carriedNs == 0) return;
+  if (tls.used == kMaxLaps) {
+    tls.ns[kMaxLaps - 2] += tls.ns[kMaxLaps - 1];
+    --tls.used;
+  }
+  std::copy_backward(tls.names.begin(), tls.names.begin() + static_cast<std::ptrdiff_t>(tls.used),
+                     tls.names.begin() + static_cast<std::ptrdiff_t>(tls.used) + 1);
+  std::copy_backward(tls.ns.begin(), tls.ns.begin() + static_cast<std::ptrdiff_t>(tls.used),
+                     tls.ns.begin() + static_cast<std::ptrdiff_t>(tls.used) + 1);
+  tls.names[0] = HostLaps::kGroupCallsLap;
+  tls.ns[0] = carriedNs;
+  ++tls.used;
+  tls.begin -= std::chrono::nanoseconds(carriedNs);
+  carriedNs = 0;
+}
 
 // The tallied calls of one key: each lap's samples (laps named by the same literal share a pointer, but equal text
 // from two literals is one lap: compared as text), in the order first seen. Bounded: a long job keeps the first
@@ -107,6 +130,7 @@ bool HostLaps::start() {
   tls.open = true;
   tls.used = 0;
   tls.tallyKey.clear();
+  tls.joinsGroup = tls.endsGroup = false;
   tls.begin = tls.last = Clock::now();
   tls.afterIdle = lastReturn != Clock::time_point{} && tls.begin - lastReturn >= std::chrono::milliseconds(kIdleGapMs);
   return true;
@@ -128,6 +152,7 @@ void HostLaps::lap(const char* name) {
 
 std::string HostLaps::take() {
   if (!tls.open) return "";
+  takeCarried();
   if (tls.tallyKey.empty()) tls.open = false;  // a tallied record stays open until the call returns
   std::string out;
   for (size_t i = 0; i < tls.used; ++i) out += std::string(tls.names[i]) + " " + usText(tls.ns[i]) + ", ";
@@ -143,9 +168,24 @@ void HostLaps::tally(const std::string& key) {
   const Clock::time_point now = Clock::now();
   tls.begin += now - tls.last;
   tls.last = now;
+  takeCarried();
+}
+
+void HostLaps::joinGroup(bool opens) {
+  if (!tls.open) return;
+  if (opens) carriedNs = 0;
+  tls.joinsGroup = true;
+}
+
+void HostLaps::endGroup() {
+  if (tls.open) tls.endsGroup = true;
 }
 
 void HostLaps::drop() {
+  if (tls.open && tls.joinsGroup && tls.tallyKey.empty()) {
+    carriedNs += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - tls.begin).count();
+  }
+  if (tls.endsGroup) carriedNs = 0;  // taken at its launch, or the group launched nothing
   if (tls.open && !tls.tallyKey.empty()) {
     // The call's way back to its caller (its clean-up, the group layer, the API guard) is a lap too.
     lap("return");

@@ -39,6 +39,15 @@ class HostLaps {
   // At the API's exit: a record to be tallied gets a last lap, "return" (the way back from the launch to the
   // caller), and goes into the tally; any record is closed (calls that end without a launch are not tallied).
   static void drop();
+  // A group's calls before its end (concclGroupStart, each call it queues; the NCCL drop-in's ncclGroupStart, ncclSend,
+  // ncclRecv) return without a launch, so each is a record of its own that nobody sees, while the drop-in's own time
+  // for the group spans them all. joinGroup(): the open record only joins a group (`opens`: it starts one, dropping
+  // what an earlier group that never launched left carried); when it closes, its whole time is carried. endGroup():
+  // the open record ends a group; at its launch the time carried since the group began becomes its first lap,
+  // kGroupCallsLap, and counts in its total. Nothing when no record is open.
+  static constexpr const char* kGroupCallsLap = "the group's earlier calls";
+  static void joinGroup(bool opens);
+  static void endGroup();
   // Whether CONCCL_HOST_LAPS=1 (read once per process).
   static bool tallying();
   // One line per tallied key, in the order first seen: "concclAllReduce 64 MiB, 9 calls, median: api and group 1 us,

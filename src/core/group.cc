@@ -13,6 +13,7 @@
 
 #include "core/comm.h"
 #include "base/error.h"
+#include "base/host_laps.h"
 #include "base/logging.h"
 
 namespace conccl {
@@ -275,13 +276,20 @@ void runAlone(concclComm* comm, RankArgs args) {
 
 }  // namespace
 
-void groupStart() { ++tGroup.depth; }
+void groupStart() {
+  HostLaps::joinGroup(tGroup.depth == 0);  // its time counts in the group end's laps (base/host_laps.h)
+  ++tGroup.depth;
+}
 
 bool inGroup() { return tGroup.depth > 0; }
 
 void groupEnd() {
   if (tGroup.depth == 0) CONCCL_THROW(concclInvalidUsage, "concclGroupEnd without a matching concclGroupStart");
-  if (--tGroup.depth > 0) return;
+  if (--tGroup.depth > 0) {
+    HostLaps::joinGroup(false);
+    return;
+  }
+  HostLaps::endGroup();
   std::vector<RecordedCall> calls = std::move(tGroup.calls);
   tGroup.calls.clear();
   runCalls(std::move(calls));
@@ -313,6 +321,7 @@ void enqueueCall(concclComm* comm, RankArgs args) {
                      "a group cannot mix communicators of the host and CUDA backends");
     }
     tGroup.calls.push_back(RecordedCall{comm, std::move(args)});
+    HostLaps::joinGroup(false);
     return;
   }
   runAlone(comm, std::move(args));

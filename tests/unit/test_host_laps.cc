@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/group.h"
+
 namespace conccl {
 namespace {
 
@@ -130,6 +132,105 @@ TEST_F(HostLapsTest, TallyGivesEachKeysMediansAndEmpties) {
                                                     R"(return \d+ us, total \d+ us)")))
       << lines[1];
   EXPECT_TRUE(HostLaps::tallyLines().empty()) << "tallyLines() empties the tally";
+}
+
+// A group's calls before its end (concclGroupStart, the calls it queues) launch nothing: their time is the group end's
+// first lap, and in its total, as the NCCL drop-in's own time for the group counts it.
+TEST_F(HostLapsTest, TheGroupsEarlierCallsAreItsEndsFirstLap) {
+  auto joiningCall = [](bool opens, int ms) {
+    ASSERT_TRUE(HostLaps::start());
+    HostLaps::joinGroup(opens);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    HostLaps::drop();
+  };
+  joiningCall(true, 2);   // concclGroupStart
+  joiningCall(false, 3);  // a queued call
+  ASSERT_TRUE(HostLaps::start());
+  HostLaps::endGroup();
+  HostLaps::lap("launch");
+  std::string text = HostLaps::take();
+  HostLaps::drop();
+  std::smatch m;
+  const std::regex groupLine(std::string(HostLaps::kGroupCallsLap) + R"( (\d+) us, launch \d+ us, total (\d+) us)");
+  ASSERT_TRUE(std::regex_match(text, m, groupLine)) << text;
+  EXPECT_GE(std::stol(m[1]), 5000) << "both calls before the end";
+  EXPECT_GE(std::stol(m[2]), std::stol(m[1])) << "the total spans the group";
+
+  // Taken once: the next call, in a group or not, starts from nothing.
+  ASSERT_TRUE(HostLaps::start());
+  HostLaps::lap("alone");
+  text = HostLaps::take();
+  HostLaps::drop();
+  EXPECT_EQ(text.find(HostLaps::kGroupCallsLap), std::string::npos) << text;
+
+  // A group that launched nothing (discarded) leaves nothing for the next group: its start drops what was carried.
+  joiningCall(true, 30);
+  joiningCall(true, 1);
+  ASSERT_TRUE(HostLaps::start());
+  HostLaps::endGroup();
+  HostLaps::lap("launch");
+  text = HostLaps::take();
+  HostLaps::drop();
+  ASSERT_TRUE(std::regex_match(text, m, groupLine)) << text;
+  EXPECT_GE(std::stol(m[1]), 1000);
+  EXPECT_LT(std::stol(m[1]), 20000) << "the discarded group's 30 ms are not this group's";
+
+  // A group end that launched nothing drops what its calls carried.
+  joiningCall(true, 5);
+  ASSERT_TRUE(HostLaps::start());
+  HostLaps::endGroup();
+  HostLaps::drop();
+  ASSERT_TRUE(HostLaps::start());
+  HostLaps::endGroup();  // an end without a start of its own (refused by the group layer): nothing carried
+  HostLaps::lap("launch");
+  text = HostLaps::take();
+  HostLaps::drop();
+  EXPECT_EQ(text.find(HostLaps::kGroupCallsLap), std::string::npos) << text;
+}
+
+// The group layer marks its records (core/group.cc): concclGroupStart and a nested level join, the outermost end
+// ends. Here the end's launch is played by take() in the same record (no communicator, so groupEnd launches nothing).
+TEST_F(HostLapsTest, GroupStartAndEndMarkTheirRecords) {
+  auto apiCall = [](void (*body)(), int ms) {
+    ASSERT_TRUE(HostLaps::start());
+    body();
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    HostLaps::drop();
+  };
+  apiCall(groupStart, 2);
+  apiCall(groupStart, 2);  // nested
+  apiCall(groupEnd, 2);    // the nested level's end
+  ASSERT_TRUE(HostLaps::start());
+  groupEnd();
+  HostLaps::lap("launch");
+  const std::string text = HostLaps::take();
+  HostLaps::drop();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(text, m, std::regex(std::string("^") + HostLaps::kGroupCallsLap + R"( (\d+) us, )")))
+      << text;
+  EXPECT_GE(std::stol(m[1]), 6000) << "the three calls before the outermost end";
+  EXPECT_FALSE(inGroup());
+}
+
+TEST_F(HostLapsTest, TheGroupsEarlierCallsAreTalliedAndFitAFullRecord) {
+  ASSERT_TRUE(HostLaps::tallying());
+  (void)HostLaps::tallyLines();
+  ASSERT_TRUE(HostLaps::start());
+  HostLaps::joinGroup(true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  HostLaps::drop();
+  ASSERT_TRUE(HostLaps::start());
+  HostLaps::endGroup();
+  for (size_t i = 0; i < HostLaps::kMaxLaps; ++i) HostLaps::lap("step");
+  HostLaps::tally("concclSend 1 MiB");
+  HostLaps::drop();
+  const std::vector<std::string> lines = HostLaps::tallyLines();
+  ASSERT_EQ(lines.size(), 1u);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(lines[0], m,
+                                std::regex(std::string("median: ") + HostLaps::kGroupCallsLap + R"( (\d+) us, step)")))
+      << lines[0];
+  EXPECT_GE(std::stol(m[1]), 2000) << "the first lap, the last two steps folded into one to make room";
 }
 
 TEST_F(HostLapsTest, CallsAfterAnIdleWaitAreTalliedApart) {
