@@ -182,7 +182,7 @@ void HostLaps::endGroup() {
 }
 
 void HostLaps::drop() {
-  if (tls.open && tls.joinsGroup && tls.tallyKey.empty()) {
+  if (tls.open && tls.joinsGroup) {  // a call that joins a group launches nothing: its whole time is carried
     carriedNs += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - tls.begin).count();
   }
   if (tls.endsGroup) carriedNs = 0;  // taken at its launch, or the group launched nothing
