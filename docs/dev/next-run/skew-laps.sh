@@ -6,7 +6,6 @@
 source "$(dirname "$0")/../../results/2026-12-06-h100-1gpu-pool-launch/commands/common.sh"
 torch_suite skew-laps "${1:-150}" CASES=skew NPS=2 NO_NCCL=1 SKEW_ALLOCS="default expandable async" BUDGET_S=140 \
   CONCCL_HOST_LAPS=1
-grep -rah "host laps of" "$OUT/skew-laps" | grep -a "rank 0 " | grep -av "idle wait" | sed 's/^.*host laps of //' |
-  cut -c1-700 | tee -a "$s"
+laps_summary "$OUT/skew-laps"
 pack
 true

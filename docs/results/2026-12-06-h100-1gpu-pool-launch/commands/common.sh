@@ -27,6 +27,10 @@ torch_suite() {  # NAME TIMEOUT_S, then VAR=value settings for tests/torch/run_a
   grep -aE "^(FAIL|SKIP)|passed" "$OUT/$name.log" | cut -c1-300 | tee -a "$s"
   grep -a -A12 "^host time per call" "$OUT/$name/summary.txt" 2>/dev/null | cut -c1-200 | tee -a "$s"
 }
+laps_summary() {  # DIR: rank 0's median laps per call kind (CONCCL_HOST_LAPS=1) in a torch_suite run
+  grep -rah "host laps of" "$1" | grep -a "rank 0 " | grep -av "idle wait" | sed 's/^.*host laps of //' |
+    cut -c1-700 | tee -a "$s"
+}
 pack() {  # every log and PyTorch folder into logs.tgz: the device tool returns only a few files
   ( cd "$OUT" && tar czf logs.tgz --exclude=summary.txt --exclude=logs.tgz * 2>/dev/null &&
       find . -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name logs.tgz -exec rm -rf {} + )

@@ -4,8 +4,7 @@
 #   drop-in own time against NCCL's in one run.
 source "$(dirname "$0")/../../2026-12-06-h100-1gpu-pool-launch/commands/common.sh"
 torch_suite skew-laps-async 80 CASES=skew NPS=2 NO_NCCL=1 SKEW_ALLOCS=async BUDGET_S=75 CONCCL_HOST_LAPS=1
-grep -rah "host laps of" "$OUT/skew-laps-async" | grep -a "rank 0 " | grep -av "idle wait" |
-  sed 's/^.*host laps of //' | cut -c1-700 | tee -a "$s"
+laps_summary "$OUT/skew-laps-async"
 torch_suite skew-default-nccl 110 CASES=skew NPS=2 SKEW_ALLOCS=default BUDGET_S=100
 pack
 true
