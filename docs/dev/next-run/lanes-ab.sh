@@ -6,12 +6,9 @@
 #   launch of the cached graph, 4-13 us on the H100 hosts of 2026-12-07 (docs/results/2026-12-07-h100-1gpu-skew-laps/).
 source "$(dirname "$0")/../../results/2026-12-06-h100-1gpu-pool-launch/commands/common.sh"
 run_laps() {  # NAME, then VAR=value settings
-  local name="$1" t0=$SECONDS
+  local name="$1"
   shift
-  env "$@" CONCCL_HOST_LAPS=1 CONCCL_TEST_MAX_HOST_US=1e6 CONCCL_TEST_WORKER_LIMIT_S=60 timeout 100 \
-    gpu-stage/bin/test_gpu_multiprocess --gtest_filter='Ranks/MultiProcess.CallsDoNotWaitForLatePeers/2' \
-    >"$OUT/$name.log" 2>&1
-  say "late 4 processes, laps, $*: rc=$? ($((SECONDS - t0)) s)"
+  late4_laps "$name" "late 4 processes, laps, $*" "$@"
   grep -a "host laps of concclAllReduce\|host laps of concclAllGather\|host laps of concclReduceScatter" \
     "$OUT/$name.log" | grep -a "rank 0 " | grep -av "idle wait" | sed 's/^.*host laps of //' |
     sed -E 's/^([^,]*), ([0-9]+ call).*(graph launch [0-9]+ us[^,]*).*(total [0-9]+ us).*/\1: \3, \4/' | tee -a "$s"

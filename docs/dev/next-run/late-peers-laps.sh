@@ -10,11 +10,7 @@ for try in 1 2; do
   grep -a -A10 "^rank 0: host time per call" "$OUT/late4-try$try.log" | head -11 | grep -a "p50" | cut -c1-90 |
     tee -a "$s"
 done
-t0=$SECONDS
-CONCCL_HOST_LAPS=1 CONCCL_TEST_MAX_HOST_US=1e6 CONCCL_TEST_WORKER_LIMIT_S=60 timeout 100 \
-  gpu-stage/bin/test_gpu_multiprocess --gtest_filter='Ranks/MultiProcess.CallsDoNotWaitForLatePeers/2' \
-  >"$OUT/late4-laps.log" 2>&1
-say "late 4 processes, CONCCL_HOST_LAPS=1: rc=$? ($((SECONDS - t0)) s)"
+late4_laps late4-laps "late 4 processes, CONCCL_HOST_LAPS=1"
 grep -a "host laps of concclAllReduce\|host laps of concclAllGather\|host laps of concclReduceScatter" \
   "$OUT/late4-laps.log" | grep -a "rank 0 " | sed 's/^[^[]*//' | cut -c1-400 | tee -a "$s"
 pack

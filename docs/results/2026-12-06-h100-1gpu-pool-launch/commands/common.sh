@@ -31,6 +31,14 @@ laps_summary() {  # DIR: rank 0's median laps per call kind (CONCCL_HOST_LAPS=1)
   grep -rah "host laps of" "$1" | grep -a "rank 0 " | grep -av "idle wait" | sed 's/^.*host laps of //' |
     cut -c1-700 | tee -a "$s"
 }
+late4_laps() {  # NAME LABEL, then VAR=value settings: the 4-process late-call test, laps tallied, its bound lifted
+  local name="$1" label="$2" t0=$SECONDS
+  shift 2
+  env "$@" CONCCL_HOST_LAPS=1 CONCCL_TEST_MAX_HOST_US=1e6 CONCCL_TEST_WORKER_LIMIT_S=60 timeout 100 \
+    gpu-stage/bin/test_gpu_multiprocess --gtest_filter='Ranks/MultiProcess.CallsDoNotWaitForLatePeers/2' \
+    >"$OUT/$name.log" 2>&1
+  say "$label: rc=$? ($((SECONDS - t0)) s)"
+}
 pack() {  # every log and PyTorch folder into logs.tgz: the device tool returns only a few files
   ( cd "$OUT" && tar czf logs.tgz --exclude=summary.txt --exclude=logs.tgz * 2>/dev/null &&
       find . -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name logs.tgz -exec rm -rf {} + )
